@@ -1,0 +1,48 @@
+# `make run` and `make test` do all setup on a fresh machine: a virtualenv in .venv, PyTorch
+# (the CPU build 2.13.0 when the venv has no torch; an existing CUDA torch is kept), the package.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+# e.g. TORCH_PIP_FLAGS="--index-url https://download.pytorch.org/whl/cpu" for a CPU-only wheel
+TORCH_PIP_FLAGS ?=
+# e.g. VENV_FLAGS=--system-site-packages to reuse a CUDA torch installed system-wide
+VENV_FLAGS ?=
+MAIN_EXPERIMENT ?= experiments/demo.jsonnet
+STAMP := $(VENV)/.catwalk-installed
+
+.PHONY: setup run test test-fast lint format bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install $(TORCH_PIP_FLAGS) "$(TORCH)"
+	$(BIN)/python -m pip install -e '.[dev]'
+	@touch $@
+
+# The main job on the embedded default (no download); prints the metrics table.
+run: setup
+	$(BIN)/tango run $(MAIN_EXPERIMENT)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+# Everything CI runs: lint, then the whole suite (unit, tango-run integration, 2-process gloo).
+test: lint
+	$(BIN)/pytest -ra
+
+# Unit tests only: no multi-process or training runs.
+test-fast: lint
+	$(BIN)/pytest -ra -m "not slow and not distributed"
+
+bench: setup
+	$(BIN)/python bench/scoring.py
+
+clean:
+	rm -rf workspace .pytest_cache .ruff_cache

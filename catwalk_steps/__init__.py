@@ -1,0 +1,30 @@
+"""Tango steps that fine-tune and evaluate causal LMs on multiple-choice tasks.
+
+Importing the package registers every component (`include_package: [catwalk_steps]` in tango.yml).
+"""
+
+from . import tango_compat  # noqa: F401  (applies its patches)
+from .callbacks import ExactValidationMetrics
+from .checkpoints import HFModelFormat
+from .data import MultipleChoiceCollator, ShardedDataLoader
+from .engines import CatwalkTorchEngine
+from .models import RankClassifier
+from .steps import Evaluate, LoadTask, MetricsReport, TrainRankClassifier
+from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task
+
+__all__ = [
+    "Evaluate",
+    "CatwalkTorchEngine",
+    "ExactValidationMetrics",
+    "HFModelFormat",
+    "LoadTask",
+    "MetricsReport",
+    "MultipleChoiceCollator",
+    "MultipleChoiceInstance",
+    "PiqaTask",
+    "RankClassifier",
+    "ShardedDataLoader",
+    "SyntheticTask",
+    "Task",
+    "TrainRankClassifier",
+]

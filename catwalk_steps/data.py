@@ -1,0 +1,202 @@
+"""From multiple-choice instances to padded CPU tensors, and an even split across ranks.
+
+The collator never asks the model for its device: the training engine moves batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tango.integrations.torch import DataCollator, DataLoader
+from torch.utils.data import Dataset, DistributedSampler
+
+from .models import load_tokenizer
+from .tasks import MultipleChoiceInstance
+
+
+@dataclass(frozen=True)
+class ChoiceSequence:
+    """Tokens of one (context, choice) pair; the last `continuation_length` are the choice's."""
+
+    token_ids: tuple[int, ...]
+    continuation_length: int
+    instance: int
+    choice: int
+    choice_chars: int
+
+
+def answer_chars(choice: str) -> int:
+    """The choice's length in characters, without the space that joins it to the context.
+
+    lm-evaluation-harness divides by this length for `acc_norm`.
+    """
+    return len(choice[1:] if choice.startswith(" ") else choice)
+
+
+class SequenceEncoder:
+    """Tokenizes (context, choice) pairs as lm-evaluation-harness does.
+
+    Context and choice are tokenized separately and joined; if the pair is longer than
+    `max_length`, context tokens are dropped from the left, so the choice is always scored whole.
+    Encodings are memoised: contexts and choices repeat across choices and epochs.
+    """
+
+    def __init__(self, tokenizer, max_length: int = 256):
+        if max_length < 2:
+            raise ValueError(f"max_length must be at least 2, got {max_length}")
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        ids = self._cache.get(text)
+        if ids is None:
+            ids = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            self._cache[text] = ids
+        return ids
+
+    def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
+        context_ids = self.encode(context) or (self.tokenizer.eos_token_id,)
+        choice_ids = self.encode(choice)
+        if not choice_ids:
+            raise ValueError(f"choice {choice!r} has no tokens")
+        choice_ids = choice_ids[: self.max_length - 1]
+        context_ids = context_ids[-(self.max_length - len(choice_ids)) :]
+        return context_ids + choice_ids, len(choice_ids)
+
+    def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
+        """One sequence per choice of every instance, in instance order."""
+        out = []
+        for i, instance in enumerate(instances):
+            for c, choice in enumerate(instance.choices):
+                ids, continuation_length = self.pair(instance.context, choice)
+                out.append(ChoiceSequence(ids, continuation_length, i, c, answer_chars(choice)))
+        return out
+
+
+def pad_sequences(sequences: Sequence[ChoiceSequence], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded token ids with attention and continuation masks (CPU tensors)."""
+    length = max(len(s.token_ids) for s in sequences)
+    input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
+    continuation_mask = torch.zeros((len(sequences), length), dtype=torch.bool)
+    for row, s in enumerate(sequences):
+        n = len(s.token_ids)
+        input_ids[row, :n] = torch.tensor(s.token_ids)
+        attention_mask[row, :n] = 1
+        continuation_mask[row, n - s.continuation_length : n] = True
+    logits_from = min(len(s.token_ids) - s.continuation_length for s in sequences)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "continuation_mask": continuation_mask,
+        "logits_from": logits_from,
+    }
+
+
+@dataclass(frozen=True)
+class Padding:
+    """A stand-in that evens out ranks' shares; it is run like an instance but weighs 0."""
+
+    instance: MultipleChoiceInstance
+
+
+@DataCollator.register("catwalk::multiple_choice")
+class MultipleChoiceCollator(DataCollator):
+    """Batches instances with all their choices for :class:`~catwalk_steps.models.RankClassifier`.
+
+    :param tokenizer: the model's tokenizer: hub name, path, or "catwalk::byte_level".
+    :param max_length: longest (context + choice) sequence in tokens; contexts are cut on the left.
+    """
+
+    def __init__(self, tokenizer: str, max_length: int = 256):
+        self.encoder = SequenceEncoder(load_tokenizer(tokenizer), max_length)
+
+    def __call__(self, items: list) -> dict:
+        instances = [item.instance if isinstance(item, Padding) else item for item in items]
+        weights = [0.0 if isinstance(item, Padding) else 1.0 for item in items]
+        sequences = self.encoder.sequences(instances)
+        batch = pad_sequences(sequences, self.encoder.tokenizer.pad_token_id)
+        batch.update(
+            instance_index=torch.tensor([s.instance for s in sequences]),
+            choice_index=torch.tensor([s.choice for s in sequences]),
+            choice_chars=torch.tensor([float(s.choice_chars) for s in sequences]),
+            labels=torch.tensor([instance.label for instance in instances]),
+            weights=torch.tensor(weights),
+            num_choices=max(len(instance.choices) for instance in instances),
+        )
+        return batch
+
+
+class PaddedDataset(Dataset):
+    """`dataset` followed by :class:`Padding` items up to a multiple of `multiple`."""
+
+    def __init__(self, dataset: Sequence, multiple: int):
+        self.dataset = dataset
+        self.length = math.ceil(len(dataset) / multiple) * multiple
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        if index < len(self.dataset):
+            return self.dataset[index]
+        return Padding(self.dataset[index % len(self.dataset)])
+
+
+class EpochSampler(DistributedSampler):
+    """A distributed sampler that also reshuffles every epoch in a single process.
+
+    Tango calls `set_epoch` only in distributed runs; counting iterations as well makes a
+    1-process run see the same global batches, in the same order, as an N-process run.
+    """
+
+    def __iter__(self):
+        indices = list(super().__iter__())
+        self.epoch += 1
+        return iter(indices)
+
+
+def distributed_position() -> tuple[int, int]:
+    """(rank, world size) of this process; (0, 1) outside a process group."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+@DataLoader.register("catwalk::sharded")
+class ShardedDataLoader(DataLoader):
+    """A data loader giving each rank an equal share of the data, without repeating instances.
+
+    Every rank must run the same number of forwards (sharded engines gather parameters in each),
+    so the data is padded to a multiple of the world size with zero-weight :class:`Padding` items:
+    metrics and losses ignore them, so validation counts every instance exactly once.
+
+    :param batch_size: instances per batch on each rank (each instance brings all its choices).
+    :param shuffle: reshuffle every epoch with `seed`.
+    """
+
+    def __init__(
+        self,
+        dataset: Sequence,
+        batch_size: int = 8,
+        shuffle: bool = False,
+        seed: int = 0,
+        collate_fn: DataCollator | None = None,
+        **kwargs,
+    ):
+        if collate_fn is None:
+            raise ValueError(
+                "catwalk::sharded needs a 'collate_fn' (e.g. catwalk::multiple_choice)"
+            )
+        rank, world_size = distributed_position()
+        padded = PaddedDataset(dataset, world_size)
+        sampler = EpochSampler(
+            padded, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=False
+        )
+        super().__init__(
+            padded, batch_size=batch_size, collate_fn=collate_fn, sampler=sampler, **kwargs
+        )

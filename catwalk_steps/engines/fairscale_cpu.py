@@ -1,0 +1,262 @@
+"""Let FairScale's ``FullyShardedDataParallel`` (FSDP) run on CPU, for development machines and CI.
+
+Scope
+-----
+FairScale FSDP assumes CUDA: it issues its all-gathers and reduce-scatters on side CUDA streams
+and fails at the first forward pass of a CPU-only build ("Torch not compiled with CUDA enabled").
+:func:`enable_fairscale_cpu_support` installs the shims below so that FSDP trains on CPU tensors
+with the ``gloo`` backend. It does nothing when ``torch.cuda.is_available()``, so CUDA behaviour
+is never changed. What it patches, and why:
+
+* ``torch`` as seen by ``fairscale.nn.data_parallel.fully_sharded_data_parallel`` only: a view of
+  ``torch`` whose ``.cuda`` provides a single no-op stream, ``stream()``, ``current_stream()`` and
+  ``synchronize()``. CPU kernels run in program order, so stream ordering has nothing to do.
+* ``FullyShardedDataParallel._setup_streams``: without CUDA it creates no streams, yet FSDP later
+  indexes ``self._streams[name]``; the wrapper fills the shared dict with the no-op stream.
+* The FSDP module's default ``compute_device`` (``cuda``) becomes the device of the wrapped
+  module's parameters, so ``compute_device`` need not be passed.
+* ``clip_grad_norm_`` moves the local norm to CUDA with ``.cuda()``; the FSDP module's
+  ``calc_grad_norm`` returns a norm whose ``.cuda()`` keeps it on the CPU.
+* The reduce-scatter bucketer hands ``_reduce_scatter_base`` a 2-D ``[world_size, n]`` input,
+  which gloo rejects; the bucketer's ``dist`` passes it on flattened to ``world_size * n``
+  elements (same memory layout, same result).
+* ``torch.Tensor.record_stream`` (global, unavoidable: it is a tensor method) ignores calls made
+  with the no-op stream, which only the patched FSDP module can hold. Other calls are unchanged.
+
+Checked against fairscale 0.4.13 and torch 2.13.0 (CPU build), gloo, 2 processes: losses match
+single-process training for root-only and nested FSDP, with torch's or FairScale's activation
+checkpointing inside wrapped blocks, bf16 mixed precision, ``clip_grad_norm_``, eval under
+``torch.no_grad()``, ``summon_full_params`` and full / local state dicts. Not covered:
+``move_params_to_cpu`` / ``cpu_offload`` / ``move_grads_to_cpu``, which pin host memory for
+transfers to an accelerator and have no purpose when computing on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+_enabled = False
+
+
+class _CpuStream:
+    """The one stream of CPU execution, standing in for ``torch.cuda.Stream``.
+
+    CPU kernels execute in program order, so every "stream" is the same stream and waiting on or
+    synchronizing with it has nothing to do. All instances are one object, so FSDP's check that
+    the current stream is its post-backward stream holds.
+    """
+
+    _instance: _CpuStream | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _CpuStream:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def wait_stream(self, stream: Any) -> None:
+        """Nothing to wait for: work is already ordered."""
+
+    def synchronize(self) -> None:
+        """Nothing to wait for: work is already complete when issued."""
+
+    def query(self) -> bool:
+        """All work issued on the CPU has completed."""
+        return True
+
+    def __repr__(self) -> str:
+        return "<CPU no-op stream>"
+
+
+class _CpuCudaNamespace:
+    """What FairScale's FSDP module sees as ``torch.cuda`` on a CUDA-less machine.
+
+    Only the stream and synchronization calls FSDP makes are replaced; any other attribute is
+    looked up on the real ``torch.cuda`` (so ``is_available()`` still reports ``False``).
+    """
+
+    Stream = _CpuStream
+
+    @staticmethod
+    def stream(stream: Any) -> contextlib.AbstractContextManager[None]:
+        """Selecting a stream changes nothing on the CPU."""
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def current_stream(device: Any = None) -> _CpuStream:
+        """The single CPU stream."""
+        return _CpuStream()
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        """CPU work is complete when issued."""
+
+    @staticmethod
+    def memory_allocated(device: Any = None) -> int:
+        """No CUDA memory is in use (used by FSDP's verbose logging)."""
+        return 0
+
+    max_memory_allocated = memory_allocated
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cuda, name)
+
+
+class _TorchWithCpuCuda:
+    """``torch`` with ``.cuda`` replaced by :class:`_CpuCudaNamespace`; all else is ``torch``."""
+
+    cuda = _CpuCudaNamespace()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+class _DistWithFlatReduceScatter:
+    """``torch.distributed`` whose ``_reduce_scatter_base`` accepts a 2-D, rank-major input.
+
+    NCCL accepts the bucketer's ``[world_size, n]`` input; gloo checks that the input's first
+    dimension is ``world_size * n``. Flattening a contiguous rank-major input gives exactly that.
+    """
+
+    @staticmethod
+    def _reduce_scatter_base(
+        output: torch.Tensor,
+        input_tensor: torch.Tensor,
+        op: Any = dist.ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        # torch 2.13 deprecates reduce_scatter_tensor in favour of reduce_scatter_single.
+        reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        flat = input_tensor.reshape(-1)
+        return reduce_scatter(output, flat, op=op, group=group, async_op=async_op)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(dist, name)
+
+
+class _NormOnHost(torch.Tensor):
+    """A gradient norm whose ``.cuda()`` leaves it where it is (on the CPU)."""
+
+    def cuda(self, *args: Any, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+        return self.as_subclass(torch.Tensor)
+
+
+def _patch_fsdp_torch_reference() -> None:
+    """Point the FSDP module's global ``torch`` at :class:`_TorchWithCpuCuda`.
+
+    Private: relies on fully_sharded_data_parallel.py referring to CUDA only through its module
+    global ``torch`` (fairscale 0.4.13, torch 2.13.0).
+    """
+    from fairscale.nn.data_parallel import fully_sharded_data_parallel as fsdp_module
+
+    fsdp_module.torch = _TorchWithCpuCuda()
+
+
+def _patch_fsdp_default_compute_device() -> None:
+    """Default ``compute_device`` to the parameters' device instead of ``cuda``.
+
+    Private: replaces the module function ``_get_default_cuda_device`` (fairscale 0.4.13).
+    """
+    from fairscale.nn.data_parallel import fully_sharded_data_parallel as fsdp_module
+
+    def default_device(module: torch.nn.Module) -> torch.device:
+        param = next(module.parameters(), None)
+        return param.device if param is not None else torch.device("cpu")
+
+    fsdp_module._get_default_cuda_device = default_device
+
+
+def _patch_fsdp_streams() -> None:
+    """Give the root FSDP instance (and, through the shared dict, its children) CPU streams.
+
+    Private: wraps ``FullyShardedDataParallel._setup_streams`` and fills ``self._streams`` with
+    the keys FSDP indexes. The root shares this dict object with its children
+    (fairscale 0.4.13).
+    """
+    from fairscale.nn.data_parallel import FullyShardedDataParallel
+
+    original = FullyShardedDataParallel._setup_streams
+
+    @functools.wraps(original)
+    def setup_streams(self: FullyShardedDataParallel) -> None:
+        original(self)
+        if self._is_root and not self._streams:
+            for name in ("fp32_to_fp16", "all_gather", "post_backward"):
+                self._streams[name] = _CpuStream()
+
+    FullyShardedDataParallel._setup_streams = setup_streams
+
+
+def _patch_fsdp_grad_norm() -> None:
+    """Keep the local gradient norm on the CPU in ``clip_grad_norm_``, which calls ``.cuda()``.
+
+    Private: replaces the FSDP module's imported name ``calc_grad_norm``, used only by
+    ``clip_grad_norm_`` (fairscale 0.4.13).
+    """
+    from fairscale.nn.data_parallel import fully_sharded_data_parallel as fsdp_module
+
+    original = fsdp_module.calc_grad_norm
+
+    @functools.wraps(original)
+    def calc_grad_norm(*args: Any, **kwargs: Any) -> torch.Tensor:
+        return original(*args, **kwargs).as_subclass(_NormOnHost)
+
+    fsdp_module.calc_grad_norm = calc_grad_norm
+
+
+def _patch_bucketer_reduce_scatter() -> None:
+    """Make the reduce-scatter bucketer's flush work with gloo.
+
+    Private: replaces the module global ``dist`` of fairscale/internal/reduce_scatter_bucketer.py
+    (fairscale 0.4.13, torch 2.13.0 gloo).
+    """
+    from fairscale.internal import reduce_scatter_bucketer
+
+    reduce_scatter_bucketer.dist = _DistWithFlatReduceScatter()
+
+
+def _patch_record_stream() -> None:
+    """Ignore ``Tensor.record_stream`` calls made with the CPU no-op stream.
+
+    Global because ``record_stream`` is a tensor method. Only FSDP's patched module can hold a
+    :class:`_CpuStream`, so every other call goes to the original (torch 2.13.0).
+    """
+    original = torch.Tensor.record_stream
+
+    @functools.wraps(original)
+    def record_stream(self: torch.Tensor, stream: Any) -> None:
+        if isinstance(stream, _CpuStream):
+            return
+        original(self, stream)
+
+    torch.Tensor.record_stream = record_stream
+
+
+def enable_fairscale_cpu_support() -> bool:
+    """Install the CPU shims for FairScale FSDP; see the module docstring.
+
+    Idempotent. Returns ``False`` and changes nothing when CUDA is available; returns ``True``
+    when the shims are (or already were) installed.
+    """
+    global _enabled
+    if torch.cuda.is_available():
+        return False
+    if not _enabled:
+        _patch_fsdp_torch_reference()
+        _patch_fsdp_default_compute_device()
+        _patch_fsdp_streams()
+        _patch_fsdp_grad_norm()
+        _patch_bucketer_reduce_scatter()
+        _patch_record_stream()
+        _enabled = True
+    return True
+
+
+def fairscale_cpu_support_enabled() -> bool:
+    """Whether :func:`enable_fairscale_cpu_support` has installed the shims in this process."""
+    return _enabled
