@@ -4,7 +4,7 @@ Importing the package registers every component (`include_package: [catwalk_step
 """
 
 from . import tango_compat  # noqa: F401  (applies its patches)
-from .callbacks import ExactValidationMetrics
+from .callbacks import RunMetrics
 from .checkpoints import HFModelFormat
 from .data import MultipleChoiceCollator, ShardedDataLoader
 from .engines import CatwalkTorchEngine
@@ -15,7 +15,6 @@ from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task
 __all__ = [
     "Evaluate",
     "CatwalkTorchEngine",
-    "ExactValidationMetrics",
     "HFModelFormat",
     "LoadTask",
     "MetricsReport",
@@ -23,6 +22,7 @@ __all__ = [
     "MultipleChoiceInstance",
     "PiqaTask",
     "RankClassifier",
+    "RunMetrics",
     "ShardedDataLoader",
     "SyntheticTask",
     "Task",

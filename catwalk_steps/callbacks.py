@@ -1,4 +1,4 @@
-"""Exact validation metrics inside Tango's training loop.
+"""Exact validation metrics inside Tango's training loop, and the run's metric history.
 
 Tango averages the validation metric over batches and ranks, which is only exact when every
 batch holds the same number of instances. This callback keeps running sums of right answers,
@@ -17,22 +17,27 @@ import torch
 import torch.distributed as dist
 from tango.integrations.torch import TrainCallback
 
-VALIDATION_HISTORY_FILE = "validation_metrics.json"
+HISTORY_FILE = "metrics_history.json"
 _SUMMED = ("correct", "correct_norm", "count", "loss_sum")
 
 
-@TrainCallback.register("catwalk::exact_validation_metrics")
-class ExactValidationMetrics(TrainCallback):
-    """Turns per-batch counts into exact `acc`, `acc_norm` and `loss` over the whole split.
-
-    After each validation loop the main process appends the metrics to
-    `validation_metrics.json` in the step's work directory.
+@TrainCallback.register("catwalk::run_metrics")
+class RunMetrics(TrainCallback):
+    """Turns per-batch counts into exact `acc`, `acc_norm` and `loss` over the whole split, and
+    keeps the history of the run: the training loss at every logged step (averaged over ranks by
+    Tango) and the metrics of every validation. The main process writes the history to
+    `metrics_history.json` in the step's work directory after each validation and at the end.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.totals: torch.Tensor | None = None
-        self.history: list[dict[str, Any]] = []
+        self.history: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
+
+    def log_batch(
+        self, step: int, epoch: int, batch_loss: float, batch_outputs: list[dict[str, Any]]
+    ) -> None:
+        self.history["train"].append({"step": step + 1, "loss": batch_loss})
 
     def pre_val_batch(self, step: int, val_step: int, epoch: int, val_batch: Any) -> None:
         if val_step == 0:
@@ -71,15 +76,22 @@ class ExactValidationMetrics(TrainCallback):
     ) -> None:
         entry = {"step": step + 1, **self.metrics()}
         entry["count"] = int(entry["count"])
-        self.history.append(entry)
+        self.history["validation"].append(entry)
+        self.write_history()
+
+    def post_train_loop(self, step: int, epoch: int) -> None:
+        self.write_history()
+
+    def write_history(self) -> None:
         if self.train_config.is_local_main_process:
-            write_json_atomic(self.train_config.work_dir / VALIDATION_HISTORY_FILE, self.history)
+            write_json_atomic(self.train_config.work_dir / HISTORY_FILE, self.history)
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": self.history}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = list(state_dict.get("history", []))
+        # A resumed run keeps what it logged before the checkpoint and nothing after it.
+        self.history = {key: list(entries) for key, entries in state_dict["history"].items()}
 
 
 def write_json_atomic(path: Path, value: Any) -> None:

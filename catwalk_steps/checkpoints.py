@@ -50,7 +50,7 @@ class HFModelFormat(Format[RankClassifier]):
 
     The step's result directory loads with `AutoModelForCausalLM.from_pretrained` and
     `AutoTokenizer.from_pretrained` outside Tango. `catwalk_model.json` beside the weights keeps
-    the objective and the validation history of the run.
+    the objective and the run's metric history (training loss, validation metrics).
     """
 
     VERSION = "001"
@@ -60,7 +60,7 @@ class HFModelFormat(Format[RankClassifier]):
         artifact.save_pretrained(directory)
         info: dict[str, Any] = {
             "objective": artifact.objective,
-            "validation_history": getattr(artifact, "validation_history", []),
+            "metrics_history": getattr(artifact, "metrics_history", None),
         }
         (directory / MODEL_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
 
@@ -68,5 +68,5 @@ class HFModelFormat(Format[RankClassifier]):
         directory = Path(dir)
         info = json.loads((directory / MODEL_INFO_FILE).read_text())
         model = RankClassifier.from_directory(directory, objective=info["objective"])
-        model.validation_history = info["validation_history"]
+        model.metrics_history = info["metrics_history"]
         return model

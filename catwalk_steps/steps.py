@@ -16,7 +16,7 @@ from tango.format import JsonFormat
 from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
 from tango.integrations.torch.train import TorchTrainStep
 
-from .callbacks import VALIDATION_HISTORY_FILE, ExactValidationMetrics
+from .callbacks import HISTORY_FILE, RunMetrics
 from .checkpoints import HFModelFormat, load_full_weights
 from .evaluation import metrics_from_scores, score_choices
 from .models import RankClassifier
@@ -123,8 +123,8 @@ class TrainRankClassifier(TorchTrainStep):
             distributed_port=distributed_port or free_port(),
             val_metric_name=val_metric_name,
             minimize_val_metric=minimize_val_metric,
-            auto_aggregate_val_metric=False,  # ExactValidationMetrics aggregates
-            callbacks=[*(callbacks or []), Lazy(ExactValidationMetrics)],
+            auto_aggregate_val_metric=False,  # RunMetrics aggregates exactly
+            callbacks=[*(callbacks or []), Lazy(RunMetrics)],
             remove_stale_checkpoints=remove_stale_checkpoints,
         )
         if not isinstance(trained, RankClassifier):
@@ -135,10 +135,8 @@ class TrainRankClassifier(TorchTrainStep):
         if weights_path.is_file():
             state = torch.load(weights_path, map_location="cpu", weights_only=True)
             load_full_weights(trained, state, str(weights_path))
-        history_path = self.work_dir / VALIDATION_HISTORY_FILE
-        trained.validation_history = (
-            json.loads(history_path.read_text()) if history_path.is_file() else []
-        )
+        history_path = self.work_dir / HISTORY_FILE
+        trained.metrics_history = json.loads(history_path.read_text())
         return trained
 
 

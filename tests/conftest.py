@@ -1,0 +1,102 @@
+"""Shared test helpers: tiny models, PIQA files written on the fly, and `tango run` in a
+temporary workspace."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENTS = REPO / "experiments"
+
+TINY_GPT2 = {
+    "model_type": "gpt2",
+    "n_layer": 2,
+    "n_embd": 32,
+    "n_head": 2,
+    "n_positions": 128,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+}
+TINY_MODEL = {
+    "type": "catwalk::rank_classifier",
+    "config": TINY_GPT2,
+    "tokenizer": "catwalk::byte_level",
+}
+
+PIQA_ROWS = [
+    {"goal": "Keep bread fresh", "sol1": "Seal it in a bag.", "sol2": "Leave it in the sun."},
+    {"goal": "Open a jar", "sol1": "Hit it with a feather.", "sol2": "Twist the lid hard."},
+    {
+        "goal": "Dry wet shoes",
+        "sol1": "Stuff them with newspaper.",
+        "sol2": "Fill them with water.",
+    },
+    {"goal": "Cool soup", "sol1": "Stir it and wait.", "sol2": "Put it on the stove."},
+]
+PIQA_LABELS = [0, 1, 0, 0]
+
+
+def write_piqa(directory: Path, stem: str, rows=PIQA_ROWS, labels=PIQA_LABELS) -> Path:
+    """PIQA's distribution files: `<stem>.jsonl` and `<stem>-labels.lst`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{stem}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (directory / f"{stem}-labels.lst").write_text("".join(f"{label}\n" for label in labels))
+    return directory
+
+
+@pytest.fixture
+def piqa_dir(tmp_path: Path) -> Path:
+    """A small PIQA copy on disk with train and valid splits (synthetic but PIQA-shaped)."""
+    rows = PIQA_ROWS * 4
+    labels = PIQA_LABELS * 4
+    write_piqa(tmp_path / "piqa", "train", rows, labels)
+    return write_piqa(tmp_path / "piqa", "valid", rows[:8], labels[:8])
+
+
+def run_tango(
+    experiment: Path,
+    workspace: Path,
+    name: str,
+    overrides: dict | None = None,
+    timeout: int = 600,
+) -> str:
+    """Runs `tango run` as a user would and returns its output; fails the test on error."""
+    command = [
+        str(Path(sys.executable).with_name("tango")),
+        "--log-level",
+        "info",
+        "--file-friendly-logging",
+        "run",
+        str(experiment),
+        "-w",
+        str(workspace),
+        "-i",
+        "catwalk_steps",
+        "-n",
+        name,
+    ]
+    if overrides:
+        command += ["-o", json.dumps(overrides)]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env
+    )
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        raise AssertionError(f"tango run failed ({done.returncode}):\n{output[-6000:]}")
+    return output
+
+
+def step_result(workspace: Path, run_name: str, step_name: str) -> Path:
+    """Where a step of a finished run keeps its result."""
+    from tango.workspaces import LocalWorkspace
+
+    run = LocalWorkspace(workspace).registered_run(run_name)
+    return Path(run.steps[step_name].result_location)

@@ -1,0 +1,107 @@
+"""Whole experiments through `tango run`, as a user runs them, in a temporary workspace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from catwalk_steps.evaluation import metrics_from_scores, score_choices
+from catwalk_steps.models import RankClassifier
+from catwalk_steps.tasks import SyntheticTask
+
+from .conftest import EXPERIMENTS, TINY_MODEL, run_tango, step_result
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+
+def read_json(path: Path):
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> Path:
+    """The demo experiment as shipped: synthetic task, tiny GPT-2, DDP on 2 processes."""
+    workspace = tmp_path_factory.mktemp("demo") / "workspace"
+    run_tango(EXPERIMENTS / "demo.jsonnet", workspace, "first")
+    return workspace
+
+
+def test_demo_learns_the_synthetic_task(demo_run: Path):
+    trained = read_json(step_result(demo_run, "first", "eval_trained") / "data.json")
+    untrained = read_json(step_result(demo_run, "first", "eval_untrained") / "data.json")
+    assert trained["n"] == untrained["n"] == 256
+    assert trained["acc"] >= 0.9
+    assert untrained["acc"] < 0.4  # chance is 0.25
+    history = json.loads(
+        (step_result(demo_run, "first", "trained") / "catwalk_model.json").read_text()
+    )
+    validations = history["metrics_history"]["validation"]
+    assert [v["step"] for v in validations] == [100, 200, 300]
+    assert max(v["acc"] for v in validations) >= 0.9
+    assert all(v["count"] == 256 for v in validations)
+    logged = [entry["step"] for entry in history["metrics_history"]["train"]]
+    assert logged == [1, *range(10, 301, 10)]  # Tango logs the first step and every 10th
+
+
+def test_second_run_reuses_the_cache(demo_run: Path):
+    output = run_tango(EXPERIMENTS / "demo.jsonnet", demo_run, "second")
+    assert "Starting step" not in output
+    assert 'Found output for step "trained" in cache' in output
+    assert "trained" in output and "untrained" in output  # the report table is printed again
+    assert step_result(demo_run, "second", "trained") == step_result(demo_run, "first", "trained")
+
+
+def test_saved_model_reloads_outside_tango_with_the_same_scores(demo_run: Path):
+    directory = step_result(demo_run, "first", "trained")
+    lm = AutoModelForCausalLM.from_pretrained(directory).eval()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    instances = SyntheticTask(seed=1).load(["validation"])["validation"]
+    ours = score_choices(RankClassifier.from_directory(directory), instances, progress=False)
+    for instance, row in list(zip(instances, ours, strict=True))[:20]:
+        for choice, score in zip(instance.choices, row, strict=True):
+            context_ids = tokenizer(instance.context, add_special_tokens=False)["input_ids"]
+            choice_ids = tokenizer(choice, add_special_tokens=False)["input_ids"]
+            ids = torch.tensor([context_ids + choice_ids])
+            with torch.no_grad():
+                log_probs = lm(ids).logits[0].log_softmax(-1)
+            start = len(context_ids)
+            expected = sum(float(log_probs[p - 1, ids[0, p]]) for p in range(start, ids.shape[1]))
+            assert score == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    reported = json.loads(
+        (step_result(demo_run, "first", "eval_trained") / "data.json").read_text()
+    )
+    assert metrics_from_scores(instances, ours) == reported
+
+
+def test_report_is_written_as_markdown_and_csv(demo_run: Path):
+    report = step_result(demo_run, "first", "report")
+    markdown = (report / "report.md").read_text()
+    assert "| run | acc | acc_norm | n |" in markdown and "| trained |" in markdown
+    csv_lines = (report / "report.csv").read_text().splitlines()
+    assert csv_lines[0] == "run,acc,acc_norm,n"
+    assert {line.split(",")[0] for line in csv_lines[1:]} == {"untrained", "trained"}
+
+
+def test_piqa_from_local_files_is_one_override_away(tmp_path: Path, piqa_dir: Path):
+    """piqa_torch.jsonnet with PIQA's files on disk; a tiny model stands in for gpt2 here."""
+    tokenizer = "catwalk::byte_level"
+    overrides = {
+        "steps.data.task.data_dir": str(piqa_dir),
+        "steps.trained.model": TINY_MODEL,
+        "steps.eval_untrained.model": TINY_MODEL,
+        "steps.trained.train_dataloader.collate_fn.tokenizer": tokenizer,
+        "steps.trained.validation_dataloader.collate_fn.tokenizer": tokenizer,
+        "steps.trained.train_steps": 4,
+        "steps.trained.validate_every": 2,
+        "steps.trained.checkpoint_every": 2,
+    }
+    run_tango(EXPERIMENTS / "piqa_torch.jsonnet", tmp_path / "ws", "piqa", overrides)
+    metrics = json.loads(
+        (step_result(tmp_path / "ws", "piqa", "eval_trained") / "data.json").read_text()
+    )
+    assert metrics["n"] == 8
+    assert set(metrics) == {"acc", "acc_norm", "n"}
