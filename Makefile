@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 TORCH_PIP_FLAGS ?=
 # e.g. VENV_FLAGS=--system-site-packages to reuse a CUDA torch installed system-wide
 VENV_FLAGS ?=
-MAIN_EXPERIMENT ?= experiments/demo.jsonnet
+MAIN_EXPERIMENT ?= experiments/demo_fsdp.jsonnet
 STAMP := $(VENV)/.catwalk-installed
 
 .PHONY: setup run test test-fast lint format bench clean

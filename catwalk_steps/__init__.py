@@ -5,9 +5,9 @@ Importing the package registers every component (`include_package: [catwalk_step
 
 from . import tango_compat  # noqa: F401  (applies its patches)
 from .callbacks import RunMetrics
-from .checkpoints import HFModelFormat
 from .data import MultipleChoiceCollator, ShardedDataLoader
 from .engines import CatwalkTorchEngine
+from .formats import HFModelFormat
 from .models import RankClassifier
 from .steps import Evaluate, LoadTask, MetricsReport, TrainRankClassifier
 from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task

@@ -1,18 +1,12 @@
-"""Full model weights: loading them strictly, and the Hugging Face directory a run produces."""
+"""Model weights: consolidating FSDP shards into one state dict, and loading it strictly."""
 
 from __future__ import annotations
 
-import json
+import os
+import re
 from pathlib import Path
-from typing import Any
 
 import torch
-from tango.common.aliases import PathOrStr
-from tango.format import Format
-
-from .models import RankClassifier
-
-MODEL_INFO_FILE = "catwalk_model.json"
 
 
 def tied_parameter_names(module: torch.nn.Module) -> set[str]:
@@ -44,29 +38,34 @@ def load_full_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], so
     model.load_state_dict(state, strict=False)
 
 
-@Format.register("catwalk::hf_model")
-class HFModelFormat(Format[RankClassifier]):
-    """Stores a :class:`RankClassifier` as a Hugging Face `save_pretrained` directory.
+def worker_rank(path: Path) -> int:
+    """The rank in a Tango worker file name: `worker3_model.pt` -> 3."""
+    match = re.fullmatch(r"worker(\d+)_model\.pt", path.name)
+    if match is None:
+        raise ValueError(f"{path}: not a Tango worker model file")
+    return int(match.group(1))
 
-    The step's result directory loads with `AutoModelForCausalLM.from_pretrained` and
-    `AutoTokenizer.from_pretrained` outside Tango. `catwalk_model.json` beside the weights keeps
-    the objective and the run's metric history (training loss, validation metrics).
+
+def consolidate_fairscale_shards(checkpoint_dir: Path) -> dict[str, torch.Tensor]:
+    """The full state dict from every rank's FairScale FSDP local state, in rank order.
+
+    Tango's FairScale engine reads the shards in file-system order, which need not be rank order,
+    and then concatenates them in that order: the weights come out scrambled. FairScale drops
+    tied duplicates (GPT-2's lm_head) with nested FSDP; `load_full_weights` restores ties.
     """
+    from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
 
-    VERSION = "001"
+    paths = sorted(Path(checkpoint_dir).resolve().glob("worker*_model.pt"), key=worker_rank)
+    if not paths:
+        raise FileNotFoundError(f"{checkpoint_dir}: no worker*_model.pt shards")
+    shards = [torch.load(path, map_location="cpu", weights_only=False) for path in paths]
+    return FSDP.consolidate_shard_weights(
+        [shard["weights"] for shard in shards], [shard["metadata"] for shard in shards]
+    )
 
-    def write(self, artifact: RankClassifier, dir: PathOrStr) -> None:
-        directory = Path(dir)
-        artifact.save_pretrained(directory)
-        info: dict[str, Any] = {
-            "objective": artifact.objective,
-            "metrics_history": getattr(artifact, "metrics_history", None),
-        }
-        (directory / MODEL_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
 
-    def read(self, dir: PathOrStr) -> RankClassifier:
-        directory = Path(dir)
-        info = json.loads((directory / MODEL_INFO_FILE).read_text())
-        model = RankClassifier.from_directory(directory, objective=info["objective"])
-        model.metrics_history = info["metrics_history"]
-        return model
+def save_atomic(state: dict[str, torch.Tensor], path: Path) -> None:
+    """`torch.save` through a temporary file and `os.replace`: no half-written weights."""
+    temporary = path.with_name(path.name + ".tmp")
+    torch.save(state, temporary)
+    os.replace(temporary, path)

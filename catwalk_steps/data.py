@@ -123,7 +123,7 @@ class MultipleChoiceCollator(DataCollator):
         batch.update(
             instance_index=torch.tensor([s.instance for s in sequences]),
             choice_index=torch.tensor([s.choice for s in sequences]),
-            choice_chars=torch.tensor([float(s.choice_chars) for s in sequences]),
+            choice_chars=torch.tensor([s.choice_chars for s in sequences]),
             labels=torch.tensor([instance.label for instance in instances]),
             weights=torch.tensor(weights),
             num_choices=max(len(instance.choices) for instance in instances),

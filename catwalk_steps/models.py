@@ -255,6 +255,8 @@ class RankClassifier(Model):
         `instance_index[s]`. In training with the "lm" objective only the right choices are run,
         since the wrong ones do not enter the loss; otherwise every choice is scored.
         """
+        # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
+        weights = weights.float()
         if self.training and self.objective == "lm":
             return {
                 "loss": self._lm_loss(
@@ -276,7 +278,9 @@ class RankClassifier(Model):
         scores = torch.full(
             (num_instances, num_choices), float("-inf"), device=sequence_scores.device
         ).index_put((instance_index, choice_index), sequence_scores)
-        chars = torch.ones_like(scores).index_put((instance_index, choice_index), choice_chars)
+        chars = torch.ones_like(scores).index_put(
+            (instance_index, choice_index), choice_chars.to(scores.dtype)
+        )
         with torch.no_grad():
             counts = choice_metrics(scores.detach(), labels, chars, weights)
         if self.objective == "rank":

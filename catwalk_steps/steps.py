@@ -17,8 +17,9 @@ from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingE
 from tango.integrations.torch.train import TorchTrainStep
 
 from .callbacks import HISTORY_FILE, RunMetrics
-from .checkpoints import HFModelFormat, load_full_weights
+from .checkpoints import load_full_weights
 from .evaluation import metrics_from_scores, score_choices
+from .formats import HFModelFormat
 from .models import RankClassifier
 from .report import Report, ReportFormat, build_report, format_value
 from .tasks import Task

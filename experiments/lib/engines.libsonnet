@@ -1,4 +1,5 @@
-// Training engines. Precision is one setting: fp32, bf16 (autocast, CPU or CUDA), fp16 (CUDA).
+// Training engines. Precision is one setting: fp32, bf16 (autocast; CPU, and CUDA from Ampere
+// on) or fp16 (CUDA, with a gradient scaler). The engine maps it to autocast and FSDP flags.
 {
   // PyTorch DistributedDataParallel (a single process when device_count is 1).
   torch(precision='fp32'):: {
@@ -6,4 +7,18 @@
     precision: precision,
     max_grad_norm: 1.0,
   },
+
+  // FairScale FullyShardedDataParallel. Every module matching a `modules_to_wrap` regex becomes
+  // an FSDP unit of its own (children before parents); activation checkpointing recomputes the
+  // same modules' activations in backward. Runs on CPU (gloo) too.
+  fairscale(precision='fp32', modules_to_wrap=[], activation_checkpointing=false):: {
+    type: 'catwalk::fairscale',
+    precision: precision,
+    max_grad_norm: 1.0,
+    modules_to_wrap: modules_to_wrap,
+    activation_checkpointing: activation_checkpointing,
+  },
+
+  // The transformer blocks of GPT-2-family models (`lm.` may be left out of rank classifiers).
+  gpt2_blocks: ['transformer\\.h\\.[0-9]+'],
 }

@@ -1,0 +1,145 @@
+"""FairScale FullyShardedDataParallel with regex-wrapped inner modules: `catwalk::fairscale`.
+
+Also the model constructors `catwalk::with_wrapped_modules` and (replacing Tango's own, with the
+same parameters) `fairscale::with_wrapped_modules`, for configs that wrap inside the model block.
+"""
+
+from __future__ import annotations
+
+import torch
+from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
+from fairscale.optim.grad_scaler import ShardedGradScaler
+from tango.common import Lazy
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.fairscale import FairScaleTrainingEngine, FSDPConfig
+from tango.integrations.torch import (
+    LRScheduler,
+    Model,
+    Optimizer,
+    TrainConfig,
+    TrainingEngine,
+)
+
+from ..checkpoints import consolidate_fairscale_shards, save_atomic
+from ..precision import Precision
+from ..wrapping import checkpoint_activations, match_modules, wrap_modules
+from .base import CatwalkEngineMixin
+from .fairscale_cpu import enable_fairscale_cpu_support
+
+
+@TrainingEngine.register("catwalk::fairscale")
+class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
+    """FairScale FSDP: parameters, gradients and optimizer state sharded across ranks.
+
+    :param precision: "fp32", "bf16" (FSDP computes in bf16; CPU or CUDA) or "fp16" (CUDA, with
+        FairScale's sharded grad scaler). Maps to autocast and to FSDP's mixed-precision flags.
+    :param modules_to_wrap: regexes of inner modules that become FSDP units of their own, e.g.
+        `["transformer\\.h\\.[0-9]+"]`. Only one unit's full parameters then exist at a time;
+        with the root alone, FSDP gathers the whole model for every forward and saves no memory.
+    :param activation_checkpointing: also recompute the wrapped modules' activations in backward.
+    :param fsdp_config: Tango's FSDP options (`reshard_after_forward`, `move_params_to_cpu`, ...);
+        leave its `mixed_precision` unset and use `precision`.
+    :param max_grad_norm: clip gradients to this global norm (computed across shards).
+    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks.
+
+    Without CUDA, :mod:`~catwalk_steps.engines.fairscale_cpu` lets FSDP run on CPU with gloo.
+    """
+
+    def __init__(
+        self,
+        train_config: TrainConfig,
+        model: Lazy[Model],
+        optimizer: Lazy[Optimizer],
+        *,
+        lr_scheduler: Lazy[LRScheduler] | None = None,
+        precision: str = "fp32",
+        modules_to_wrap: list[str] | None = None,
+        activation_checkpointing: bool = False,
+        fsdp_config: FSDPConfig | None = None,
+        max_grad_norm: float | None = None,
+        cpu_threads: int | None = None,
+    ) -> None:
+        if fsdp_config is not None and fsdp_config.mixed_precision:
+            raise ConfigurationError(
+                "training_engine.fsdp_config.mixed_precision: set 'precision' (fp16 or bf16) "
+                "on the engine instead; it sets FSDP's flags and autocast together"
+            )
+        enable_fairscale_cpu_support()  # does nothing when CUDA is available
+        self._configure(
+            train_config, precision, modules_to_wrap, activation_checkpointing, cpu_threads
+        )
+        super().__init__(
+            train_config,
+            model,
+            optimizer,
+            lr_scheduler=lr_scheduler,
+            max_grad_norm=max_grad_norm,
+            fsdp_config=fsdp_config,
+        )
+        self.grad_scaler = ShardedGradScaler() if self.precision.needs_grad_scaler else None
+
+    def fsdp_kwargs(self) -> dict:
+        return {**self.fsdp_config.as_kwargs(), **self.precision.fairscale_fsdp_kwargs()}
+
+    def _construct_model(self, model: Model | Lazy[Model]) -> Model:
+        # Order matters. Activation checkpointing goes inside the FSDP units (in `_build_model`),
+        # so recomputation runs while the unit's full parameters are gathered. Inner units are
+        # wrapped children first, then the root, which keeps only what no unit claimed
+        # (embeddings, final norm): that is what lets sharding lower peak memory.
+        model = self._build_model(model)
+        check_inner_units_precision(model, self.precision)
+        if not self.fsdp_config.move_params_to_cpu:
+            model.to(self.train_config.worker_local_default_device)
+        if self.modules_to_wrap:
+            names = match_modules(model, self.modules_to_wrap)
+            wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
+        return FSDP(model, **self.fsdp_kwargs())
+
+    def save_complete_weights_from_checkpoint(self, checkpoint_dir, weights_path) -> None:
+        save_atomic(consolidate_fairscale_shards(checkpoint_dir), weights_path)
+
+
+def check_inner_units_precision(model: torch.nn.Module, precision: Precision) -> None:
+    """FSDP units created by a model constructor must use the engine's precision."""
+    expected = precision.fairscale_fsdp_kwargs()
+    for name, module in model.named_modules():
+        if not isinstance(module, FSDP):
+            continue
+        compute = module.compute_dtype if module.mixed_precision else None
+        if module.mixed_precision != expected["mixed_precision"] or (
+            module.mixed_precision and compute != expected["compute_dtype"]
+        ):
+            raise ConfigurationError(
+                f"model: FSDP unit '{name}' was wrapped with mixed_precision="
+                f"{module.mixed_precision} ({compute}); the engine's precision is "
+                f"{precision.name}. Wrap with the engine's modules_to_wrap instead, or remove "
+                "fsdp_config.mixed_precision from the model block"
+            )
+
+
+def with_wrapped_modules(
+    model: Model,
+    modules_to_wrap: list[str],
+    fsdp_config: FSDPConfig | None = None,
+    activation_checkpointing: bool = False,
+) -> Model:
+    """Wraps inner modules of `model`, chosen by regex, at construction.
+
+    Same parameters as Tango's `fairscale::with_wrapped_modules`, with catwalk's matching: a
+    deterministic children-first order, an error listing the closest names for a pattern that
+    matches nothing, and non-reentrant activation checkpointing that works under autocast.
+    FSDP wrapping happens only inside a process group (as in Tango).
+    """
+    names = match_modules(model, modules_to_wrap)
+    if activation_checkpointing:
+        for name in names:
+            checkpoint_activations(model.get_submodule(name))
+    if fsdp_config is not None and torch.distributed.is_initialized():
+        enable_fairscale_cpu_support()
+        wrap_modules(model, names, fsdp_config.wrap)
+    return model
+
+
+Model.register("catwalk::with_wrapped_modules")(with_wrapped_modules)
+# Existing configs that name Tango's constructor get the same behaviour.
+Model.register("fairscale::with_wrapped_modules", exist_ok=True)(with_wrapped_modules)

@@ -1,0 +1,12 @@
+// tango run experiments/demo_fsdp.jsonnet
+// The main job (piqa_fsdp.jsonnet) on the embedded default: the synthetic task and a tiny GPT-2
+// from a config, FairScale FSDP on 2 processes with every transformer block its own FSDP unit,
+// bf16 mixed precision. Needs no download and no GPU; `make run` runs this.
+local lib = import 'lib/pipeline.libsonnet';
+
+lib.pipeline(
+  task=lib.tasks.synthetic,
+  model=lib.models.tiny_gpt2,
+  engine=lib.engines.fairscale(precision='bf16', modules_to_wrap=lib.engines.gpt2_blocks),
+  training=lib.training.demo,
+)
