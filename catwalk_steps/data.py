@@ -54,9 +54,16 @@ class SequenceEncoder:
     def encode(self, text: str) -> tuple[int, ...]:
         ids = self._cache.get(text)
         if ids is None:
-            ids = tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            self._cache[text] = ids
+            self.encode_all([text])
+            ids = self._cache[text]
         return ids
+
+    def encode_all(self, texts: Sequence[str]) -> None:
+        """Tokenizes the texts not seen yet in one batched call (much faster than one by one)."""
+        new = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if new:
+            encoded = self.tokenizer(new, add_special_tokens=False)["input_ids"]
+            self._cache.update(zip(new, map(tuple, encoded), strict=True))
 
     def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
         context_ids = self.encode(context) or (self.tokenizer.eos_token_id,)
@@ -69,6 +76,7 @@ class SequenceEncoder:
 
     def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
         """One sequence per choice of every instance, in instance order."""
+        self.encode_all([text for i in instances for text in (i.context, *i.choices)])
         out = []
         for i, instance in enumerate(instances):
             for c, choice in enumerate(instance.choices):
@@ -80,15 +88,15 @@ class SequenceEncoder:
 def pad_sequences(sequences: Sequence[ChoiceSequence], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded token ids with attention and continuation masks (CPU tensors)."""
     length = max(len(s.token_ids) for s in sequences)
-    input_ids = torch.full((len(sequences), length), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
-    continuation_mask = torch.zeros((len(sequences), length), dtype=torch.bool)
-    for row, s in enumerate(sequences):
-        n = len(s.token_ids)
-        input_ids[row, :n] = torch.tensor(s.token_ids)
-        attention_mask[row, :n] = 1
-        continuation_mask[row, n - s.continuation_length : n] = True
-    logits_from = min(len(s.token_ids) - s.continuation_length for s in sequences)
+    input_ids = torch.tensor(
+        [s.token_ids + (pad_id,) * (length - len(s.token_ids)) for s in sequences]
+    )
+    positions = torch.arange(length)
+    ends = torch.tensor([len(s.token_ids) for s in sequences])[:, None]
+    starts = ends - torch.tensor([s.continuation_length for s in sequences])[:, None]
+    attention_mask = (positions < ends).long()
+    continuation_mask = (positions >= starts) & (positions < ends)
+    logits_from = int(starts.min())
     return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,

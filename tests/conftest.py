@@ -23,6 +23,7 @@ TINY_GPT2 = {
     "resid_pdrop": 0.0,
     "embd_pdrop": 0.0,
     "attn_pdrop": 0.0,
+    "activation_function": "gelu_pytorch_tanh",
 }
 TINY_MODEL = {
     "type": "catwalk::rank_classifier",

@@ -14,6 +14,7 @@
       resid_pdrop: 0.0,
       embd_pdrop: 0.0,
       attn_pdrop: 0.0,
+      activation_function: 'gelu_pytorch_tanh',  // GPT-2's gelu_new, as one fused kernel
     },
   },
 
