@@ -4,8 +4,6 @@ Also the model constructors `catwalk::with_wrapped_modules` and (replacing Tango
 same parameters) `fairscale::with_wrapped_modules`, for configs that wrap inside the model block.
 """
 
-from __future__ import annotations
-
 import torch
 from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
 from fairscale.optim.grad_scaler import ShardedGradScaler
@@ -95,8 +93,25 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
             wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
         return FSDP(model, **self.fsdp_kwargs())
 
+    def load_model_state(self, state_dict: dict) -> None:
+        initialize_fsdp_units(self.model)
+        super().load_model_state(state_dict)
+
     def save_complete_weights_from_checkpoint(self, checkpoint_dir, weights_path) -> None:
         save_atomic(consolidate_fairscale_shards(checkpoint_dir), weights_path)
+
+
+def initialize_fsdp_units(model: torch.nn.Module) -> None:
+    """Sets up every FSDP unit's parameter buffers, as its first forward would.
+
+    FairScale 0.4.13 does this lazily, so resuming nested FSDP from a checkpoint (before any
+    forward) fails in `load_local_state_dict` with "'FlatParameter' object has no attribute
+    '_full_param_padded'". `_lazy_init` is private; checked against fairscale 0.4.13. The root
+    comes first in `modules()`: it marks the others as non-root and shares its streams.
+    """
+    for module in model.modules():
+        if isinstance(module, FSDP):
+            module._lazy_init()
 
 
 def check_inner_units_precision(model: torch.nn.Module, precision: Precision) -> None:

@@ -1,0 +1,175 @@
+"""The catwalk engines built directly on 2 gloo processes: FSDP units, precision checks,
+checkpoints that resume, and configuration errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tango.common import Lazy, Params
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.fairscale import FSDPConfig
+from tango.integrations.torch import Model, Optimizer, TrainConfig
+
+from catwalk_steps.data import MultipleChoiceCollator
+from catwalk_steps.engines import CatwalkFairScaleEngine, CatwalkTorchEngine
+from catwalk_steps.tasks import SyntheticTask
+
+from .conftest import TINY_MODEL
+from .distributed import run_distributed
+
+BLOCKS = r"transformer\.h\.[0-9]+"
+
+
+def train_config(rank: int, world_size: int, port: int, work_dir: Path) -> TrainConfig:
+    return TrainConfig(
+        step_id="test",
+        work_dir=work_dir,
+        worker_id=rank,
+        is_distributed=world_size > 1,
+        world_size=world_size,
+        devices=[-1] * world_size,
+        distributed_port=port,
+    )
+
+
+def lazy_model(model: dict = TINY_MODEL) -> Lazy:
+    return Lazy(Model, Params(dict(model)))
+
+
+def lazy_optimizer() -> Lazy:
+    return Lazy(Optimizer, Params({"type": "torch::AdamW", "lr": 1e-3}))
+
+
+def fairscale_engine(rank, world_size, port, work_dir, **kwargs) -> CatwalkFairScaleEngine:
+    return CatwalkFairScaleEngine(
+        train_config(rank, world_size, port, Path(work_dir)),
+        lazy_model(kwargs.pop("model", TINY_MODEL)),
+        lazy_optimizer(),
+        **kwargs,
+    )
+
+
+def batch(rank: int) -> dict:
+    instances = SyntheticTask(sizes={"train": 8}).load(["train"])["train"]
+    return MultipleChoiceCollator("catwalk::byte_level")(instances[rank * 4 : rank * 4 + 4])
+
+
+def wrapped_units(rank, world_size, port, work_dir):
+    from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
+
+    engine = fairscale_engine(
+        rank, world_size, port, work_dir, modules_to_wrap=[BLOCKS, BLOCKS + r"\.mlp"]
+    )
+    units = [name for name, m in engine.model.named_modules() if isinstance(m, FSDP)]
+    loss, _ = engine.forward_train(batch(rank), 0, 1)
+    engine.backward(loss)
+    engine.step()
+    return units
+
+
+@pytest.mark.distributed
+def test_fsdp_units_are_the_regex_matches_nested_included(tmp_path):
+    units = run_distributed(wrapped_units, tmp_path, str(tmp_path), init=False)[0]
+    inner = "_fsdp_wrapped_module._fpw_module"
+    assert units == [
+        "",
+        f"{inner}.lm.transformer.h.0",
+        f"{inner}.lm.transformer.h.0.{inner}.mlp",
+        f"{inner}.lm.transformer.h.1",
+        f"{inner}.lm.transformer.h.1.{inner}.mlp",
+    ]
+
+
+def mismatched_units(rank, world_size, port, work_dir):
+    model = {
+        "type": "catwalk::with_wrapped_modules",
+        "model": TINY_MODEL,
+        "modules_to_wrap": [BLOCKS],
+        "fsdp_config": {"mixed_precision": True},
+    }
+    try:
+        fairscale_engine(rank, world_size, port, work_dir, model=model, precision="bf16")
+    except ConfigurationError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.distributed
+def test_units_wrapped_by_the_model_block_must_match_the_engine_precision(tmp_path):
+    message = run_distributed(mismatched_units, tmp_path, str(tmp_path), init=False)[0]
+    assert message is not None and message.startswith(
+        "model: FSDP unit 'lm.transformer.h.0' was wrapped with mixed_precision=True "
+        "(torch.float16)"
+    )
+    assert "the engine's precision is bf16" in message
+
+
+def train_save_resume(rank, world_size, port, work_dir):
+    """Two steps, a checkpoint, a third step; then a new engine resumes and takes the third
+    step again: same loss, same weights after it."""
+    work_dir = Path(work_dir)
+    engine = fairscale_engine(rank, world_size, port, work_dir, modules_to_wrap=[BLOCKS])
+    for _ in range(2):
+        loss, _ = engine.forward_train(batch(rank), 0, 1)
+        engine.backward(loss)
+        engine.step()
+    engine.save_checkpoint(work_dir / "ckpt", {"training_steps": 2})
+    torch.distributed.barrier()
+    third, _ = engine.forward_train(batch(rank), 0, 1)
+    engine.backward(third)
+    engine.step()
+    after = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    torch.distributed.destroy_process_group()
+
+    resumed = fairscale_engine(rank, world_size, port + 1, work_dir, modules_to_wrap=[BLOCKS])
+    state = resumed.load_checkpoint(work_dir / "ckpt")
+    again, _ = resumed.forward_train(batch(rank), 0, 1)
+    resumed.backward(again)
+    resumed.step()
+    # Same weights after the third step: model *and* optimizer state came back.
+    for name, value in resumed.model.state_dict().items():
+        torch.testing.assert_close(value, after[name], rtol=1e-6, atol=1e-7)
+    if rank == 0:
+        resumed.save_complete_weights_from_checkpoint(work_dir / "ckpt", work_dir / "weights.pt")
+    return {
+        "state": state,
+        "third": float(third),
+        "again": float(again),
+        "steps": resumed.steps_taken,
+    }
+
+
+@pytest.mark.distributed
+def test_a_nested_fsdp_checkpoint_resumes_where_it_stopped(tmp_path):
+    results = run_distributed(train_save_resume, tmp_path, str(tmp_path), init=False)
+    for result in results:
+        assert result["state"] == {"training_steps": 2}
+        assert result["again"] == pytest.approx(result["third"], rel=1e-6)
+        assert result["steps"] == 3
+    weights = torch.load(tmp_path / "weights.pt")
+    assert "lm.transformer.h.1.mlp.c_fc.weight" in weights
+    assert weights["lm.transformer.wte.weight"].shape == (257, 32)
+
+
+def test_engine_configuration_errors_name_the_field(tmp_path):
+    config = train_config(0, 1, 0, tmp_path)
+    with pytest.raises(ConfigurationError, match="training_engine.modules_to_wrap: DDP wraps no"):
+        CatwalkTorchEngine(config, lazy_model(), lazy_optimizer(), modules_to_wrap=[BLOCKS])
+    with pytest.raises(ConfigurationError, match="training_engine.activation_checkpointing: name"):
+        CatwalkTorchEngine(config, lazy_model(), lazy_optimizer(), activation_checkpointing=True)
+    with pytest.raises(ConfigurationError, match="training_engine.precision: fp16 needs CUDA"):
+        CatwalkTorchEngine(config, lazy_model(), lazy_optimizer(), precision="fp16")
+    with pytest.raises(ConfigurationError, match="training_engine.fsdp_config.mixed_precision"):
+        CatwalkFairScaleEngine(
+            config, lazy_model(), lazy_optimizer(), fsdp_config=FSDPConfig(mixed_precision=True)
+        )
+    with pytest.raises(ConfigurationError, match="pattern 'blocks' matches no module"):
+        CatwalkTorchEngine(
+            config,
+            lazy_model(),
+            lazy_optimizer(),
+            modules_to_wrap=["blocks"],
+            activation_checkpointing=True,
+        )

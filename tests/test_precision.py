@@ -1,0 +1,78 @@
+"""One precision setting, mapped in one place; a non-finite loss stops training clearly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tango.common.exceptions import ConfigurationError
+
+from catwalk_steps.engines.base import CatwalkEngineMixin, NonFiniteLossError
+from catwalk_steps.precision import Precision
+
+
+def test_precision_names_and_errors():
+    assert Precision.parse("bf16").compute_dtype is torch.bfloat16
+    assert Precision.parse("fp32").compute_dtype is None
+    with pytest.raises(
+        ConfigurationError,
+        match=r"training_engine.precision: expected one of "
+        r"fp32, bf16, fp16, got 'float16'",
+    ):
+        Precision.parse("float16", "training_engine.precision")
+    with pytest.raises(ConfigurationError, match="fp16 needs CUDA .* use bf16 on CPU"):
+        Precision.parse("fp16").check_device("cpu")
+    Precision.parse("fp16").check_device("cuda")
+
+
+def test_precision_maps_to_autocast_and_fairscale_flags():
+    with Precision.parse("bf16").autocast("cpu"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype is torch.bfloat16
+    with Precision.parse("fp32").autocast("cpu"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype is torch.float32
+    assert Precision.parse("fp32").fairscale_fsdp_kwargs() == {"mixed_precision": False}
+    assert Precision.parse("bf16").fairscale_fsdp_kwargs() == {
+        "mixed_precision": True,
+        "compute_dtype": torch.bfloat16,
+        "buffer_dtype": torch.float32,
+        "fp32_reduce_scatter": True,
+    }
+    assert Precision.parse("fp16").fairscale_fsdp_kwargs()["compute_dtype"] is torch.float16
+    assert Precision.parse("fp16").needs_grad_scaler
+    assert not Precision.parse("bf16").needs_grad_scaler
+
+
+class FakeConfig:
+    device_type = "cpu"
+
+
+class FakeEngine(CatwalkEngineMixin):
+    """Just enough of an engine to run `forward_train`."""
+
+    def __init__(self, loss: float, precision: str):
+        self.precision = Precision.parse(precision)
+        self.train_config = FakeConfig()
+        self.device = torch.device("cpu")
+        self.steps_taken = 6
+        self.optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        self.model = lambda **batch: {"loss": torch.tensor(loss)}
+
+
+@pytest.mark.parametrize(
+    ("loss", "precision", "cause"),
+    [
+        (float("nan"), "fp32", "a learning rate too high"),
+        (float("inf"), "bf16", "a learning rate too high"),
+        (float("nan"), "fp16", "fp16 overflow is the usual cause: use precision bf16"),
+    ],
+)
+def test_a_non_finite_loss_stops_with_the_step_and_the_likely_cause(loss, precision, cause):
+    with pytest.raises(NonFiniteLossError) as error:
+        FakeEngine(loss, precision).forward_train({}, 0, 1)
+    message = str(error.value)
+    assert message.startswith(f"training step 7: loss is {loss} (")
+    assert cause in message and "\n" not in message
+
+
+def test_a_finite_loss_is_divided_over_micro_batches():
+    loss, outputs = FakeEngine(3.0, "fp32").forward_train({}, 0, 3)
+    assert float(loss) == 1.0 and float(outputs["loss"]) == 3.0
