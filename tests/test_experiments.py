@@ -34,13 +34,31 @@ def test_experiment_steps_are_registered_and_references_resolve(path: Path):
         assert reference in steps, f"{path.name}: reference to unknown step {reference!r}"
 
 
-def test_experiments_differ_only_where_they_say(tmp_path: Path):
-    demo = Params.from_file(EXPERIMENTS / "demo.jsonnet").as_dict()["steps"]
-    piqa = Params.from_file(EXPERIMENTS / "piqa_torch.jsonnet").as_dict()["steps"]
+def steps_of(name: str) -> dict:
+    return Params.from_file(EXPERIMENTS / name).as_dict()["steps"]
+
+
+@pytest.mark.parametrize(
+    ("ddp", "fsdp"),
+    [("piqa_torch.jsonnet", "piqa_fsdp.jsonnet"), ("demo.jsonnet", "demo_fsdp.jsonnet")],
+)
+def test_fsdp_experiments_differ_from_ddp_only_in_the_engine_block(ddp: str, fsdp: str):
+    a, b = steps_of(ddp), steps_of(fsdp)
+    engine_a = a["trained"].pop("training_engine")
+    engine_b = b["trained"].pop("training_engine")
+    assert a == b
+    assert engine_a["type"] == "catwalk::torch" and engine_b["type"] == "catwalk::fairscale"
+    assert engine_b["modules_to_wrap"] == [r"transformer\.h\.[0-9]+"]
+    assert engine_b["precision"] == "bf16"
+
+
+def test_demo_and_piqa_differ_in_data_model_and_sizes_only():
+    demo, piqa = steps_of("demo.jsonnet"), steps_of("piqa_torch.jsonnet")
     assert demo.keys() == piqa.keys()
-    assert demo["trained"]["training_engine"] == piqa["trained"]["training_engine"] | {
-        "optimizer": demo["trained"]["training_engine"]["optimizer"]
-    }
+    assert demo["trained"]["training_engine"]["type"] == piqa["trained"]["training_engine"]["type"]
+    assert piqa["data"]["task"] == {"type": "catwalk::piqa"}
+    assert piqa["trained"]["model"] == {"type": "catwalk::rank_classifier", "pretrained": "gpt2"}
+    assert piqa["trained"]["train_dataloader"]["collate_fn"]["tokenizer"] == "gpt2"
 
 
 def find_references(value):

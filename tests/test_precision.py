@@ -60,8 +60,8 @@ class FakeEngine(CatwalkEngineMixin):
 @pytest.mark.parametrize(
     ("loss", "precision", "cause"),
     [
-        (float("nan"), "fp32", "a learning rate too high"),
-        (float("inf"), "bf16", "a learning rate too high"),
+        (float("nan"), "fp32", "a learning rate too high for this model, or no max_grad_norm"),
+        (float("inf"), "bf16", "a learning rate too high for this model, or no max_grad_norm"),
         (float("nan"), "fp16", "fp16 overflow is the usual cause: use precision bf16"),
     ],
 )

@@ -21,9 +21,13 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; continuing would only corrupt the weights."""
 
 
-def non_finite_loss_message(step: int, loss: float, precision: Precision) -> str:
+def non_finite_loss_message(
+    step: int, loss: float, precision: Precision, clipping: bool
+) -> str:
     if precision.name == "fp16":
         cause = "fp16 overflow is the usual cause: use precision bf16, or lower the learning rate"
+    elif clipping:
+        cause = "the usual cause is a learning rate too high for this model"
     else:
         cause = "usual causes: a learning rate too high for this model, or no max_grad_norm"
     return f"training step {step}: loss is {loss} ({cause})"
@@ -75,8 +79,11 @@ class CatwalkEngineMixin:
             outputs = self.model(**micro_batch)
         loss = outputs["loss"]
         if not torch.isfinite(loss):
-            message = non_finite_loss_message(self.steps_taken + 1, loss.item(), self.precision)
-            raise NonFiniteLossError(message)
+            clipping = getattr(self, "max_grad_norm", None) is not None
+            step = self.steps_taken + 1
+            raise NonFiniteLossError(
+                non_finite_loss_message(step, loss.item(), self.precision, clipping)
+            )
         return loss / num_micro_batches, outputs
 
     def forward_eval(self, batch: dict[str, Any]) -> dict[str, Any]:

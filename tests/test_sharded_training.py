@@ -1,0 +1,113 @@
+"""Sharded training end to end through `tango run`: engines agree step by step in float32,
+bf16 trains without NaNs, validation under wrapped FSDP equals catwalk::evaluate."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from .conftest import EXPERIMENTS, REPO, TINY_MODEL, run_tango, step_result
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+PARITY = REPO / "tests" / "fixtures" / "engines_parity.jsonnet"
+ENGINES = ["single", "ddp", "fsdp", "fsdp_wrapped"]
+
+
+def read_json(path: Path):
+    return json.loads(path.read_text())
+
+
+def history(workspace: Path, run: str, step: str) -> dict:
+    return read_json(step_result(workspace, run, step) / "catwalk_model.json")["metrics_history"]
+
+
+@pytest.fixture(scope="module")
+def parity_run(tmp_path_factory) -> Path:
+    workspace = tmp_path_factory.mktemp("parity") / "workspace"
+    run_tango(PARITY, workspace, "parity")
+    return workspace
+
+
+def test_engines_agree_step_by_step_in_float32(parity_run: Path):
+    reference = history(parity_run, "parity", "single")
+    assert [e["step"] for e in reference["train"]] == list(range(1, 13))
+    for engine in ENGINES[1:]:
+        other = history(parity_run, "parity", engine)
+        for mine, theirs in zip(other["train"], reference["train"], strict=True):
+            assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-4), (engine, mine["step"])
+        [final], [reference_final] = other["validation"], reference["validation"]
+        assert final["count"] == reference_final["count"] == 63
+        assert abs(final["acc"] - reference_final["acc"]) * 63 <= 1, engine
+
+
+def test_consolidated_fsdp_weights_equal_ddp_weights(parity_run: Path):
+    ddp = load_file(step_result(parity_run, "parity", "ddp") / "model.safetensors")
+    for engine in ("fsdp", "fsdp_wrapped"):
+        sharded = load_file(step_result(parity_run, "parity", engine) / "model.safetensors")
+        assert sharded.keys() == ddp.keys()
+        for name, value in ddp.items():
+            assert (sharded[name] - value).abs().max() < 1e-4, (engine, name)
+
+
+def test_validation_under_wrapped_fsdp_equals_evaluate_on_the_saved_model(parity_run: Path):
+    [during_training] = history(parity_run, "parity", "fsdp_wrapped")["validation"]
+    evaluated = read_json(step_result(parity_run, "parity", "eval_fsdp_wrapped") / "data.json")
+    assert evaluated["n"] == during_training["count"] == 63
+    assert evaluated["acc"] == during_training["acc"]
+    assert evaluated["acc_norm"] == during_training["acc_norm"]
+
+
+@pytest.fixture(scope="module")
+def main_job_runs(tmp_path_factory) -> Path:
+    """The main job on the embedded default (bf16, blocks wrapped), and the same in float32."""
+    workspace = tmp_path_factory.mktemp("main") / "workspace"
+    run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "bf16")
+    fp32 = {"steps.trained.training_engine.precision": "fp32"}
+    run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "fp32", fp32)
+    return workspace
+
+
+def test_bf16_trains_like_float32_without_nans(main_job_runs: Path):
+    bf16 = history(main_job_runs, "bf16", "trained")
+    assert all(math.isfinite(e["loss"]) for e in bf16["train"])
+    acc = {
+        run: read_json(step_result(main_job_runs, run, "eval_trained") / "data.json")["acc"]
+        for run in ("bf16", "fp32")
+    }
+    assert acc["bf16"] >= 0.9
+    assert abs(acc["bf16"] - acc["fp32"]) <= 0.05
+
+
+def test_a_non_finite_loss_stops_the_run_with_one_clear_line(tmp_path: Path):
+    overrides = {
+        "steps.trained.training_engine.optimizer.lr": 1e9,
+        "steps.trained.device_count": 1,
+        "steps.trained.train_steps": 20,
+    }
+    with pytest.raises(AssertionError) as failure:
+        run_tango(EXPERIMENTS / "demo.jsonnet", tmp_path / "ws", "nan", overrides)
+    assert "NonFiniteLossError: training step " in str(failure.value)
+    assert "loss is nan (the usual cause is a learning rate too high" in str(failure.value)
+
+
+def test_piqa_fsdp_runs_on_local_files(tmp_path: Path, piqa_dir: Path):
+    """piqa_fsdp.jsonnet with PIQA's files on disk; a tiny model stands in for gpt2 here."""
+    overrides = {
+        "steps.data.task.data_dir": str(piqa_dir),
+        "steps.trained.model": TINY_MODEL,
+        "steps.eval_untrained.model": TINY_MODEL,
+        "steps.trained.train_dataloader.collate_fn.tokenizer": "catwalk::byte_level",
+        "steps.trained.validation_dataloader.collate_fn.tokenizer": "catwalk::byte_level",
+        "steps.trained.train_steps": 4,
+        "steps.trained.validate_every": 2,
+        "steps.trained.checkpoint_every": 2,
+    }
+    run_tango(EXPERIMENTS / "piqa_fsdp.jsonnet", tmp_path / "ws", "piqa", overrides)
+    [first, last] = history(tmp_path / "ws", "piqa", "trained")["validation"]
+    evaluated = read_json(step_result(tmp_path / "ws", "piqa", "eval_trained") / "data.json")
+    assert evaluated["n"] == last["count"] == 8
