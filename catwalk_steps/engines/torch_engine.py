@@ -63,5 +63,8 @@ class CatwalkTorchEngine(CatwalkEngineMixin, TorchTrainingEngine):
         model = self._build_model(model)
         model.to(self.train_config.worker_local_default_device)
         if self.train_config.is_distributed:
-            model = cast(Model, torch.nn.parallel.DistributedDataParallel(model))
+            # Gradients live in DDP's communication buckets instead of beside them: one copy
+            # of the gradients instead of two.
+            ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
+            model = cast(Model, ddp)
         return model
