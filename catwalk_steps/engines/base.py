@@ -21,9 +21,7 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; continuing would only corrupt the weights."""
 
 
-def non_finite_loss_message(
-    step: int, loss: float, precision: Precision, clipping: bool
-) -> str:
+def non_finite_loss_message(step: int, loss: float, precision: Precision, clipping: bool) -> str:
     if precision.name == "fp16":
         cause = "fp16 overflow is the usual cause: use precision bf16, or lower the learning rate"
     elif clipping:
