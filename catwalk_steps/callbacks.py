@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainCallback
 
 HISTORY_FILE = "metrics_history.json"
@@ -44,6 +45,12 @@ class RunMetrics(TrainCallback):
             self.totals = None
 
     def post_val_batch(self, step: int, val_step: int, epoch: int, val_batch_outputs: dict) -> None:
+        missing = {"correct", "correct_norm", "count", "loss"} - val_batch_outputs.keys()
+        if missing:
+            raise ConfigurationError(
+                f"catwalk::train: the model's forward returned no {sorted(missing)}; "
+                "use a catwalk::rank_classifier model"
+            )
         count = val_batch_outputs["count"].detach().float()
         batch = torch.stack(
             [

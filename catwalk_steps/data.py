@@ -121,7 +121,9 @@ class MultipleChoiceCollator(DataCollator):
     """
 
     def __init__(self, tokenizer: str, max_length: int = 256):
-        self.encoder = SequenceEncoder(load_tokenizer(tokenizer), max_length)
+        self.encoder = SequenceEncoder(
+            load_tokenizer(tokenizer, "collate_fn.tokenizer"), max_length
+        )
 
     def __call__(self, items: list) -> dict:
         instances = [item.instance if isinstance(item, Padding) else item for item in items]

@@ -43,23 +43,27 @@ def byte_level_tokenizer():
     )
 
 
-@functools.lru_cache(maxsize=8)
-def load_tokenizer(name_or_path: str):
+def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
     """A tokenizer by hub name or local path, or the built-in `catwalk::byte_level` one.
 
     Cached per process: collators and models asking for the same tokenizer share one object.
+    A tokenizer that cannot be loaded is a configuration error naming `field`.
     """
+    try:
+        return _cached_tokenizer(name_or_path)
+    except (OSError, ValueError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigurationError(f"{field} '{name_or_path}': cannot load it ({reason})") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_tokenizer(name_or_path: str):
     if name_or_path == BYTE_LEVEL_TOKENIZER:
         tokenizer = byte_level_tokenizer()
     else:
         from transformers import AutoTokenizer
 
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        except OSError as e:
-            raise ConfigurationError(
-                f"tokenizer '{name_or_path}': cannot load it ({str(e).splitlines()[0]})"
-            ) from None
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if tokenizer.pad_token_id is None:
         # Padding positions are masked out; any id will do, and GPT-2 has only end-of-text.
         tokenizer.pad_token = tokenizer.eos_token
@@ -81,9 +85,10 @@ def build_causal_lm(
     if pretrained is not None:
         try:
             return AutoModelForCausalLM.from_pretrained(pretrained, dtype=torch.float32)
-        except OSError as e:
+        except (OSError, ValueError) as e:
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ConfigurationError(
-                f"model.pretrained '{pretrained}': cannot load it ({str(e).splitlines()[0]})"
+                f"model.pretrained '{pretrained}': cannot load it ({reason})"
             ) from None
     config = dict(config)
     if tokenizer is not None:
@@ -191,11 +196,14 @@ class RankClassifier(Model):
             raise ConfigurationError(
                 f"model.objective: expected one of {OBJECTIVES}, got {objective!r}"
             )
+        if (pretrained is None) == (config is None):
+            raise ConfigurationError("model: give exactly one of 'pretrained' or 'config'")
         if tokenizer is None and pretrained is None:
             raise ConfigurationError(
                 "model.tokenizer: required when the model is built from 'config'"
             )
-        self.tokenizer = load_tokenizer(tokenizer or pretrained)
+        field = "model.tokenizer" if tokenizer else "model.pretrained"
+        self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer)
         self.objective = objective
         self.wrapping_root = (
@@ -257,26 +265,23 @@ class RankClassifier(Model):
         """
         # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
         weights = weights.float()
+        right = choice_index == labels[instance_index]
+        right_instances = instance_index[right]
         if self.training and self.objective == "lm":
+            right_scores = self.score_sequences(
+                input_ids[right], attention_mask[right], continuation_mask[right], logits_from
+            )
             return {
-                "loss": self._lm_loss(
-                    input_ids,
-                    attention_mask,
-                    continuation_mask,
-                    instance_index,
-                    choice_index,
-                    labels,
-                    weights,
-                    logits_from,
+                "loss": lm_loss(
+                    right_scores, continuation_mask[right], right_instances, labels, weights
                 )
             }
-        num_instances = labels.size(0)
         num_choices = num_choices or int(choice_index.max()) + 1
         sequence_scores = self.score_sequences(
             input_ids, attention_mask, continuation_mask, logits_from
         )
         scores = torch.full(
-            (num_instances, num_choices), float("-inf"), device=sequence_scores.device
+            (labels.size(0), num_choices), float("-inf"), device=sequence_scores.device
         ).index_put((instance_index, choice_index), sequence_scores)
         chars = torch.ones_like(scores).index_put(
             (instance_index, choice_index), choice_chars.to(scores.dtype)
@@ -286,16 +291,8 @@ class RankClassifier(Model):
         if self.objective == "rank":
             loss = weighted_mean(F.cross_entropy(scores, labels, reduction="none"), weights)
         else:
-            loss = self._lm_loss(
-                input_ids,
-                attention_mask,
-                continuation_mask,
-                instance_index,
-                choice_index,
-                labels,
-                weights,
-                logits_from,
-                sequence_scores,
+            loss = lm_loss(
+                sequence_scores[right], continuation_mask[right], right_instances, labels, weights
             )
         count = counts["count"].clamp(min=1.0)
         return {
@@ -306,35 +303,24 @@ class RankClassifier(Model):
             **counts,
         }
 
-    def _lm_loss(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        continuation_mask: torch.Tensor,
-        instance_index: torch.Tensor,
-        choice_index: torch.Tensor,
-        labels: torch.Tensor,
-        weights: torch.Tensor,
-        logits_from: int,
-        sequence_scores: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Mean over instances of the right continuation's mean token NLL.
 
-        Averaging per instance (not per token) keeps the loss of a batch independent of how it
-        is split across ranks or micro-batches.
-        """
-        right = choice_index == labels[instance_index]
-        if sequence_scores is None:
-            sequence_scores = self.score_sequences(
-                input_ids[right], attention_mask[right], continuation_mask[right], logits_from
-            )
-        else:
-            sequence_scores = sequence_scores[right]
-        num_tokens = continuation_mask[right].sum(dim=1).clamp(min=1)
-        per_instance = torch.zeros_like(labels, dtype=torch.float32).index_put(
-            (instance_index[right],), -sequence_scores / num_tokens
-        )
-        return weighted_mean(per_instance, weights)
+def lm_loss(
+    right_scores: torch.Tensor,
+    right_continuation_mask: torch.Tensor,
+    right_instances: torch.Tensor,
+    labels: torch.Tensor,
+    weights: torch.Tensor,
+) -> torch.Tensor:
+    """Mean over instances of the right continuation's mean token NLL.
+
+    `right_*` describe the right choices' sequences. Averaging per instance (not per token)
+    keeps the loss of a batch independent of how it is split across ranks or micro-batches.
+    """
+    num_tokens = right_continuation_mask.sum(dim=1).clamp(min=1)
+    per_instance = torch.zeros_like(labels, dtype=torch.float32).index_put(
+        (right_instances,), -right_scores / num_tokens
+    )
+    return weighted_mean(per_instance, weights)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ from .checkpoints import load_full_weights
 from .evaluation import metrics_from_scores, score_choices
 from .formats import HFModelFormat
 from .models import RankClassifier
+from .precision import Precision
 from .report import Report, ReportFormat, build_report, format_value
 from .tasks import Task
 
@@ -176,6 +177,9 @@ class Evaluate(Step[dict]):
                 f"(splits: {', '.join(dataset_dict.keys())})"
             )
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        Precision.parse(precision, "evaluate.precision").check_device(
+            torch.device(device).type, "evaluate.precision"
+        )
         instances = dataset_dict[split]
         model.to(device)
         scores = score_choices(

@@ -58,7 +58,7 @@ def piqa_instance(row: Mapping[str, Any], label: Any, where: str) -> MultipleCho
     )
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
     rows = []
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):

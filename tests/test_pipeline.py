@@ -105,3 +105,12 @@ def test_piqa_from_local_files_is_one_override_away(tmp_path: Path, piqa_dir: Pa
     )
     assert metrics["n"] == 8
     assert set(metrics) == {"acc", "acc_norm", "n"}
+
+
+def test_a_missing_split_fails_before_training(tmp_path: Path):
+    overrides = {"steps.trained.validation_split": "dev"}
+    with pytest.raises(AssertionError) as failure:
+        run_tango(EXPERIMENTS / "demo.jsonnet", tmp_path / "ws", "bad", overrides)
+    output = str(failure.value)
+    assert "train: split 'dev' is not in the dataset (splits: train, validation)" in output
+    assert "Training" not in output

@@ -1,0 +1,65 @@
+"""Steps called directly (no `tango run`): their results and their configuration errors."""
+
+from __future__ import annotations
+
+import pytest
+from tango.common.exceptions import ConfigurationError
+
+from catwalk_steps.models import RankClassifier
+from catwalk_steps.steps import Evaluate, LoadTask, MetricsReport
+from catwalk_steps.tasks import SyntheticTask
+
+from .conftest import TINY_GPT2
+
+
+@pytest.fixture(scope="module")
+def data():
+    return LoadTask(task=SyntheticTask(sizes={"train": 20, "validation": 12})).result()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return RankClassifier(config=TINY_GPT2, tokenizer="catwalk::byte_level")
+
+
+def test_load_task_keeps_the_first_instances_when_asked():
+    task = SyntheticTask(sizes={"train": 20, "validation": 12})
+    data = LoadTask(task=task, max_instances=5).result()
+    assert {name: len(split) for name, split in data.splits.items()} == {
+        "train": 5,
+        "validation": 5,
+    }
+    assert data["train"] == task.load(["train"])["train"][:5]
+
+
+def test_evaluate_returns_the_three_metrics(data, model):
+    metrics = Evaluate(model=model, dataset_dict=data, batch_size=5).result()
+    assert set(metrics) == {"acc", "acc_norm", "n"} and metrics["n"] == 12
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"split": "test"},
+            "evaluate.split: 'test' is not in the dataset (splits: train, validation)",
+        ),
+        ({"precision": "fp16"}, "evaluate.precision: fp16 needs CUDA"),
+        ({"precision": "half"}, "evaluate.precision: expected one of fp32, bf16, fp16"),
+    ],
+)
+def test_evaluate_errors_name_the_field(data, model, kwargs, message):
+    with pytest.raises(ConfigurationError) as error:
+        Evaluate(model=model, dataset_dict=data, **kwargs).result()
+    assert str(error.value).startswith(message)
+
+
+def test_report_needs_runs_and_orders_columns():
+    with pytest.raises(ConfigurationError, match="report.metrics: give at least one run"):
+        MetricsReport(metrics={}).result()
+    report = MetricsReport(
+        metrics={"a": {"n": 3, "acc": 0.5, "extra": 1.0, "acc_norm": 0.25}}
+    ).result()
+    assert report.columns == ["acc", "acc_norm", "n", "extra"]
+    assert report.markdown().splitlines()[2] == "| a | 0.5000 | 0.2500 | 3 | 1.0000 |"
+    assert report.csv().splitlines() == ["run,acc,acc_norm,n,extra", "a,0.5,0.25,3,1.0"]
