@@ -22,20 +22,20 @@ def tied_parameter_names(module: torch.nn.Module) -> set[str]:
     return tied
 
 
-def load_full_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
-    """Loads a consolidated state dict, failing on any name that does not match.
+def check_full_weights(model: torch.nn.Module, names: set[str], source: str) -> None:
+    """Fails unless the state-dict `names` fit the model exactly.
 
-    Only tied duplicates may be missing: they come back through the weight they share.
+    Only tied duplicates may be missing: they come back through the weight they share. (Tango
+    loads final weights with `strict=False`, which would silently keep random weights.)
     """
     expected = set(model.state_dict())
-    missing = expected - set(state) - tied_parameter_names(model)
-    unexpected = set(state) - expected
+    missing = expected - names - tied_parameter_names(model)
+    unexpected = names - expected
     if missing or unexpected:
         raise RuntimeError(
             f"{source}: weights do not fit the model "
             f"(missing: {sorted(missing)[:5]}, unexpected: {sorted(unexpected)[:5]})"
         )
-    model.load_state_dict(state, strict=False)
 
 
 def worker_rank(path: Path) -> int:
@@ -51,7 +51,7 @@ def consolidate_fairscale_shards(checkpoint_dir: Path) -> dict[str, torch.Tensor
 
     Tango's FairScale engine reads the shards in file-system order, which need not be rank order,
     and then concatenates them in that order: the weights come out scrambled. FairScale drops
-    tied duplicates (GPT-2's lm_head) with nested FSDP; `load_full_weights` restores ties.
+    tied duplicates (GPT-2's lm_head) with nested FSDP; the model's own tie restores them.
     """
     from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
 

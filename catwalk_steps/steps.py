@@ -17,7 +17,7 @@ from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingE
 from tango.integrations.torch.train import TorchTrainStep
 
 from .callbacks import HISTORY_FILE, RunMetrics
-from .checkpoints import load_full_weights
+from .checkpoints import check_full_weights
 from .evaluation import metrics_from_scores, score_choices
 from .formats import HFModelFormat
 from .models import RankClassifier
@@ -133,10 +133,10 @@ class TrainRankClassifier(TorchTrainStep):
             raise ConfigurationError(
                 f"catwalk::train: model must be a catwalk::rank_classifier, got {type(trained)}"
             )
-        weights_path = self.work_dir / "weights.pt"
+        weights_path = self.work_dir / "weights.pt"  # what Tango loaded into `trained`
         if weights_path.is_file():
-            state = torch.load(weights_path, map_location="cpu", weights_only=True)
-            load_full_weights(trained, state, str(weights_path))
+            names = set(torch.load(weights_path, mmap=True, weights_only=True))
+            check_full_weights(trained, names, str(weights_path))
         history_path = self.work_dir / HISTORY_FILE
         trained.metrics_history = json.loads(history_path.read_text())
         return trained
