@@ -4,6 +4,7 @@ by regex, a clear stop on a non-finite loss, and CPU threads shared fairly betwe
 
 from __future__ import annotations
 
+import atexit
 import os
 from typing import Any
 
@@ -15,6 +16,11 @@ from tango.integrations.torch.util import move_to_device
 
 from ..precision import Precision
 from ..wrapping import checkpoint_activations, match_modules
+
+
+def destroy_process_group_if_initialized() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 class NonFiniteLossError(RuntimeError):
@@ -53,6 +59,10 @@ class CatwalkEngineMixin:
                 "training_engine.activation_checkpointing: name the modules in 'modules_to_wrap'"
             )
         self.steps_taken = 0
+        if train_config.is_distributed:
+            # Tango's workers exit with the process group alive; tearing it down first lets its
+            # communication threads end before the interpreter does.
+            atexit.register(destroy_process_group_if_initialized)
         if train_config.device_type == "cpu":
             # N ranks on one machine each spinning all cores' worth of threads slow each other down.
             share = max(1, (os.cpu_count() or 1) // train_config.world_size)
