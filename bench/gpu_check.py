@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, write_results  # noqa: E402
+from common import engine_inputs, gpt2_spec, machine, write_results  # noqa: E402
 from memory_throughput import BLOCKS, make_batch  # noqa: E402
 
 MiB = 2**20
@@ -43,39 +43,13 @@ def variants(device: str) -> dict[str, dict]:
 
 
 def worker(rank: int, name: str, engine_kwargs: dict, args, port: int, out: Path) -> None:
-    from tango.common import Lazy, Params
-    from tango.integrations.torch import Model, Optimizer, TrainConfig
-
     from catwalk_steps.engines import CatwalkFairScaleEngine
 
-    config = TrainConfig(
-        step_id="gpu-check",
-        work_dir=out,
-        worker_id=0,
-        is_distributed=True,  # FairScale's engine insists; world size 1
-        world_size=1,
-        devices=[0] if args.device == "cuda" else [-1],
-        distributed_port=port,
-    )
-    model = {
-        "type": "catwalk::rank_classifier",
-        "tokenizer": "catwalk::byte_level",
-        "config": {
-            "model_type": "gpt2",
-            "n_layer": args.layers,
-            "n_embd": args.width,
-            "n_head": max(1, args.width // 64),
-            "n_positions": args.length,
-            "vocab_size": args.vocab,
-            "activation_function": "gelu_pytorch_tanh",
-        },
-    }
+    model = gpt2_spec(args.layers, args.width, args.length, args.vocab)
+    devices = [0] if args.device == "cuda" else [-1]
+    config, lazy_model, optimizer = engine_inputs(model, out, 0, 1, port, devices=devices)
     engine = CatwalkFairScaleEngine(
-        config,
-        Lazy(Model, Params(model)),
-        Lazy(Optimizer, Params({"type": "torch::AdamW", "lr": 1e-4})),
-        max_grad_norm=1.0,
-        **engine_kwargs,
+        config, lazy_model, optimizer, max_grad_norm=1.0, **engine_kwargs
     )
     batch = make_batch(0, args.batch, args.length)
     if args.device == "cuda":

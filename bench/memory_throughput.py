@@ -32,7 +32,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, write_results  # noqa: E402
+from common import engine_inputs, gpt2_spec, machine, write_results  # noqa: E402
 
 WORLD_SIZE = 2
 BLOCKS = r"transformer\.h\.[0-9]+"
@@ -96,43 +96,17 @@ def make_batch(rank: int, batch: int, length: int) -> dict:
 
 
 def worker(rank: int, variant: dict, args: argparse.Namespace, port: int, out: Path) -> None:
-    from tango.common import Lazy, Params
-    from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngine
+    from tango.integrations.torch import TrainingEngine
 
     import catwalk_steps  # noqa: F401  (registers the engines)
 
-    config = TrainConfig(
-        step_id="bench",
-        work_dir=out,
-        worker_id=rank,
-        is_distributed=True,
-        world_size=WORLD_SIZE,
-        devices=[-1] * WORLD_SIZE,
-        distributed_port=port,
-    )
-    model = {
-        "type": "catwalk::rank_classifier",
-        "tokenizer": "catwalk::byte_level",
-        "config": {
-            "model_type": "gpt2",
-            "n_layer": args.layers,
-            "n_embd": args.width,
-            "n_head": args.width // 64,
-            "n_positions": args.length,
-            "resid_pdrop": 0.0,
-            "embd_pdrop": 0.0,
-            "attn_pdrop": 0.0,
-            "activation_function": "gelu_pytorch_tanh",
-        },
-    }
+    model = gpt2_spec(args.layers, args.width, args.length)
+    config, lazy_model, optimizer = engine_inputs(model, out, rank, WORLD_SIZE, port)
     engine_params = {k: v for k, v in variant.items() if k != "engine"}
     engine = TrainingEngine.by_name(variant["engine"])(
-        config,
-        Lazy(Model, Params(model)),
-        Lazy(Optimizer, Params({"type": "torch::AdamW", "lr": 1e-4})),
-        **engine_params,
+        config, lazy_model, optimizer, **engine_params
     )
-    parameters = sum(p.numel() for p in Lazy(Model, Params(model)).construct().parameters())
+    parameters = sum(p.numel() for p in lazy_model.construct().parameters())
     batch = make_batch(rank, args.batch, args.length)
 
     def train_step() -> None:
