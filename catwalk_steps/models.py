@@ -52,8 +52,14 @@ def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
     try:
         return _cached_tokenizer(name_or_path)
     except (OSError, ValueError) as e:
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigurationError(f"{field} '{name_or_path}': cannot load it ({reason})") from None
+        raise ConfigurationError(
+            f"{field} '{name_or_path}': cannot load it ({first_line(e)})"
+        ) from None
+
+
+def first_line(error: Exception) -> str:
+    """A one-line reason from a library error whose message may span many lines."""
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 @functools.lru_cache(maxsize=8)
@@ -76,19 +82,16 @@ def build_causal_lm(
     """Loads a causal LM by hub name / path, or builds one from a config dict with random init.
 
     A config that leaves out the vocabulary size or special token ids takes them from
-    `tokenizer`.
+    `tokenizer`. The caller (:class:`RankClassifier`) checks that exactly one is given.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if (pretrained is None) == (config is None):
-        raise ConfigurationError("model: give exactly one of 'pretrained' or 'config'")
     if pretrained is not None:
         try:
             return AutoModelForCausalLM.from_pretrained(pretrained, dtype=torch.float32)
         except (OSError, ValueError) as e:
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ConfigurationError(
-                f"model.pretrained '{pretrained}': cannot load it ({reason})"
+                f"model.pretrained '{pretrained}': cannot load it ({first_line(e)})"
             ) from None
     config = dict(config)
     if tokenizer is not None:

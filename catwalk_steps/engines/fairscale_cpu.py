@@ -255,8 +255,3 @@ def enable_fairscale_cpu_support() -> bool:
         _patch_record_stream()
         _enabled = True
     return True
-
-
-def fairscale_cpu_support_enabled() -> bool:
-    """Whether :func:`enable_fairscale_cpu_support` has installed the shims in this process."""
-    return _enabled
