@@ -18,6 +18,7 @@ from tango.integrations.torch.train import TorchTrainStep
 
 from .callbacks import HISTORY_FILE, RunMetrics
 from .checkpoints import check_full_weights
+from .devices import evaluation_device, plan_devices
 from .evaluation import metrics_from_scores, score_choices
 from .formats import HFModelFormat
 from .models import RankClassifier
@@ -68,7 +69,11 @@ class TrainRankClassifier(TorchTrainStep):
     Differences from `torch::train`: validation metrics (`acc` by default, maximised) are exact
     over the whole split and across ranks (see :mod:`catwalk_steps.callbacks`); the best
     checkpoint's weights must fit the model exactly; the result is a `save_pretrained`
-    directory; `distributed_port` defaults to a free port. Parameters are `torch::train`'s.
+    directory; `distributed_port` defaults to a free port. Parameters are `torch::train`'s, and:
+
+    :param device: "cuda" (fail unless `device_count` GPUs are visible), "cpu" (CPU processes
+        even on a GPU machine), or left out: GPUs when there are at least `device_count`, else
+        CPU processes, with one log line saying so (:mod:`catwalk_steps.devices`).
     """
 
     VERSION = "001"
@@ -93,6 +98,7 @@ class TrainRankClassifier(TorchTrainStep):
         checkpoint_every: int = 100,
         validate_every: int | None = None,
         device_count: int = 1,
+        device: str | None = None,
         distributed_port: int | None = None,
         val_metric_name: str = "acc",
         minimize_val_metric: bool = False,
@@ -105,7 +111,11 @@ class TrainRankClassifier(TorchTrainStep):
                     f"train: split '{split}' is not in the dataset "
                     f"(splits: {', '.join(dataset_dict.keys())})"
                 )
-        trained = super().run(
+        plan = plan_devices(device_count, requested=device, field="train.device")
+        if plan.note:
+            self.logger.warning(plan.note)
+        self.logger.info("Training on %s", plan.describe())
+        trained = self._train(
             model,
             training_engine,
             dataset_dict,
@@ -121,7 +131,7 @@ class TrainRankClassifier(TorchTrainStep):
             log_every=log_every,
             checkpoint_every=checkpoint_every,
             validate_every=validate_every,
-            device_count=device_count,
+            devices=list(plan.devices),
             distributed_port=distributed_port or free_port(),
             val_metric_name=val_metric_name,
             minimize_val_metric=minimize_val_metric,
@@ -149,7 +159,7 @@ class Evaluate(Step[dict]):
     :param model: a rank classifier: a `catwalk::train` result, or one built from config.
     :param batch_size: sequences (one per choice) per forward; sequences are sorted by length.
     :param precision: "fp32" (default), "bf16", or "fp16" (CUDA only).
-    :param device: where to run; CUDA when available, else CPU.
+    :param device: "cpu", "cuda" or "cuda:N"; default: the first GPU if any, else the CPU.
     """
 
     VERSION = "001"
@@ -176,14 +186,14 @@ class Evaluate(Step[dict]):
                 f"evaluate.split: '{split}' is not in the dataset "
                 f"(splits: {', '.join(dataset_dict.keys())})"
             )
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        where = evaluation_device(device, field="evaluate.device")
         Precision.parse(precision, "evaluate.precision").check_device(
-            torch.device(device).type, "evaluate.precision"
+            where.type, "evaluate.precision"
         )
         instances = dataset_dict[split]
-        model.to(device)
+        model.to(where)
         scores = score_choices(
-            model, instances, batch_size, max_length, device, precision, progress=True
+            model, instances, batch_size, max_length, where, precision, progress=True
         )
         metrics = metrics_from_scores(instances, scores)
         self.logger.info("%s: %s", split, metrics)

@@ -82,6 +82,44 @@ def test_fsdp_units_are_the_regex_matches_nested_included(tmp_path):
     ]
 
 
+def cpu_workers_on_a_gpu_machine(rank, world_size, port, work_dir):
+    """FairScale FSDP on CPU workers where CUDA looks available (one GPU, device_count 2)."""
+    from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
+
+    torch.cuda.is_available = lambda: True  # any CUDA call would now fail on this CPU build
+    torch.cuda.device_count = lambda: 1
+    engine = fairscale_engine(rank, world_size, port, work_dir, modules_to_wrap=[BLOCKS])
+    units = [m for m in engine.model.modules() if isinstance(m, FSDP)]
+    loss, _ = engine.forward_train(batch(rank), 0, 1)
+    engine.backward(loss)
+    engine.step()
+    engine.model.eval()
+    outputs = engine.forward_eval(batch(rank))
+    return {
+        "units": len(units),
+        "compute_devices": {str(unit.compute_device) for unit in units},
+        "parameter_devices": {str(p.device) for p in engine.model.parameters()},
+        "gathered_devices": {
+            str(p.device) for unit in units for p in unit.params if hasattr(p, "_full_param_padded")
+        },
+        "loss": float(loss),
+        "scores_device": str(outputs["scores"].device),
+    }
+
+
+@pytest.mark.distributed
+def test_fsdp_on_cpu_workers_stays_on_the_cpu_where_cuda_is_available(tmp_path):
+    for result in run_distributed(
+        cpu_workers_on_a_gpu_machine, tmp_path, str(tmp_path), init=False
+    ):
+        assert result["units"] == 3  # two blocks and the root
+        assert result["compute_devices"] == {"cpu"}
+        assert result["parameter_devices"] == {"cpu"}
+        assert result["gathered_devices"] == {"cpu"}
+        assert result["scores_device"] == "cpu"
+        assert result["loss"] > 0
+
+
 def mismatched_units(rank, world_size, port, work_dir):
     model = {
         "type": "catwalk::with_wrapped_modules",

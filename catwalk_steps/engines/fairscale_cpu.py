@@ -4,17 +4,19 @@ Scope
 -----
 FairScale FSDP assumes CUDA: it issues its all-gathers and reduce-scatters on side CUDA streams
 and fails at the first forward pass of a CPU-only build ("Torch not compiled with CUDA enabled").
-:func:`enable_fairscale_cpu_support` installs the shims below so that FSDP trains on CPU tensors
-with the ``gloo`` backend. It does nothing when ``torch.cuda.is_available()``, so CUDA behaviour
-is never changed. What it patches, and why:
+On a machine with GPUs it is worse: it picks ``cuda`` as its compute device whatever the worker's
+device is. :func:`use_worker_device` tells this layer where the worker computes. On a CPU
+worker the shims below are active, whether or not CUDA exists on the machine; on a CUDA worker
+they step aside and FairScale runs unchanged. What it patches, and why:
 
 * ``torch`` as seen by ``fairscale.nn.data_parallel.fully_sharded_data_parallel`` only: a view of
-  ``torch`` whose ``.cuda`` provides a single no-op stream, ``stream()``, ``current_stream()`` and
-  ``synchronize()``. CPU kernels run in program order, so stream ordering has nothing to do.
+  ``torch`` whose ``.cuda`` reports no CUDA and provides a single no-op stream, ``stream()``,
+  ``current_stream()`` and ``synchronize()``. CPU kernels run in program order, so stream
+  ordering has nothing to do. FSDP then takes the code paths it takes on a CPU-only build.
 * ``FullyShardedDataParallel._setup_streams``: without CUDA it creates no streams, yet FSDP later
   indexes ``self._streams[name]``; the wrapper fills the shared dict with the no-op stream.
-* The FSDP module's default ``compute_device`` (``cuda``) becomes the device of the wrapped
-  module's parameters, so ``compute_device`` need not be passed.
+* The FSDP module's default ``compute_device`` (``cuda``, or the parameters' device) becomes the
+  worker's device, also for units created by a model constructor that does not pass it.
 * ``clip_grad_norm_`` moves the local norm to CUDA with ``.cuda()``; the FSDP module's
   ``calc_grad_norm`` returns a norm whose ``.cuda()`` keeps it on the CPU.
 * The reduce-scatter bucketer hands ``_reduce_scatter_base`` a 2-D ``[world_size, n]`` input,
@@ -40,7 +42,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-_enabled = False
+_installed = False
+_worker_device: torch.device | None = None
+
+
+def _cpu_worker() -> bool:
+    """Whether the shims apply: this process computes on the CPU."""
+    return _worker_device is not None and _worker_device.type == "cpu"
 
 
 class _CpuStream:
@@ -64,20 +72,22 @@ class _CpuStream:
     def synchronize(self) -> None:
         """Nothing to wait for: work is already complete when issued."""
 
-    def query(self) -> bool:
-        """All work issued on the CPU has completed."""
-        return True
-
     def __repr__(self) -> str:
         return "<CPU no-op stream>"
 
 
 class _CpuCudaNamespace:
-    """What FairScale's FSDP module sees as ``torch.cuda`` on a CUDA-less machine.
+    """What FairScale's FSDP module sees as ``torch.cuda`` in a CPU worker.
 
-    Only the stream and synchronization calls FSDP makes are replaced; any other attribute is
-    looked up on the real ``torch.cuda`` (so ``is_available()`` still reports ``False``).
+    ``is_available()`` is ``False``, so FSDP takes its CPU-only paths even on a GPU machine; the
+    stream and synchronization calls FSDP makes are replaced; any other attribute is looked up
+    on the real ``torch.cuda``.
     """
+
+    @staticmethod
+    def is_available() -> bool:
+        """This worker computes on the CPU: no CUDA for FSDP."""
+        return False
 
     Stream = _CpuStream
 
@@ -107,9 +117,14 @@ class _CpuCudaNamespace:
 
 
 class _TorchWithCpuCuda:
-    """``torch`` with ``.cuda`` replaced by :class:`_CpuCudaNamespace`; all else is ``torch``."""
+    """``torch`` whose ``.cuda`` is :class:`_CpuCudaNamespace` in a CPU worker; all else (and
+    ``.cuda`` in a CUDA worker) is the real ``torch``."""
 
-    cuda = _CpuCudaNamespace()
+    _cpu_cuda = _CpuCudaNamespace()
+
+    @property
+    def cuda(self) -> Any:
+        return self._cpu_cuda if _cpu_worker() else torch.cuda
 
     def __getattr__(self, name: str) -> Any:
         return getattr(torch, name)
@@ -130,6 +145,10 @@ class _DistWithFlatReduceScatter:
         group: Any = None,
         async_op: bool = False,
     ) -> Any:
+        if not _cpu_worker():  # NCCL takes the 2-D input as it is
+            return dist._reduce_scatter_base(
+                output, input_tensor, op=op, group=group, async_op=async_op
+            )
         # torch 2.13 deprecates reduce_scatter_tensor in favour of reduce_scatter_single.
         reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         flat = input_tensor.reshape(-1)
@@ -158,15 +177,18 @@ def _patch_fsdp_torch_reference() -> None:
 
 
 def _patch_fsdp_default_compute_device() -> None:
-    """Default ``compute_device`` to the parameters' device instead of ``cuda``.
+    """Default ``compute_device`` to the worker's device instead of ``cuda``.
 
-    Private: replaces the module function ``_get_default_cuda_device`` (fairscale 0.4.13).
+    Private: replaces the module function ``_get_default_cuda_device`` (fairscale 0.4.13). Before
+    :func:`use_worker_device` is called, FairScale's own default applies.
     """
     from fairscale.nn.data_parallel import fully_sharded_data_parallel as fsdp_module
 
+    original = fsdp_module._get_default_cuda_device
+
+    @functools.wraps(original)
     def default_device(module: torch.nn.Module) -> torch.device:
-        param = next(module.parameters(), None)
-        return param.device if param is not None else torch.device("cpu")
+        return _worker_device if _worker_device is not None else original(module)
 
     fsdp_module._get_default_cuda_device = default_device
 
@@ -185,7 +207,7 @@ def _patch_fsdp_streams() -> None:
     @functools.wraps(original)
     def setup_streams(self: FullyShardedDataParallel) -> None:
         original(self)
-        if self._is_root and not self._streams:
+        if _cpu_worker() and self._is_root and not self._streams:
             for name in ("fp32_to_fp16", "all_gather", "post_backward"):
                 self._streams[name] = _CpuStream()
 
@@ -204,7 +226,8 @@ def _patch_fsdp_grad_norm() -> None:
 
     @functools.wraps(original)
     def calc_grad_norm(*args: Any, **kwargs: Any) -> torch.Tensor:
-        return original(*args, **kwargs).as_subclass(_NormOnHost)
+        norm = original(*args, **kwargs)
+        return norm.as_subclass(_NormOnHost) if _cpu_worker() else norm
 
     fsdp_module.calc_grad_norm = calc_grad_norm
 
@@ -237,21 +260,20 @@ def _patch_record_stream() -> None:
     torch.Tensor.record_stream = record_stream
 
 
-def enable_fairscale_cpu_support() -> bool:
-    """Install the CPU shims for FairScale FSDP; see the module docstring.
+def use_worker_device(device: torch.device | str) -> None:
+    """Tell FairScale FSDP where this worker computes; see the module docstring.
 
-    Idempotent. Returns ``False`` and changes nothing when CUDA is available; returns ``True``
-    when the shims are (or already were) installed.
+    Installs the patches once per process (idempotent). With a CPU device the CPU shims are
+    active, whether or not CUDA exists on the machine; with a CUDA device FSDP runs unchanged
+    except that its default ``compute_device`` is that device.
     """
-    global _enabled
-    if torch.cuda.is_available():
-        return False
-    if not _enabled:
+    global _installed, _worker_device
+    _worker_device = torch.device(device)
+    if not _installed:
         _patch_fsdp_torch_reference()
         _patch_fsdp_default_compute_device()
         _patch_fsdp_streams()
         _patch_fsdp_grad_norm()
         _patch_bucketer_reduce_scatter()
         _patch_record_stream()
-        _enabled = True
-    return True
+        _installed = True

@@ -22,7 +22,7 @@ from ..checkpoints import consolidate_fairscale_shards, save_atomic
 from ..precision import Precision
 from ..wrapping import checkpoint_activations, match_modules, wrap_modules
 from .base import CatwalkEngineMixin
-from .fairscale_cpu import enable_fairscale_cpu_support
+from .fairscale_cpu import use_worker_device
 
 
 @TrainingEngine.register("catwalk::fairscale")
@@ -40,7 +40,8 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
     :param max_grad_norm: clip gradients to this global norm (computed across shards).
     :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks.
 
-    Without CUDA, :mod:`~catwalk_steps.engines.fairscale_cpu` lets FSDP run on CPU with gloo.
+    Every unit computes on the worker's device; on CPU workers (also on a GPU machine),
+    :mod:`~catwalk_steps.engines.fairscale_cpu` lets FSDP run with gloo.
     """
 
     def __init__(
@@ -62,7 +63,8 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
                 "training_engine.fsdp_config.mixed_precision: set 'precision' (fp16 or bf16) "
                 "on the engine instead; it sets FSDP's flags and autocast together"
             )
-        enable_fairscale_cpu_support()  # does nothing when CUDA is available
+        # Before any FSDP unit exists: where units compute, and the CPU layer on CPU workers.
+        use_worker_device(train_config.worker_local_default_device)
         self._configure(
             train_config, precision, modules_to_wrap, activation_checkpointing, cpu_threads
         )
@@ -77,7 +79,11 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
         self.grad_scaler = ShardedGradScaler() if self.precision.needs_grad_scaler else None
 
     def fsdp_kwargs(self) -> dict:
-        return {**self.fsdp_config.as_kwargs(), **self.precision.fairscale_fsdp_kwargs()}
+        return {
+            **self.fsdp_config.as_kwargs(),
+            **self.precision.fairscale_fsdp_kwargs(),
+            "compute_device": self.train_config.worker_local_default_device,
+        }
 
     def _construct_model(self, model: Model | Lazy[Model]) -> Model:
         # Order matters. Activation checkpointing goes inside the FSDP units (in `_build_model`),
@@ -150,7 +156,7 @@ def with_wrapped_modules(
         for name in names:
             checkpoint_activations(model.get_submodule(name))
     if fsdp_config is not None and torch.distributed.is_initialized():
-        enable_fairscale_cpu_support()
+        # The units compute on the worker's device, which the engine has set (fairscale_cpu).
         wrap_modules(model, names, fsdp_config.wrap)
     return model
 
