@@ -82,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_check: CUDA is not available (use --device cpu for a dry run)")
-    from catwalk_steps.steps import free_port
+    from catwalk_steps.distributed import free_port
 
     rows = {}
     for name, kwargs in variants(args.device).items():

@@ -138,7 +138,7 @@ def worker(rank: int, variant: dict, args: argparse.Namespace, port: int, out: P
 
 
 def run_variant(name: str, variant: dict, args: argparse.Namespace) -> list[dict]:
-    from catwalk_steps.steps import free_port
+    from catwalk_steps.distributed import free_port
 
     out = Path(args.work_dir) / name.replace(" ", "_").replace("(", "").replace(")", "")
     out.mkdir(parents=True, exist_ok=True)

@@ -15,8 +15,8 @@ import time
 import torch
 from common import demo_model_spec, machine, write_results
 
-from catwalk_steps.evaluation import score_choices
-from catwalk_steps.models import RankClassifier, evaluating
+from catwalk_steps.evaluation import evaluating, score_choices
+from catwalk_steps.models import RankClassifier
 from catwalk_steps.tasks import MultipleChoiceInstance, SyntheticTask
 
 

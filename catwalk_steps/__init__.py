@@ -3,10 +3,13 @@
 Importing the package registers every component (`include_package: [catwalk_steps]` in tango.yml).
 """
 
-from . import tango_compat  # noqa: F401  (applies its patches)
+from . import (
+    optim,  # noqa: F401  (registers catwalk::zero and catwalk::oss)
+    tango_compat,  # noqa: F401  (applies its patches)
+)
 from .callbacks import RunMetrics
 from .data import MultipleChoiceCollator, ShardedDataLoader
-from .engines import CatwalkTorchEngine
+from .engines import CatwalkFairScaleEngine, CatwalkTorchEngine, CatwalkTorchFSDPEngine
 from .formats import HFModelFormat
 from .models import RankClassifier
 from .steps import Evaluate, LoadTask, MetricsReport, TrainRankClassifier
@@ -14,7 +17,9 @@ from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task
 
 __all__ = [
     "Evaluate",
+    "CatwalkFairScaleEngine",
     "CatwalkTorchEngine",
+    "CatwalkTorchFSDPEngine",
     "HFModelFormat",
     "LoadTask",
     "MetricsReport",

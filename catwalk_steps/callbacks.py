@@ -8,9 +8,6 @@ value after each batch. Every rank joins the all-reduce, as every rank runs ever
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,8 +15,9 @@ import torch.distributed as dist
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainCallback
 
+from .files import write_json_atomic
+
 HISTORY_FILE = "metrics_history.json"
-_SUMMED = ("correct", "correct_norm", "count", "loss_sum")
 
 
 @TrainCallback.register("catwalk::run_metrics")
@@ -32,7 +30,7 @@ class RunMetrics(TrainCallback):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.totals: torch.Tensor | None = None
+        self.totals: dict[str, float] | None = None
         self.history: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
 
     def log_batch(
@@ -52,24 +50,22 @@ class RunMetrics(TrainCallback):
                 "use a catwalk::rank_classifier model"
             )
         count = val_batch_outputs["count"].detach().float()
-        batch = torch.stack(
-            [
-                val_batch_outputs["correct"].detach().float(),
-                val_batch_outputs["correct_norm"].detach().float(),
-                count,
-                val_batch_outputs["loss"].detach().float() * count,
-            ]
-        )
-        if self.train_config.is_distributed:
-            dist.all_reduce(batch)
-        self.totals = batch if self.totals is None else self.totals + batch
+        batch = {
+            "correct": val_batch_outputs["correct"].detach().float(),
+            "correct_norm": val_batch_outputs["correct_norm"].detach().float(),
+            "count": count,
+            "loss_sum": val_batch_outputs["loss"].detach().float() * count,
+        }
+        batch = summed_over_ranks(batch) if self.train_config.is_distributed else batch
+        totals = self.totals or dict.fromkeys(batch, 0.0)
+        self.totals = {name: totals[name] + float(value) for name, value in batch.items()}
         for name, value in self.metrics().items():
             val_batch_outputs[name] = torch.tensor(value)
 
     def metrics(self) -> dict[str, float]:
         """Exact metrics over the batches validated so far."""
         assert self.totals is not None
-        sums = dict(zip(_SUMMED, self.totals.tolist(), strict=True))
+        sums = self.totals
         count = max(sums["count"], 1.0)
         return {
             "acc": sums["correct"] / count,
@@ -94,15 +90,17 @@ class RunMetrics(TrainCallback):
             write_json_atomic(self.train_config.work_dir / HISTORY_FILE, self.history)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history}
+        # A copy: what is logged after the checkpoint must not leak into it.
+        return {"history": {key: list(entries) for key, entries in self.history.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # A resumed run keeps what it logged before the checkpoint and nothing after it.
         self.history = {key: list(entries) for key, entries in state_dict["history"].items()}
 
 
-def write_json_atomic(path: Path, value: Any) -> None:
-    """Writes JSON through a temporary file and `os.replace`, so readers never see half a file."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(value, indent=2) + "\n")
-    os.replace(temporary, path)
+def summed_over_ranks(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each named scalar summed over every rank, in one all-reduce (every rank must call)."""
+    names = sorted(values)
+    stacked = torch.stack([values[name].reshape(()) for name in names])
+    dist.all_reduce(stacked)
+    return dict(zip(names, stacked.unbind(), strict=True))

@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataCollator, DataLoader
 from torch.utils.data import Dataset, DistributedSampler
 
-from .models import load_tokenizer
+from .distributed import distributed_position
 from .tasks import MultipleChoiceInstance
+from .tokenization import load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,12 @@ class SequenceEncoder:
     Encodings are memoised: contexts and choices repeat across choices and epochs.
     """
 
-    def __init__(self, tokenizer, max_length: int = 256):
-        if max_length < 2:
-            raise ValueError(f"max_length must be at least 2, got {max_length}")
+    def __init__(self, tokenizer, max_length: int = 256, field: str = "max_length"):
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
+            raise ConfigurationError(
+                f"{field}: must be a whole number >= 2 (context + answer tokens), "
+                f"got {max_length!r}"
+            )
         self.tokenizer = tokenizer
         self.max_length = max_length
         self._cache: dict[str, tuple[int, ...]] = {}
@@ -122,7 +127,7 @@ class MultipleChoiceCollator(DataCollator):
 
     def __init__(self, tokenizer: str, max_length: int = 256):
         self.encoder = SequenceEncoder(
-            load_tokenizer(tokenizer, "collate_fn.tokenizer"), max_length
+            load_tokenizer(tokenizer, "collate_fn.tokenizer"), max_length, "collate_fn.max_length"
         )
 
     def __call__(self, items: list) -> dict:
@@ -170,13 +175,6 @@ class EpochSampler(DistributedSampler):
         return iter(indices)
 
 
-def distributed_position() -> tuple[int, int]:
-    """(rank, world size) of this process; (0, 1) outside a process group."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
 @DataLoader.register("catwalk::sharded")
 class ShardedDataLoader(DataLoader):
     """A data loader giving each rank an equal share of the data, without repeating instances.
@@ -199,8 +197,9 @@ class ShardedDataLoader(DataLoader):
         **kwargs,
     ):
         if collate_fn is None:
-            raise ValueError(
-                "catwalk::sharded needs a 'collate_fn' (e.g. catwalk::multiple_choice)"
+            raise ConfigurationError(
+                "train_dataloader.collate_fn: catwalk::sharded needs one "
+                "(e.g. {type: 'catwalk::multiple_choice', tokenizer: ...})"
             )
         rank, world_size = distributed_position()
         padded = PaddedDataset(dataset, world_size)
@@ -209,4 +208,26 @@ class ShardedDataLoader(DataLoader):
         )
         super().__init__(
             padded, batch_size=batch_size, collate_fn=collate_fn, sampler=sampler, **kwargs
+        )
+
+    def epoch_batches(self, epoch: int, skip: int = 0):
+        """The batches of `epoch` from the `skip`-th on, without collating the skipped ones: how
+        a resumed run gets back to its place in the data."""
+        sampler = self.sampler
+        assert isinstance(sampler, EpochSampler)
+        sampler.set_epoch(epoch)
+        indices = list(DistributedSampler.__iter__(sampler))  # this epoch, this rank
+        size = self.batch_size
+        assert size is not None
+        chunks = [indices[i : i + size] for i in range(skip * size, len(indices), size)]
+        if self.drop_last and chunks and len(chunks[-1]) < size:
+            chunks.pop()
+        return iter(
+            torch.utils.data.DataLoader(
+                self.dataset,
+                batch_sampler=chunks,
+                collate_fn=self.collate_fn,
+                num_workers=self.num_workers,
+                pin_memory=self.pin_memory,
+            )
         )

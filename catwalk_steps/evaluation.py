@@ -6,15 +6,31 @@ batch comes first so an out-of-memory error shows at once, not at the end.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
 from tango.common import Tqdm
 
 from .data import SequenceEncoder, answer_chars, pad_sequences
-from .models import RankClassifier, choice_metrics, evaluating
+from .models import RankClassifier
 from .precision import Precision
+from .scoring import choice_metrics
 from .tasks import MultipleChoiceInstance
+
+FP32 = Precision("fp32")
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module):
+    """Eval mode and no autograd for the block, restoring the previous mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
 
 
 def score_choices(
@@ -23,15 +39,18 @@ def score_choices(
     batch_size: int = 32,
     max_length: int = 256,
     device: torch.device | str = "cpu",
-    precision: str = "fp32",
+    precision: Precision = FP32,
     progress: bool = True,
 ) -> list[list[float]]:
-    """Each instance's per-choice scores (summed continuation log-probs), in input order."""
+    """Each instance's per-choice scores (summed continuation log-probs), in input order.
+
+    The model must already be on `device`; `precision` sets autocast (scores stay float32).
+    """
     encoder = SequenceEncoder(model.tokenizer, max_length)
     sequences = encoder.sequences(instances)
     order = sorted(range(len(sequences)), key=lambda k: -len(sequences[k].token_ids))
     scores = [[0.0] * len(instance.choices) for instance in instances]
-    autocast = Precision.parse(precision).autocast(torch.device(device).type)
+    autocast = precision.autocast(torch.device(device).type)
     with evaluating(model), autocast:
         batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
         for batch in Tqdm.tqdm(batches, desc="Scoring", disable=not progress):

@@ -30,7 +30,7 @@ class HFModelFormat(Format[RankClassifier]):
         artifact.save_pretrained(directory)
         info: dict[str, Any] = {
             "objective": artifact.objective,
-            "metrics_history": getattr(artifact, "metrics_history", None),
+            "metrics_history": artifact.metrics_history,
         }
         (directory / MODEL_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
 

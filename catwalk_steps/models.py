@@ -11,8 +11,6 @@ Model code knows nothing of distribution or devices: batches arrive on the right
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import inspect
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,71 +21,35 @@ import torch.nn.functional as F
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
-BYTE_LEVEL_TOKENIZER = "catwalk::byte_level"
+from .errors import first_line
+from .scoring import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
+from .tokenization import load_tokenizer
+
 OBJECTIVES = ("lm", "rank")
 
 
-def byte_level_tokenizer():
-    """A GPT-2-style byte-level tokenizer (256 byte tokens + end-of-text) that needs no download."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    eot = "<|endoftext|>"
-    vocab[eot] = len(vocab)
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    backend.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token=eot, eos_token=eot, unk_token=eot, pad_token=eot
-    )
-
-
-def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
-    """A tokenizer by hub name or local path, or the built-in `catwalk::byte_level` one.
-
-    Cached per process: collators and models asking for the same tokenizer share one object.
-    A tokenizer that cannot be loaded is a configuration error naming `field`.
-    """
-    try:
-        return _cached_tokenizer(name_or_path)
-    except (OSError, ValueError) as e:
-        raise ConfigurationError(
-            f"{field} '{name_or_path}': cannot load it ({first_line(e)})"
-        ) from None
-
-
-def first_line(error: Exception) -> str:
-    """A one-line reason from a library error whose message may span many lines."""
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
-
-
-@functools.lru_cache(maxsize=8)
-def _cached_tokenizer(name_or_path: str):
-    if name_or_path == BYTE_LEVEL_TOKENIZER:
-        tokenizer = byte_level_tokenizer()
-    else:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    if tokenizer.pad_token_id is None:
-        # Padding positions are masked out; any id will do, and GPT-2 has only end-of-text.
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
 def build_causal_lm(
-    pretrained: str | None, config: Mapping[str, Any] | None, init_seed: int, tokenizer=None
+    pretrained: str | None,
+    config: Mapping[str, Any] | None,
+    init_seed: int,
+    tokenizer=None,
+    skeleton: bool = False,
 ) -> torch.nn.Module:
     """Loads a causal LM by hub name / path, or builds one from a config dict with random init.
 
     A config that leaves out the vocabulary size or special token ids takes them from
-    `tokenizer`. The caller (:class:`RankClassifier`) checks that exactly one is given.
+    `tokenizer`. The caller (:class:`RankClassifier`) checks that exactly one is given. With
+    `skeleton`, the model is built on the meta device: its structure without any weights (a
+    sharded engine then materialises only its own shard).
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if pretrained is not None:
         try:
+            if skeleton:
+                with torch.device("meta"):
+                    hf_config = AutoConfig.from_pretrained(pretrained)
+                    return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
             return AutoModelForCausalLM.from_pretrained(pretrained, dtype=torch.float32)
         except (OSError, ValueError) as e:
             raise ConfigurationError(
@@ -104,65 +66,13 @@ def build_causal_lm(
         hf_config = AutoConfig.for_model(config.pop("model_type"), **config)
     except (ValueError, KeyError) as e:
         raise ConfigurationError(f"model.config: {e}") from None
+    if skeleton:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
     # Same weights on every rank and in every process, whatever the global RNG state.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
-
-
-def continuation_log_probs(
-    lm: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    continuation_mask: torch.Tensor,
-    logits_from: int = 1,
-    supports_logits_to_keep: bool = False,
-) -> torch.Tensor:
-    """Sum of log p(token | prefix) over each sequence's continuation tokens, in float32.
-
-    Sequences are right-padded, so padding never changes the scores of real tokens. No
-    continuation token sits before position `logits_from`, so logits are only computed from
-    position `logits_from - 1` on when the model supports it, and the vocabulary-sized
-    log-softmax only runs over continuation positions.
-    """
-    length = input_ids.size(1)
-    keep = length - logits_from + 1
-    kwargs = {"logits_to_keep": keep} if supports_logits_to_keep else {}
-    logits = lm(
-        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs
-    ).logits
-    predicting = logits[:, -keep:-1]  # logits at positions logits_from-1 .. length-2
-    targets = input_ids[:, logits_from:]
-    mask = continuation_mask[:, logits_from:]
-    rows = torch.arange(input_ids.size(0), device=input_ids.device)[:, None].expand_as(mask)[mask]
-    token_logits = predicting[mask].float()
-    token_log_probs = token_logits.log_softmax(dim=-1).gather(-1, targets[mask][:, None])[:, 0]
-    scores = torch.zeros(input_ids.size(0), dtype=torch.float32, device=input_ids.device)
-    return scores.index_add(0, rows, token_log_probs)
-
-
-def choice_metrics(
-    scores: torch.Tensor,
-    labels: torch.Tensor,
-    choice_chars: torch.Tensor,
-    weights: torch.Tensor,
-) -> dict[str, torch.Tensor]:
-    """Weighted counts of right answers by raw score and by score per character.
-
-    `scores` and `choice_chars` are [instances, choices]; absent choices score -inf.
-    """
-    right = (scores.argmax(dim=1) == labels).float()
-    right_norm = ((scores / choice_chars.clamp(min=1)).argmax(dim=1) == labels).float()
-    return {
-        "correct": (right * weights).sum(),
-        "correct_norm": (right_norm * weights).sum(),
-        "count": weights.sum(),
-    }
-
-
-def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Mean over instances; padding instances (weight 0) count for nothing."""
-    return (values * weights).sum() / weights.sum().clamp(min=1.0)
 
 
 @Model.register("catwalk::rank_classifier")
@@ -177,7 +87,14 @@ class RankClassifier(Model):
     :param objective: "lm" trains on the right choice's continuation tokens (mean token NLL, as
         catwalk trains rank classification); "rank" is cross-entropy over the choices' scores.
     :param init_seed: seed for the random init of a `config` model.
+    :param skeleton: build the LM on the meta device, without weights (for sharded engines;
+        not part of the model's identity).
+
+    :ivar metrics_history: the training loss and validation history of the run that trained it
+        (set by `catwalk::train`, stored beside the weights); None for an untrained model.
     """
+
+    metrics_history: dict[str, list[dict[str, Any]]] | None
 
     def __init__(
         self,
@@ -186,8 +103,10 @@ class RankClassifier(Model):
         tokenizer: str | None = None,
         objective: str = "lm",
         init_seed: int = 0,
+        skeleton: bool = False,
     ):
         super().__init__()
+        self.metrics_history = None
         self.spec = {
             "pretrained": pretrained,
             "config": config,
@@ -207,7 +126,7 @@ class RankClassifier(Model):
             )
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
-        self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer)
+        self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
         self.objective = objective
         self.wrapping_root = (
             "lm"  # modules_to_wrap may name `transformer.h.0` for `lm.transformer.h.0`
@@ -305,34 +224,3 @@ class RankClassifier(Model):
             "acc_norm": counts["correct_norm"] / count,
             **counts,
         }
-
-
-def lm_loss(
-    right_scores: torch.Tensor,
-    right_continuation_mask: torch.Tensor,
-    right_instances: torch.Tensor,
-    labels: torch.Tensor,
-    weights: torch.Tensor,
-) -> torch.Tensor:
-    """Mean over instances of the right continuation's mean token NLL.
-
-    `right_*` describe the right choices' sequences. Averaging per instance (not per token)
-    keeps the loss of a batch independent of how it is split across ranks or micro-batches.
-    """
-    num_tokens = right_continuation_mask.sum(dim=1).clamp(min=1)
-    per_instance = torch.zeros_like(labels, dtype=torch.float32).index_put(
-        (right_instances,), -right_scores / num_tokens
-    )
-    return weighted_mean(per_instance, weights)
-
-
-@contextlib.contextmanager
-def evaluating(model: torch.nn.Module):
-    """Eval mode and no autograd for the block, restoring the previous mode after."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield model
-    finally:
-        model.train(was_training)

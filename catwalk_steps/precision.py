@@ -1,8 +1,9 @@
 """One precision setting, mapped here (and only here) to everything that depends on it.
 
 `precision: "fp32" | "bf16" | "fp16"` in jsonnet decides the autocast dtype, whether a gradient
-scaler is needed, and FairScale FSDP's mixed-precision flags, so the engine and the wrapped
-inner modules can never disagree. Losses and log-softmax stay in float32 in the model code.
+scaler is needed, FairScale FSDP's mixed-precision flags and FSDP2's `MixedPrecisionPolicy`, so
+the engine and the wrapped inner modules can never disagree. Losses and log-softmax stay in
+float32 in the model code.
 """
 
 from __future__ import annotations
@@ -69,3 +70,13 @@ class Precision:
             "buffer_dtype": torch.float32,
             "fp32_reduce_scatter": True,
         }
+
+    def fsdp2_policy(self) -> Any:
+        """FSDP2's `MixedPrecisionPolicy`: parameters gathered in the autocast dtype, gradients
+        reduced in float32 (as for FairScale, and for the same reason); the sharded master
+        parameters and the optimizer state stay float32."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        if self.compute_dtype is None:
+            return MixedPrecisionPolicy()
+        return MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)

@@ -1,4 +1,4 @@
-"""Tables of several runs' metrics: markdown for people, CSV for tools."""
+"""Tables of several runs' metrics: markdown for people, CSV for tools, rich on the terminal."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
@@ -86,3 +88,17 @@ class ReportFormat(Format[Report]):
     def read(self, dir: PathOrStr) -> Report:
         payload = json.loads((Path(dir) / "report.json").read_text())
         return Report(rows=payload["rows"], title=payload["title"])
+
+
+def print_report(report: Report, location: str | None = None) -> None:
+    """The table on the terminal, and where its files are."""
+    table = Table(title=report.title)
+    table.add_column("run", style="cyan")
+    for column in report.columns:
+        table.add_column(column, justify="right")
+    for name, row in report.rows.items():
+        table.add_row(name, *(format_value(row.get(column)) for column in report.columns))
+    console = Console()
+    console.print(table)
+    if location:
+        console.print(f"report.md / report.csv in {location}")

@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 import json
-import socket
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
-from rich.table import Table
 from tango import Step
 from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
+from tango.common.util import get_extra_imported_modules
 from tango.format import JsonFormat
 from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
-from tango.integrations.torch.train import TorchTrainStep
+from tango.step import StepResources
 
 from .callbacks import HISTORY_FILE, RunMetrics
 from .checkpoints import check_full_weights
 from .devices import evaluation_device, plan_devices
 from .evaluation import metrics_from_scores, score_choices
 from .formats import HFModelFormat
+from .launch import check_resumable, run_training
+from .loop import WEIGHTS_FILE, Rendezvous, Schedule, TrainingJob
 from .models import RankClassifier
 from .precision import Precision
-from .report import Report, ReportFormat, build_report, format_value
+from .report import Report, ReportFormat, build_report, print_report
 from .tasks import Task
 
 
@@ -55,29 +57,48 @@ class LoadTask(Step[DatasetDict]):
         return DatasetDict(splits=loaded, metadata={"task": type(task).__name__})
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now, so concurrent runs do not collide."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @Step.register("catwalk::train")
-class TrainRankClassifier(TorchTrainStep):
-    """Tango's `torch::train`, for rank classifiers, with the result saved as a HF directory.
+class TrainRankClassifier(Step[RankClassifier]):
+    """Trains a rank classifier with a Tango training engine; the result is a HF directory.
 
-    Differences from `torch::train`: validation metrics (`acc` by default, maximised) are exact
-    over the whole split and across ranks (see :mod:`catwalk_steps.callbacks`); the best
-    checkpoint's weights must fit the model exactly; the result is a `save_pretrained`
-    directory; `distributed_port` defaults to a free port. Parameters are `torch::train`'s, and:
+    The keys are `torch::train`'s (`train_steps` or `train_epochs`, `validate_every`,
+    `checkpoint_every`, `grad_accum`, `log_every`, `device_count`, `seed`, ...), with these
+    differences: validation metrics (`acc` by default, maximised) are exact over the whole
+    split and all ranks (:mod:`.callbacks`); checkpoints resume bit for bit after a crash and on
+    another `device_count` (:mod:`.loop`); the best checkpoint's weights must fit the model
+    exactly. And these keys:
 
     :param device: "cuda" (fail unless `device_count` GPUs are visible), "cpu" (CPU processes
         even on a GPU machine), or left out: GPUs when there are at least `device_count`, else
-        CPU processes, with one log line saying so (:mod:`catwalk_steps.devices`).
+        CPU processes, with one log line saying so (:mod:`.devices`).
+    :param num_nodes: machines taking part; `device_count` processes on each. Node 0 runs
+        `tango run`; the others run `catwalk-worker` (see the README).
+    :param master_addr: node 0's address (default: `MASTER_ADDR` when `num_nodes` > 1, else
+        127.0.0.1).
+    :param master_port: the rendezvous port (default: `MASTER_PORT` when `num_nodes` > 1, else
+        one the OS picks). `distributed_port` is the same key under Tango's name.
+    :param rendezvous_timeout: seconds to wait for every node to join before failing.
+    :param resume_from: a checkpoint (or a step's work directory) to start from when this step
+        has none of its own, e.g. one written with another `device_count`.
     """
 
-    VERSION = "001"
+    VERSION = "002"
+    DETERMINISTIC = True
+    CACHEABLE = True
     FORMAT = HFModelFormat()
+    SKIP_ID_ARGUMENTS = {
+        "distributed_port",
+        "log_every",
+        "master_addr",
+        "master_port",
+        "rendezvous_timeout",
+        "resume_from",
+    }
+    METADATA = {"artifact_kind": "model"}
+
+    @property
+    def resources(self) -> StepResources:
+        return self.step_resources or StepResources(gpu_count=self.kwargs.get("device_count", 1))
 
     def run(  # type: ignore[override]
         self,
@@ -99,11 +120,16 @@ class TrainRankClassifier(TorchTrainStep):
         validate_every: int | None = None,
         device_count: int = 1,
         device: str | None = None,
+        num_nodes: int = 1,
+        master_addr: str | None = None,
+        master_port: int | None = None,
         distributed_port: int | None = None,
+        rendezvous_timeout: float = 300.0,
         val_metric_name: str = "acc",
         minimize_val_metric: bool = False,
         callbacks: list[Lazy[TrainCallback]] | None = None,
         remove_stale_checkpoints: bool = True,
+        resume_from: str | None = None,
     ) -> RankClassifier:
         for split in (train_split, validation_split):
             if split is not None and split not in dataset_dict:
@@ -111,45 +137,94 @@ class TrainRankClassifier(TorchTrainStep):
                     f"train: split '{split}' is not in the dataset "
                     f"(splits: {', '.join(dataset_dict.keys())})"
                 )
-        plan = plan_devices(device_count, requested=device, field="train.device")
-        if plan.note:
-            self.logger.warning(plan.note)
-        self.logger.info("Training on %s", plan.describe())
-        trained = self._train(
-            model,
-            training_engine,
-            dataset_dict,
-            train_dataloader,
-            train_split=train_split,
-            validation_split=validation_split,
-            validation_dataloader=validation_dataloader,
-            seed=seed,
+        schedule = Schedule(
             train_steps=train_steps,
             train_epochs=train_epochs,
+            train_split=train_split,
+            validation_split=validation_split,
             validation_steps=validation_steps,
+            seed=seed,
             grad_accum=grad_accum,
             log_every=log_every,
             checkpoint_every=checkpoint_every,
             validate_every=validate_every,
-            devices=list(plan.devices),
-            distributed_port=distributed_port or free_port(),
             val_metric_name=val_metric_name,
             minimize_val_metric=minimize_val_metric,
-            auto_aggregate_val_metric=False,  # RunMetrics aggregates exactly
-            callbacks=[*(callbacks or []), Lazy(RunMetrics)],
             remove_stale_checkpoints=remove_stale_checkpoints,
         )
-        if not isinstance(trained, RankClassifier):
-            raise ConfigurationError(
-                f"catwalk::train: model must be a catwalk::rank_classifier, got {type(trained)}"
-            )
-        weights_path = self.work_dir / "weights.pt"  # what Tango loaded into `trained`
-        if weights_path.is_file():
-            names = set(torch.load(weights_path, mmap=True, weights_only=True))
-            check_full_weights(trained, names, str(weights_path))
-        history_path = self.work_dir / HISTORY_FILE
-        trained.metrics_history = json.loads(history_path.read_text())
-        return trained
+        plan = plan_devices(device_count, requested=device, field="train.device")
+        if plan.note:
+            self.logger.warning(plan.note)
+        rendezvous = rendezvous_settings(
+            num_nodes, master_addr, master_port or distributed_port, rendezvous_timeout
+        )
+        job = TrainingJob(
+            step_id=self.unique_id,
+            step_name=self.name,
+            work_dir=self.work_dir,
+            model=model,
+            training_engine=training_engine,
+            dataset_dict=dataset_dict,
+            train_dataloader=train_dataloader,
+            validation_dataloader=validation_dataloader,
+            callbacks=[*(callbacks or []), Lazy(RunMetrics)],
+            schedule=schedule,
+            devices=plan,
+            rendezvous=rendezvous,
+            include_package=tuple(get_extra_imported_modules()),
+            resume_from=Path(resume_from) if resume_from else None,
+            workspace=self.workspace,
+        )
+        check_resumable(job, engine_class_name(training_engine))
+        nodes = f" on each of {num_nodes} nodes" if num_nodes > 1 else ""
+        self.logger.info(
+            "Training on %s%s; checkpoints in %s", plan.describe(), nodes, self.work_dir
+        )
+        run_training(job)
+        return load_trained_model(model, self.work_dir)
+
+
+def rendezvous_settings(
+    num_nodes: int, address: str | None, port: int | None, timeout_s: float
+) -> Rendezvous:
+    """Where the nodes meet. One node listens on 127.0.0.1 on a port the OS picks; several take
+    the address and port from the config or the standard `MASTER_ADDR` / `MASTER_PORT`."""
+    if num_nodes == 1:
+        return Rendezvous(host=address or "127.0.0.1", port=port or 0, join_timeout_s=timeout_s)
+    address = address or os.environ.get("MASTER_ADDR")
+    port = port or (int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else None)
+    if not address or not port:
+        raise ConfigurationError(
+            "train.master_addr / train.master_port: num_nodes > 1 needs node 0's address and a "
+            "port (set them, or MASTER_ADDR and MASTER_PORT as SLURM and torchrun do)"
+        )
+    return Rendezvous(host=address, port=port, num_nodes=num_nodes, join_timeout_s=timeout_s)
+
+
+def engine_class_name(training_engine: Lazy[TrainingEngine]) -> str | None:
+    """The class a lazy engine will be, read from its config (Tango 1.3.2 keeps the config in
+    the private `Lazy._params`); None when it cannot be told."""
+    params = getattr(training_engine, "_params", None)
+    name = params.get("type", TrainingEngine.default_implementation) if params else None
+    try:
+        return TrainingEngine.resolve_class_name(name)[0].__name__ if name else None
+    except Exception:
+        return None
+
+
+def load_trained_model(model: Lazy[Model], work_dir: Path) -> RankClassifier:
+    """The model built afresh with the best checkpoint's weights, which must fit it exactly."""
+    trained = model.construct()
+    if not isinstance(trained, RankClassifier):
+        raise ConfigurationError(
+            f"catwalk::train: model must be a catwalk::rank_classifier, got {type(trained)}"
+        )
+    weights_path = work_dir / WEIGHTS_FILE
+    weights = torch.load(weights_path, map_location="cpu", weights_only=True)
+    check_full_weights(trained, set(weights), str(weights_path))
+    trained.load_state_dict(weights, strict=False)  # only tied duplicates may be absent
+    trained.metrics_history = json.loads((work_dir / HISTORY_FILE).read_text())
+    return trained
 
 
 @Step.register("catwalk::evaluate")
@@ -187,13 +262,12 @@ class Evaluate(Step[dict]):
                 f"(splits: {', '.join(dataset_dict.keys())})"
             )
         where = evaluation_device(device, field="evaluate.device")
-        Precision.parse(precision, "evaluate.precision").check_device(
-            where.type, "evaluate.precision"
-        )
+        parsed = Precision.parse(precision, "evaluate.precision")
+        parsed.check_device(where.type, "evaluate.precision")
         instances = dataset_dict[split]
         model.to(where)
         scores = score_choices(
-            model, instances, batch_size, max_length, where, precision, progress=True
+            model, instances, batch_size, max_length, where, parsed, progress=True
         )
         metrics = metrics_from_scores(instances, scores)
         self.logger.info("%s: %s", split, metrics)
@@ -225,16 +299,3 @@ class MetricsReport(Step[Report]):
         super().ensure_result(workspace)
         if workspace is not None:
             print_report(workspace.step_cache[self], workspace.step_info(self).result_location)
-
-
-def print_report(report: Report, location: str | None = None) -> None:
-    table = Table(title=report.title)
-    table.add_column("run", style="cyan")
-    for column in report.columns:
-        table.add_column(column, justify="right")
-    for name, row in report.rows.items():
-        table.add_row(name, *(format_value(row.get(column)) for column in report.columns))
-    console = Console()
-    console.print(table)
-    if location:
-        console.print(f"report.md / report.csv in {location}")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tango.common import Registrable
+from tango.common.exceptions import ConfigurationError
 
 
 class TaskDataError(ValueError):
@@ -223,11 +224,26 @@ class SyntheticTask(Task):
         num_choices: int = 4,
         sizes: Mapping[str, int] | None = None,
     ):
+        for field, value in (("num_keys", num_keys), ("num_attributes", num_attributes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(
+                    f"task.{field}: must be a whole number >= 1, got {value!r}"
+                )
         if not 2 <= num_choices <= num_attributes:
-            raise ValueError(
-                f"num_choices must be between 2 and num_attributes ({num_attributes}), "
+            raise ConfigurationError(
+                f"task.num_choices: must be between 2 and num_attributes ({num_attributes}), "
                 f"got {num_choices}"
             )
+        if num_keys + num_attributes > MAX_WORDS:
+            raise ConfigurationError(
+                f"task.num_keys + task.num_attributes: at most {MAX_WORDS} distinct made-up "
+                f"words exist, got {num_keys} + {num_attributes}"
+            )
+        for split, size in (sizes or {}).items():
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise ConfigurationError(
+                    f"task.sizes.{split}: must be a whole number >= 0, got {size!r}"
+                )
         self.seed = seed
         self.num_keys = num_keys
         self.num_attributes = num_attributes
@@ -265,11 +281,15 @@ class SyntheticTask(Task):
         )
 
 
+CONSONANTS, VOWELS = "bdfgklmnprstvz", "aeiou"
+MAX_WORDS = (len(CONSONANTS) * len(VOWELS)) ** 2  # two consonant-vowel syllables
+
+
 def _made_up_words(rng: random.Random, count: int) -> list[str]:
-    consonants, vowels = "bdfgklmnprstvz", "aeiou"
-    words: list[str] = []
+    """`count` distinct two-syllable words; `count` must not exceed :data:`MAX_WORDS`."""
+    consonants, vowels = CONSONANTS, VOWELS
+    words: dict[str, None] = {}  # insertion-ordered set
     while len(words) < count:
         word = "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(2))
-        if word not in words:
-            words.append(word)
-    return words
+        words.setdefault(word)
+    return list(words)

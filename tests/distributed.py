@@ -1,4 +1,8 @@
-"""Run a function on N processes with gloo on CPU, as the engines do in `torch::train`."""
+"""Run a function on N processes with gloo on CPU, as the engines do in training.
+
+The parent holds the rendezvous store (bound once, on a port the OS picks), so concurrent test
+runs never race for a port.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +10,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from catwalk_steps.steps import free_port
+from catwalk_steps.distributed import (
+    connect_store,
+    destroy_process_group_if_initialized,
+    init_process_group,
+    start_store,
+)
 
 
 def _worker(rank, world_size, port, fn, args, init, out_dir):
     torch.set_num_threads(1)
     if init:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
-        )
+        store = connect_store("127.0.0.1", port, world_size, timeout_s=60)
+        init_process_group("cpu", rank, world_size, store, timeout_s=120)
     try:
         result = fn(rank, world_size, port, *args)
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        destroy_process_group_if_initialized()
 
 
 def run_distributed(
@@ -31,12 +37,16 @@ def run_distributed(
 ) -> list:
     """`fn(rank, world_size, port, *args)` on every rank; returns each rank's result.
 
-    With `init=False` the function starts the process group itself (engines do) on `port`.
+    With `init=True` every rank has joined a gloo process group when `fn` starts. With
+    `init=False` the function starts one itself (engines do), with `store_port` as its
+    rendezvous: connect with `catwalk_steps.distributed.connect_store`.
     `fn` must be importable (module level) so spawned processes can find it.
     """
     out_dir = tmp_path / "results"
     out_dir.mkdir(exist_ok=True)
+    store = start_store(world_size)
     mp.spawn(
-        _worker, args=(world_size, free_port(), fn, args, init, str(out_dir)), nprocs=world_size
+        _worker, args=(world_size, store.port, fn, args, init, str(out_dir)), nprocs=world_size
     )
+    del store
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(world_size)]

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from catwalk_steps.checkpoints import check_full_weights, tied_parameter_names, worker_rank
+from catwalk_steps.checkpoints import check_full_weights, tied_parameter_names
 from catwalk_steps.models import RankClassifier
 
 from .conftest import TINY_GPT2
@@ -31,10 +29,3 @@ def test_tied_weights_may_be_absent_and_nothing_else(model):
     renamed = {name.replace("lm.", "_fsdp_wrapped_module.lm.") for name in names}
     with pytest.raises(RuntimeError, match="unexpected: \\['_fsdp_wrapped_module"):
         check_full_weights(model, renamed, "weights.pt")
-
-
-def test_worker_files_sort_by_rank_not_by_name():
-    paths = [Path(f"worker{rank}_model.pt") for rank in (10, 2, 1, 0)]
-    assert [worker_rank(p) for p in sorted(paths, key=worker_rank)] == [0, 1, 2, 10]
-    with pytest.raises(ValueError, match="not a Tango worker model file"):
-        worker_rank(Path("worker0_optimizer.pt"))

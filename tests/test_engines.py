@@ -71,7 +71,7 @@ def wrapped_units(rank, world_size, port, work_dir):
 
 @pytest.mark.distributed
 def test_fsdp_units_are_the_regex_matches_nested_included(tmp_path):
-    units = run_distributed(wrapped_units, tmp_path, str(tmp_path), init=False)[0]
+    units = run_distributed(wrapped_units, tmp_path, str(tmp_path), init=True)[0]
     inner = "_fsdp_wrapped_module._fpw_module"
     assert units == [
         "",
@@ -109,9 +109,7 @@ def cpu_workers_on_a_gpu_machine(rank, world_size, port, work_dir):
 
 @pytest.mark.distributed
 def test_fsdp_on_cpu_workers_stays_on_the_cpu_where_cuda_is_available(tmp_path):
-    for result in run_distributed(
-        cpu_workers_on_a_gpu_machine, tmp_path, str(tmp_path), init=False
-    ):
+    for result in run_distributed(cpu_workers_on_a_gpu_machine, tmp_path, str(tmp_path), init=True):
         assert result["units"] == 3  # two blocks and the root
         assert result["compute_devices"] == {"cpu"}
         assert result["parameter_devices"] == {"cpu"}
@@ -136,7 +134,7 @@ def mismatched_units(rank, world_size, port, work_dir):
 
 @pytest.mark.distributed
 def test_units_wrapped_by_the_model_block_must_match_the_engine_precision(tmp_path):
-    message = run_distributed(mismatched_units, tmp_path, str(tmp_path), init=False)[0]
+    message = run_distributed(mismatched_units, tmp_path, str(tmp_path), init=True)[0]
     assert message is not None and message.startswith(
         "model: FSDP unit 'lm.transformer.h.0' was wrapped with mixed_precision=True "
         "(torch.float16)"
@@ -159,9 +157,9 @@ def train_save_resume(rank, world_size, port, work_dir):
     engine.backward(third)
     engine.step()
     after = {k: v.clone() for k, v in engine.model.state_dict().items()}
-    torch.distributed.destroy_process_group()
 
-    resumed = fairscale_engine(rank, world_size, port + 1, work_dir, modules_to_wrap=[BLOCKS])
+    # A new engine in the same process group, as a restarted worker builds one.
+    resumed = fairscale_engine(rank, world_size, port, work_dir, modules_to_wrap=[BLOCKS])
     state = resumed.load_checkpoint(work_dir / "ckpt")
     again, _ = resumed.forward_train(batch(rank), 0, 1)
     resumed.backward(again)
@@ -181,7 +179,7 @@ def train_save_resume(rank, world_size, port, work_dir):
 
 @pytest.mark.distributed
 def test_a_nested_fsdp_checkpoint_resumes_where_it_stopped(tmp_path):
-    results = run_distributed(train_save_resume, tmp_path, str(tmp_path), init=False)
+    results = run_distributed(train_save_resume, tmp_path, str(tmp_path), init=True)
     for result in results:
         assert result["state"] == {"training_steps": 2}
         assert result["again"] == pytest.approx(result["third"], rel=1e-6)

@@ -52,6 +52,7 @@ class FakeEngine(CatwalkEngineMixin):
         self.precision = Precision.parse(precision)
         self.train_config = FakeConfig()
         self.device = torch.device("cpu")
+        self.max_grad_norm = None
         self.steps_taken = 6
         self.optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
         self.model = lambda **batch: {"loss": torch.tensor(loss)}

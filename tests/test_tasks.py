@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from tango.common.det_hash import det_hash
+from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps.tasks import (
     MultipleChoiceInstance,
@@ -179,9 +180,35 @@ def test_synthetic_task_answers_follow_one_hidden_mapping():
     assert len(answers) == task.num_keys
 
 
-def test_synthetic_task_rejects_bad_settings():
-    with pytest.raises(ValueError, match="num_choices must be between 2 and num_attributes"):
-        SyntheticTask(num_choices=9, num_attributes=8)
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"num_choices": 9, "num_attributes": 8},
+            "task.num_choices: must be between 2 and num_attributes (8), got 9",
+        ),
+        ({"num_keys": 0}, "task.num_keys: must be a whole number >= 1, got 0"),
+        ({"num_attributes": "8"}, "task.num_attributes: must be a whole number >= 1, got '8'"),
+        (
+            # More words than two syllables can make: fails at once instead of looping forever.
+            {"num_keys": 5000},
+            "task.num_keys + task.num_attributes: at most 4900 distinct made-up words exist",
+        ),
+        ({"sizes": {"train": -1}}, "task.sizes.train: must be a whole number >= 0, got -1"),
+    ],
+)
+def test_bad_synthetic_settings_are_configuration_errors(kwargs, message):
+    with pytest.raises(ConfigurationError) as error:
+        SyntheticTask(**kwargs)
+    assert str(error.value).startswith(message)
+
+
+def test_synthetic_task_can_use_every_word_it_can_make():
+    task = SyntheticTask(num_keys=4892, num_attributes=8, sizes={"train": 1})
+    assert len(set(task.keys) | set(task.attributes)) == 4900
+
+
+def test_synthetic_task_rejects_bad_splits():
     with pytest.raises(TaskDataError, match="unknown split 'dev'"):
         SyntheticTask().load(["dev"])
     with pytest.raises(TaskDataError, match="split 'train' is empty"):

@@ -4,23 +4,33 @@ by regex, a clear stop on a non-finite loss, and CPU threads shared fairly betwe
 
 from __future__ import annotations
 
-import atexit
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
 from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import Model, TrainConfig
+from tango.integrations.torch import LRScheduler, Model, Optimizer, TrainConfig, TrainingEngine
 from tango.integrations.torch.util import move_to_device
 
+from ..checkpoints import MODEL_FILE, TRAINER_FILE, full_model_state, load_file
+from ..distributed import (
+    barrier,
+    cuda_device_for,
+    distributed_position,
+    init_process_group,
+    register_teardown,
+)
+from ..files import torch_save_atomic
+from ..optim import full_optimizer_state
 from ..precision import Precision
+from ..train_config import local_world_size
 from ..wrapping import checkpoint_activations, match_modules
 
-
-def destroy_process_group_if_initialized() -> None:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+OPTIMIZER_FILE = "optimizer.pt"
+LR_SCHEDULER_FILE = "lr_scheduler.pt"
+GRAD_SCALER_FILE = "grad_scaler.pt"
 
 
 class NonFiniteLossError(RuntimeError):
@@ -37,10 +47,65 @@ def non_finite_loss_message(step: int, loss: float, precision: Precision, clippi
     return f"training step {step}: loss is {loss} ({cause})"
 
 
+def ensure_process_group(train_config: TrainConfig, always: bool) -> None:
+    """Joins the run's process group unless this process already has one.
+
+    `catwalk::train` starts the group before it builds the engine. Under Tango's own
+    `torch::train` the engine starts it, as Tango's engines do (`tcp://` on the configured
+    port). With `always`, a single worker gets a one-process group: sharded engines need one.
+    """
+    cuda_device_for(train_config.worker_local_default_device)
+    if torch.distributed.is_initialized():
+        if torch.distributed.get_world_size() != train_config.world_size:
+            raise RuntimeError(
+                f"process group of {torch.distributed.get_world_size()} ranks, but the training "
+                f"config says {train_config.world_size}"
+            )
+        return
+    if train_config.is_distributed:
+        torch.distributed.init_process_group(
+            backend="nccl" if train_config.device_type == "cuda" else "gloo",
+            init_method=f"tcp://{train_config.distributed_address}:{train_config.distributed_port}",
+            world_size=train_config.world_size,
+            rank=train_config.worker_id,
+        )
+        register_teardown()
+    elif always:
+        init_process_group(train_config.device_type, rank=0, world_size=1)
+
+
 class CatwalkEngineMixin:
-    """Behaviour shared by the catwalk engines; mixed in before a Tango `TrainingEngine`."""
+    """Behaviour shared by the catwalk engines; mixed in before a Tango `TrainingEngine`.
+
+    The engines are Tango engines (`TorchTrainingEngine` and its subclasses), but they are built
+    by :meth:`_start`, not by Tango's constructors: those start a process group of their own
+    (and FairScale's refuses a single worker). What the mixin needs of the Tango engine:
+    """
 
     train_config: TrainConfig
+    model: Model
+    optimizer: Optimizer
+    lr_scheduler: LRScheduler | None
+    grad_scaler: Any  # torch's or FairScale's grad scaler; None unless precision is fp16
+    device: torch.device  # the worker's device, where the model lives and batches go
+    max_grad_norm: float | None
+    needs_process_group: bool = False  # sharded engines need one even for a single worker
+
+    def _start(
+        self,
+        train_config: TrainConfig,
+        model: Lazy[Model],
+        optimizer: Lazy[Optimizer],
+        lr_scheduler: Lazy[LRScheduler] | None,
+        max_grad_norm: float | None,
+    ) -> None:
+        """What Tango's `TorchTrainingEngine.__init__` does, with our process-group rule; then
+        Tango's `TrainingEngine.__init__` builds the model, optimizer and scheduler."""
+        self.device = train_config.worker_local_default_device
+        self.max_grad_norm = max_grad_norm
+        self.grad_scaler = None
+        ensure_process_group(train_config, always=self.needs_process_group)
+        TrainingEngine.__init__(self, train_config, model, optimizer, lr_scheduler=lr_scheduler)  # type: ignore[arg-type]
 
     def _configure(
         self,
@@ -59,13 +124,9 @@ class CatwalkEngineMixin:
                 "training_engine.activation_checkpointing: name the modules in 'modules_to_wrap'"
             )
         self.steps_taken = 0
-        if train_config.is_distributed:
-            # Tango's workers exit with the process group alive; tearing it down first lets its
-            # communication threads end before the interpreter does.
-            atexit.register(destroy_process_group_if_initialized)
         if train_config.device_type == "cpu":
             # N ranks on one machine each spinning all cores' worth of threads slow each other down.
-            share = max(1, (os.cpu_count() or 1) // train_config.world_size)
+            share = max(1, (os.cpu_count() or 1) // local_world_size(train_config))
             torch.set_num_threads(cpu_threads or share)
 
     def _build_model(self, model: Model | Lazy[Model]) -> Model:
@@ -87,7 +148,7 @@ class CatwalkEngineMixin:
             outputs = self.model(**micro_batch)
         loss = outputs["loss"]
         if not torch.isfinite(loss):
-            clipping = getattr(self, "max_grad_norm", None) is not None
+            clipping = self.max_grad_norm is not None
             step = self.steps_taken + 1
             raise NonFiniteLossError(
                 non_finite_loss_message(step, loss.item(), self.precision, clipping)
@@ -105,7 +166,82 @@ class CatwalkEngineMixin:
         super().step()  # type: ignore[misc]
         self.steps_taken += 1
 
-    def load_checkpoint(self, checkpoint_dir) -> dict[str, Any]:
-        state = super().load_checkpoint(checkpoint_dir)  # type: ignore[misc]
+    # --- Checkpoint state, the same whatever the number of ranks --------------------------------
+    # A checkpoint holds the whole model and the whole optimizer state (consolidated where they
+    # are sharded), so a run can resume on another device_count. Every rank calls save_state and
+    # load_state; only rank 0 writes. FSDP2 overrides both with sharded DCP checkpoints.
+
+    checkpoint_format = "full"
+
+    def full_model_state(self) -> dict[str, torch.Tensor] | None:
+        """The whole model's state dict on rank 0 (None elsewhere). Collective."""
+        return self.get_model_state() if distributed_position()[0] == 0 else None  # type: ignore[attr-defined]
+
+    def full_optimizer_state(self) -> dict | None:
+        """The whole optimizer state on rank 0 (None elsewhere). Collective."""
+        return full_optimizer_state(self.optimizer)
+
+    def load_full_model_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.load_model_state(state)  # type: ignore[attr-defined]
+
+    def load_full_optimizer_state(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
+    def save_state(self, directory: Path) -> None:
+        """Model, optimizer, LR scheduler and grad scaler into `directory`. Collective."""
+        model_state = self.full_model_state()
+        optimizer_state = self.full_optimizer_state()
+        if distributed_position()[0] != 0:
+            return
+        torch_save_atomic(model_state, directory / MODEL_FILE)
+        torch_save_atomic(optimizer_state, directory / OPTIMIZER_FILE)
+        if self.lr_scheduler is not None:
+            torch_save_atomic(self.lr_scheduler.state_dict(), directory / LR_SCHEDULER_FILE)
+        if self.grad_scaler is not None:
+            torch_save_atomic(self.grad_scaler.state_dict(), directory / GRAD_SCALER_FILE)
+
+    def read_state(self, directory: Path) -> dict[str, Any]:
+        """Reads what :meth:`save_state` wrote, without applying it (no collectives), so that a
+        damaged file fails on its own rank before any rank starts loading."""
+        payload = {
+            "model": load_file(directory / MODEL_FILE),
+            "optimizer": load_file(directory / OPTIMIZER_FILE),
+        }
+        for key, name in (("lr_scheduler", LR_SCHEDULER_FILE), ("grad_scaler", GRAD_SCALER_FILE)):
+            if (directory / name).is_file():
+                payload[key] = load_file(directory / name)
+        return payload
+
+    def apply_state(self, payload: dict[str, Any]) -> None:
+        """Loads what :meth:`read_state` read onto this rank (its shard, where it is sharded)."""
+        self.load_full_model_state(payload["model"])
+        self.load_full_optimizer_state(payload["optimizer"])
+        if self.lr_scheduler is not None and "lr_scheduler" in payload:
+            self.lr_scheduler.load_state_dict(payload["lr_scheduler"])
+        if self.grad_scaler is not None and "grad_scaler" in payload:
+            self.grad_scaler.load_state_dict(payload["grad_scaler"])
+
+    def load_state(self, directory: Path) -> None:
+        self.apply_state(self.read_state(directory))
+
+    # Tango's checkpoint interface, for engines driven by Tango's own `torch::train` loop.
+
+    def save_checkpoint(self, checkpoint_dir: Path, client_state: dict[str, Any]) -> None:
+        checkpoint_dir = Path(checkpoint_dir)
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self.save_state(checkpoint_dir)
+        if distributed_position()[0] == 0:
+            torch_save_atomic(client_state, checkpoint_dir / TRAINER_FILE)
+        barrier()
+
+    def load_checkpoint(self, checkpoint_dir: Path) -> dict[str, Any]:
+        checkpoint_dir = Path(checkpoint_dir)
+        self.load_state(checkpoint_dir)
+        state = load_file(checkpoint_dir / TRAINER_FILE)
         self.steps_taken = state["training_steps"]
         return state
+
+    def save_complete_weights_from_checkpoint(
+        self, checkpoint_dir: Path, weights_path: Path
+    ) -> None:
+        torch_save_atomic(full_model_state(Path(checkpoint_dir)), Path(weights_path))

@@ -24,6 +24,10 @@ they step aside and FairScale runs unchanged. What it patches, and why:
   elements (same memory layout, same result).
 * ``torch.Tensor.record_stream`` (global, unavoidable: it is a tensor method) ignores calls made
   with the no-op stream, which only the patched FSDP module can hold. Other calls are unchanged.
+* ``FullyShardedDataParallel._gather_optim_state`` (used by ``gather_full_optim_state_dict``)
+  reuses one all-gather buffer for every state tensor of a parameter and keeps each result with
+  ``.cpu()``, which copies on CUDA but not on the CPU: every gathered state (``exp_avg``,
+  ``exp_avg_sq``) would silently be the last one. On CPU workers it gathers one state at a time.
 
 Checked against fairscale 0.4.13 and torch 2.13.0 (CPU build), gloo, 2 processes: losses match
 single-process training for root-only and nested FSDP, with torch's or FairScale's activation
@@ -260,6 +264,34 @@ def _patch_record_stream() -> None:
     torch.Tensor.record_stream = record_stream
 
 
+def _patch_fsdp_gather_optim_state() -> None:
+    """Gather optimizer states one at a time on CPU workers, so none share a buffer.
+
+    Private: wraps ``FullyShardedDataParallel._gather_optim_state(sd_state)``, which maps
+    {unit: {state name: tensor or value}} to (gathered, singleton) dicts of the same shape
+    (fairscale 0.4.13). Same collectives, in the same order, as the original.
+    """
+    from fairscale.nn.data_parallel import FullyShardedDataParallel
+
+    original = FullyShardedDataParallel._gather_optim_state
+
+    @functools.wraps(original)
+    def gather_optim_state(self: FullyShardedDataParallel, sd_state: dict) -> tuple[dict, dict]:
+        if not _cpu_worker():
+            return original(self, sd_state)
+        gathered: dict = {}
+        singleton: dict = {}
+        for unit, states in sd_state.items():
+            gathered[unit], singleton[unit] = {}, {}
+            for name, value in states.items():
+                one, one_singleton = original(self, {unit: {name: value}})
+                gathered[unit].update(one[unit])
+                singleton[unit].update(one_singleton[unit])
+        return gathered, singleton
+
+    FullyShardedDataParallel._gather_optim_state = gather_optim_state
+
+
 def use_worker_device(device: torch.device | str) -> None:
     """Tell FairScale FSDP where this worker computes; see the module docstring.
 
@@ -276,4 +308,5 @@ def use_worker_device(device: torch.device | str) -> None:
         _patch_fsdp_grad_norm()
         _patch_bucketer_reduce_scatter()
         _patch_record_stream()
+        _patch_fsdp_gather_optim_state()
         _installed = True

@@ -4,6 +4,8 @@ Also the model constructors `catwalk::with_wrapped_modules` and (replacing Tango
 same parameters) `fairscale::with_wrapped_modules`, for configs that wrap inside the model block.
 """
 
+import logging
+
 import torch
 from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
 from fairscale.optim.grad_scaler import ShardedGradScaler
@@ -18,7 +20,7 @@ from tango.integrations.torch import (
     TrainingEngine,
 )
 
-from ..checkpoints import consolidate_fairscale_shards, save_atomic
+from ..distributed import distributed_position
 from ..precision import Precision
 from ..wrapping import checkpoint_activations, match_modules, wrap_modules
 from .base import CatwalkEngineMixin
@@ -41,8 +43,12 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
     :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks.
 
     Every unit computes on the worker's device; on CPU workers (also on a GPU machine),
-    :mod:`~catwalk_steps.engines.fairscale_cpu` lets FSDP run with gloo.
+    :mod:`~catwalk_steps.engines.fairscale_cpu` lets FSDP run with gloo. A single worker
+    (`device_count: 1`) gets a one-process group: FSDP on one GPU still gives mixed precision
+    and CPU offload.
     """
+
+    needs_process_group = True
 
     def __init__(
         self,
@@ -68,15 +74,11 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
         self._configure(
             train_config, precision, modules_to_wrap, activation_checkpointing, cpu_threads
         )
-        super().__init__(
-            train_config,
-            model,
-            optimizer,
-            lr_scheduler=lr_scheduler,
-            max_grad_norm=max_grad_norm,
-            fsdp_config=fsdp_config,
-        )
-        self.grad_scaler = ShardedGradScaler() if self.precision.needs_grad_scaler else None
+        self.fsdp_config = fsdp_config or FSDPConfig()
+        self.logger = logging.getLogger(type(self).__name__)
+        self._start(train_config, model, optimizer, lr_scheduler, max_grad_norm)
+        if self.precision.needs_grad_scaler:
+            self.grad_scaler = ShardedGradScaler()
 
     def fsdp_kwargs(self) -> dict:
         return {
@@ -99,12 +101,39 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
             wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
         return FSDP(model, **self.fsdp_kwargs())
 
-    def load_model_state(self, state_dict: dict) -> None:
-        initialize_fsdp_units(self.model)
-        super().load_model_state(state_dict)
+    # Checkpoints hold the consolidated model and optimizer state (FairScale gathers them on
+    # every rank, rank 0 keeps them), so a run resumes on any device_count.
 
-    def save_complete_weights_from_checkpoint(self, checkpoint_dir, weights_path) -> None:
-        save_atomic(consolidate_fairscale_shards(checkpoint_dir), weights_path)
+    def full_model_state(self) -> dict[str, torch.Tensor] | None:
+        state = self.model.state_dict()  # collective: every rank gathers the full parameters
+        return state if distributed_position()[0] == 0 else None
+
+    def full_optimizer_state(self) -> dict | None:
+        state = self.model.gather_full_optim_state_dict(self.optimizer)  # collective
+        restore_step_tensors(self.optimizer)
+        return state
+
+    def load_full_model_state(self, state: dict[str, torch.Tensor]) -> None:
+        initialize_fsdp_units(self.model)
+        self.model.load_state_dict(state)
+
+    def load_full_optimizer_state(self, state: dict) -> None:
+        initialize_fsdp_units(self.model)
+        self.optimizer.load_state_dict(self.model.get_shard_from_optim_state_dict(state))
+
+
+def restore_step_tensors(optimizer: torch.optim.Optimizer) -> None:
+    """Undo FairScale's in-place change of the live optimizer state while gathering it.
+
+    `gather_full_optim_state_dict` (fairscale 0.4.13) turns each parameter's `step` into a
+    Python float in the dicts it shares with `optimizer.state`; torch's Adam-family optimizers
+    (torch >= 1.12) then fail at the next step ("`state_steps` argument must contain a list of
+    singleton tensors"). The saved copy may keep floats: `load_state_dict` converts them.
+    """
+    for state in optimizer.state.values():
+        step = state.get("step")
+        if step is not None and not torch.is_tensor(step):
+            state["step"] = torch.tensor(float(step), dtype=torch.float32)
 
 
 def initialize_fsdp_units(model: torch.nn.Module) -> None:

@@ -52,12 +52,9 @@ class CatwalkTorchEngine(CatwalkEngineMixin, TorchTrainingEngine):
         self._configure(
             train_config, precision, modules_to_wrap, activation_checkpointing, cpu_threads
         )
-        super().__init__(
-            train_config, model, optimizer, lr_scheduler=lr_scheduler, max_grad_norm=max_grad_norm
-        )
-        self.grad_scaler = (
-            torch.amp.GradScaler("cuda") if self.precision.needs_grad_scaler else None
-        )
+        self._start(train_config, model, optimizer, lr_scheduler, max_grad_norm)
+        if self.precision.needs_grad_scaler:
+            self.grad_scaler = torch.amp.GradScaler("cuda")
 
     def _construct_model(self, model: Model | Lazy[Model]) -> Model:
         model = self._build_model(model)

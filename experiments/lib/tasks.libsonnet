@@ -4,8 +4,6 @@
   synthetic: { type: 'catwalk::synthetic', seed: 1 },
 
   // PIQA from the Hugging Face hub (parquet copy, as lm-evaluation-harness uses).
+  // PIQA's distribution files on disk instead: add data_dir (see the README).
   piqa: { type: 'catwalk::piqa' },
-
-  // PIQA from its original distribution files: train.jsonl + train-labels.lst, valid.jsonl + ...
-  piqa_files(dir):: { type: 'catwalk::piqa', data_dir: dir },
 }

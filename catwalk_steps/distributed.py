@@ -1,0 +1,119 @@
+"""Process groups: ranks, rendezvous, set-up and teardown. The one module that starts them.
+
+Ports are bound once: the launcher holds the rendezvous store (a `TCPStore` server on port 0,
+or on the port a multi-node launch names), so no port is picked first and bound later by
+someone else. A one-process group needs no port at all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import socket
+
+import torch
+import torch.distributed as dist
+
+_teardown_registered = False
+
+
+def distributed_position() -> tuple[int, int]:
+    """(rank, world size) of this process; (0, 1) outside a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now. Racy by nature (someone may take it before it is
+    bound): prefer :func:`start_store`, which binds its port itself."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def backend_for(device_type: str) -> str:
+    """NCCL between GPUs, gloo between CPU processes."""
+    return "nccl" if device_type == "cuda" else "gloo"
+
+
+def start_store(
+    world_size: int, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 300.0
+) -> dist.TCPStore:
+    """The rendezvous store's server, held by the launcher; port 0 lets the OS choose one.
+
+    Workers connect with :func:`connect_store` to `store.port`.
+    """
+    return dist.TCPStore(
+        host,
+        port,
+        world_size,
+        is_master=True,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+        use_libuv=True,
+    )
+
+
+def connect_store(host: str, port: int, world_size: int, timeout_s: float) -> dist.TCPStore:
+    return dist.TCPStore(
+        host,
+        port,
+        world_size,
+        is_master=False,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        use_libuv=True,
+    )
+
+
+def init_process_group(
+    device_type: str,
+    rank: int,
+    world_size: int,
+    store: dist.Store | None = None,
+    timeout_s: float = 1800.0,
+    device: torch.device | None = None,
+) -> None:
+    """Joins the default process group; a one-process group needs no store (`HashStore`)."""
+    if device is not None:
+        cuda_device_for(device)
+    if store is None:
+        if world_size != 1:
+            raise ValueError("a process group of several ranks needs a rendezvous store")
+        store = dist.HashStore()
+    dist.init_process_group(
+        backend_for(device_type),
+        store=store,
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    register_teardown()
+
+
+def destroy_process_group_if_initialized() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def register_teardown() -> None:
+    """Tear the process group down at exit, before the interpreter stops its threads.
+
+    Idempotent: one `atexit` handler per process, however many engines are built.
+    """
+    global _teardown_registered
+    if not _teardown_registered:
+        atexit.register(destroy_process_group_if_initialized)
+        _teardown_registered = True
+
+
+def barrier() -> None:
+    """Waits for every rank; nothing to wait for outside a process group."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def cuda_device_for(device: torch.device) -> None:
+    """Make `device` the current CUDA device (NCCL needs it); nothing on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)

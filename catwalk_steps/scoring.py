@@ -1,0 +1,83 @@
+"""The arithmetic of rank classification: continuation log-probabilities, choice metrics, losses.
+
+Everything here is in float32 whatever the autocast dtype, and knows nothing of devices or
+distribution: tensors arrive where they should be.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def continuation_log_probs(
+    lm: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    continuation_mask: torch.Tensor,
+    logits_from: int = 1,
+    supports_logits_to_keep: bool = False,
+) -> torch.Tensor:
+    """Sum of log p(token | prefix) over each sequence's continuation tokens, in float32.
+
+    Sequences are right-padded, so padding never changes the scores of real tokens. No
+    continuation token sits before position `logits_from`, so logits are only computed from
+    position `logits_from - 1` on when the model supports it, and the vocabulary-sized
+    log-softmax only runs over continuation positions.
+    """
+    length = input_ids.size(1)
+    keep = length - logits_from + 1
+    kwargs = {"logits_to_keep": keep} if supports_logits_to_keep else {}
+    logits = lm(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs
+    ).logits
+    predicting = logits[:, -keep:-1]  # logits at positions logits_from-1 .. length-2
+    targets = input_ids[:, logits_from:]
+    mask = continuation_mask[:, logits_from:]
+    rows = torch.arange(input_ids.size(0), device=input_ids.device)[:, None].expand_as(mask)[mask]
+    token_logits = predicting[mask].float()
+    token_log_probs = token_logits.log_softmax(dim=-1).gather(-1, targets[mask][:, None])[:, 0]
+    scores = torch.zeros(input_ids.size(0), dtype=torch.float32, device=input_ids.device)
+    return scores.index_add(0, rows, token_log_probs)
+
+
+def choice_metrics(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    choice_chars: torch.Tensor,
+    weights: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Weighted counts of right answers by raw score and by score per character.
+
+    `scores` and `choice_chars` are [instances, choices]; absent choices score -inf.
+    """
+    right = (scores.argmax(dim=1) == labels).float()
+    right_norm = ((scores / choice_chars.clamp(min=1)).argmax(dim=1) == labels).float()
+    return {
+        "correct": (right * weights).sum(),
+        "correct_norm": (right_norm * weights).sum(),
+        "count": weights.sum(),
+    }
+
+
+def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Mean over instances; padding instances (weight 0) count for nothing."""
+    return (values * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def lm_loss(
+    right_scores: torch.Tensor,
+    right_continuation_mask: torch.Tensor,
+    right_instances: torch.Tensor,
+    labels: torch.Tensor,
+    weights: torch.Tensor,
+) -> torch.Tensor:
+    """Mean over instances of the right continuation's mean token NLL.
+
+    `right_*` describe the right choices' sequences. Averaging per instance (not per token)
+    keeps the loss of a batch independent of how it is split across ranks or micro-batches.
+    """
+    num_tokens = right_continuation_mask.sum(dim=1).clamp(min=1)
+    per_instance = torch.zeros_like(labels, dtype=torch.float32).index_put(
+        (right_instances,), -right_scores / num_tokens
+    )
+    return weighted_mean(per_instance, weights)

@@ -1,0 +1,100 @@
+"""Validation metrics are exact over uneven batches and ranks; the history survives a resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tango.integrations.torch import TrainConfig
+
+from catwalk_steps.callbacks import HISTORY_FILE, RunMetrics
+
+from .distributed import run_distributed
+
+
+def outputs(correct: float, correct_norm: float, count: float, loss: float) -> dict:
+    return {
+        "correct": torch.tensor(correct),
+        "correct_norm": torch.tensor(correct_norm),
+        "count": torch.tensor(count),
+        "loss": torch.tensor(loss),
+    }
+
+
+def callback(work_dir: Path, world_size: int = 1, rank: int = 0) -> RunMetrics:
+    config = TrainConfig(
+        "test", work_dir, worker_id=rank, is_distributed=world_size > 1, world_size=world_size
+    )
+    return RunMetrics(None, config, None, None, None)
+
+
+def validate(metrics: RunMetrics, batches: list[dict], step: int = 9) -> list[dict]:
+    seen = []
+    for val_step, batch in enumerate(batches):
+        metrics.pre_val_batch(step, val_step, 0, None)
+        metrics.post_val_batch(step, val_step, 0, batch)
+        seen.append({k: float(v) for k, v in batch.items() if k in ("acc", "loss")})
+    metrics.post_val_loop(step, 0, seen[-1]["acc"], seen[-1]["acc"])
+    return seen
+
+
+def test_metrics_are_exact_over_uneven_batches_not_a_mean_of_batch_means(tmp_path):
+    metrics = callback(tmp_path)
+    # 3 of 4 right, then 0 of 1 right: the mean of batch accuracies would say 0.375.
+    seen = validate(metrics, [outputs(3, 2, 4, 0.5), outputs(0, 1, 1, 2.0)])
+    assert seen[-1]["acc"] == pytest.approx(3 / 5)
+    assert seen[-1]["loss"] == pytest.approx((0.5 * 4 + 2.0 * 1) / 5)
+    assert metrics.metrics()["acc_norm"] == pytest.approx(3 / 5)
+    [entry] = metrics.history["validation"]
+    assert entry == {
+        "step": 10,
+        "acc": 0.6,
+        "acc_norm": 0.6,
+        "loss": pytest.approx(0.8),
+        "count": 5,
+    }
+
+
+def test_a_new_validation_starts_from_zero_and_history_is_written(tmp_path):
+    import json
+
+    metrics = callback(tmp_path)
+    validate(metrics, [outputs(1, 1, 1, 1.0)], step=4)
+    validate(metrics, [outputs(0, 0, 2, 1.0)], step=9)
+    assert [v["acc"] for v in metrics.history["validation"]] == [1.0, 0.0]
+    written = json.loads((tmp_path / HISTORY_FILE).read_text())
+    assert written == metrics.history
+
+
+def test_the_history_resumes_from_the_checkpointed_state(tmp_path):
+    metrics = callback(tmp_path)
+    metrics.log_batch(0, 0, 2.5, [])
+    validate(metrics, [outputs(1, 1, 2, 1.0)], step=0)
+    state = metrics.state_dict()
+    metrics.log_batch(1, 0, 2.0, [])  # after the checkpoint: lost with the crash
+    resumed = callback(tmp_path)
+    resumed.load_state_dict(state)
+    assert resumed.history == {
+        "train": [{"step": 1, "loss": 2.5}],
+        "validation": [metrics.history["validation"][0]],
+    }
+
+
+def uneven_ranks(rank, world_size, port, work_dir):
+    metrics = callback(Path(work_dir), world_size, rank)
+    # Rank 0 sees 4 instances in its two batches, rank 1 sees 3 (one zero-weight padding item).
+    batches = {
+        0: [outputs(2, 2, 2, 1.0), outputs(1, 0, 2, 3.0)],
+        1: [outputs(0, 1, 2, 2.0), outputs(1, 1, 1, 4.0)],
+    }[rank]
+    return validate(metrics, batches)[-1] | metrics.metrics()
+
+
+@pytest.mark.distributed
+def test_metrics_are_exact_across_ranks(tmp_path):
+    for result in run_distributed(uneven_ranks, tmp_path, str(tmp_path)):
+        assert result["count"] == 7
+        assert result["acc"] == pytest.approx(4 / 7)
+        assert result["acc_norm"] == pytest.approx(4 / 7)
+        assert result["loss"] == pytest.approx((2 + 6 + 4 + 4) / 7)
