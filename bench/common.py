@@ -43,22 +43,50 @@ def gpt2_spec(layers: int, width: int, length: int, vocab: int | None = None) ->
     }
 
 
-def engine_inputs(model: dict, work_dir: Path, rank: int, world_size: int, port: int, **config):
-    """(TrainConfig, lazy model, lazy AdamW) as `torch::train` hands them to an engine."""
-    from tango.common import Lazy, Params
-    from tango.integrations.torch import Model, Optimizer, TrainConfig
+def engine_inputs(model: dict, work_dir: Path, rank: int, world_size: int, device: str = "cpu"):
+    """(train config, lazy model, lazy AdamW) as `catwalk::train` hands them to an engine.
 
-    train_config = TrainConfig(
+    With several ranks the caller has joined the process group (:func:`spawn_ranks`); a sharded
+    engine starts a one-process group itself.
+    """
+    from tango.common import Lazy, Params
+    from tango.integrations.torch import Model, Optimizer
+
+    from catwalk_steps.train_config import NodeAwareTrainConfig
+
+    train_config = NodeAwareTrainConfig(
         step_id="bench",
         work_dir=work_dir,
         worker_id=rank,
-        is_distributed=True,  # FairScale's engine insists, even at world size 1
+        is_distributed=world_size > 1,
         world_size=world_size,
-        distributed_port=port,
-        **{"devices": [-1] * world_size, **config},
+        local_rank=rank,
+        local_world_size=world_size,
+        device=device,
     )
     optimizer = Lazy(Optimizer, Params({"type": "torch::AdamW", "lr": 1e-4}))
     return train_config, Lazy(Model, Params(model)), optimizer
+
+
+def _rank_main(rank, world_size, port, fn, args):
+    from catwalk_steps.distributed import connect_store, init_process_group
+
+    if world_size > 1:
+        store = connect_store("127.0.0.1", port, world_size, timeout_s=120)
+        init_process_group("cpu", rank, world_size, store)
+    fn(rank, world_size, *args)
+
+
+def spawn_ranks(fn, world_size: int, *args) -> None:
+    """`fn(rank, world_size, *args)` in `world_size` fresh processes (a process group when
+    there are several; the rendezvous store is held here, its port bound once)."""
+    import torch.multiprocessing as mp
+
+    from catwalk_steps.distributed import start_store
+
+    store = start_store(world_size)
+    mp.spawn(_rank_main, args=(world_size, store.port, fn, args), nprocs=world_size)
+    del store
 
 
 def machine() -> dict:

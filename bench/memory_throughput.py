@@ -1,11 +1,12 @@
-"""Benchmark: memory and speed of DDP against FairScale FSDP, 2 processes on CPU (gloo).
+"""Benchmark: memory and speed of DDP, FairScale FSDP and FSDP2, 2 processes on CPU (gloo).
 
     .venv/bin/python bench/memory_throughput.py [--layers 12] [--steps 5] [--batch 4]
 
 Same model (GPT-2 small's architecture: 12 blocks of width 768, byte-level vocabulary, about
 86M parameters), same batches (4 sequences x 128 tokens per rank), AdamW, float32, through the
-catwalk engines. Variants: DDP; FSDP with the root only; FSDP with every block its own unit;
-the same plus activation checkpointing. Per rank it reports:
+catwalk engines. Variants: DDP; FairScale FSDP and FSDP2 each with the root only, with every
+block its own unit, the same plus activation checkpointing; FSDP2 with blocks wrapped in bf16.
+Per rank it reports:
 
 - model-state bytes: parameters + gradients + optimizer state the rank actually holds;
 - peak process memory during training (the RSS high-water mark, reset after two warm-up
@@ -28,22 +29,33 @@ import time
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import engine_inputs, gpt2_spec, machine, write_results  # noqa: E402
+from common import engine_inputs, gpt2_spec, machine, spawn_ranks, write_results  # noqa: E402
 
 WORLD_SIZE = 2
 BLOCKS = r"transformer\.h\.[0-9]+"
 VARIANTS = {
     "ddp": {"engine": "catwalk::torch"},
-    "fsdp (root only)": {"engine": "catwalk::fairscale"},
-    "fsdp (blocks wrapped)": {"engine": "catwalk::fairscale", "modules_to_wrap": [BLOCKS]},
-    "fsdp (blocks wrapped) + act. ckpt": {
+    "fairscale (root only)": {"engine": "catwalk::fairscale"},
+    "fairscale (blocks wrapped)": {"engine": "catwalk::fairscale", "modules_to_wrap": [BLOCKS]},
+    "fairscale (blocks wrapped) + act. ckpt": {
         "engine": "catwalk::fairscale",
         "modules_to_wrap": [BLOCKS],
         "activation_checkpointing": True,
+    },
+    "fsdp2 (root only)": {"engine": "catwalk::torch_fsdp"},
+    "fsdp2 (blocks wrapped)": {"engine": "catwalk::torch_fsdp", "modules_to_wrap": [BLOCKS]},
+    "fsdp2 (blocks wrapped) + act. ckpt": {
+        "engine": "catwalk::torch_fsdp",
+        "modules_to_wrap": [BLOCKS],
+        "activation_checkpointing": True,
+    },
+    "fsdp2 (blocks wrapped) + bf16": {
+        "engine": "catwalk::torch_fsdp",
+        "modules_to_wrap": [BLOCKS],
+        "precision": "bf16",
     },
 }
 MiB = 2**20
@@ -61,17 +73,24 @@ def reset_peak_rss() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """What this rank holds of a tensor: an FSDP2 DTensor's local shard, else the tensor."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
 def model_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
     """Bytes of parameters, gradients and optimizer state held by this rank (each tensor once)."""
     tensors = {}
     for p in model.parameters():
-        tensors[p.data_ptr()] = p
+        tensors[local(p).data_ptr()] = local(p)
         if p.grad is not None:
-            tensors[p.grad.data_ptr()] = p.grad
+            tensors[local(p.grad).data_ptr()] = local(p.grad)
     for state in optimizer.state.values():
         for value in state.values():
             if torch.is_tensor(value) and value.numel() > 1:
-                tensors[value.data_ptr()] = value
+                tensors[local(value).data_ptr()] = local(value)
     return sum(t.numel() * t.element_size() for t in tensors.values() if t.numel() > 0)
 
 
@@ -95,13 +114,13 @@ def make_batch(rank: int, batch: int, length: int) -> dict:
     return MultipleChoiceCollator("catwalk::byte_level", max_length=length)(instances)
 
 
-def worker(rank: int, variant: dict, args: argparse.Namespace, port: int, out: Path) -> None:
+def worker(rank: int, world_size: int, variant: dict, args: argparse.Namespace, out: Path) -> None:
     from tango.integrations.torch import TrainingEngine
 
     import catwalk_steps  # noqa: F401  (registers the engines)
 
     model = gpt2_spec(args.layers, args.width, args.length)
-    config, lazy_model, optimizer = engine_inputs(model, out, rank, WORLD_SIZE, port)
+    config, lazy_model, optimizer = engine_inputs(model, out, rank, world_size)
     engine_params = {k: v for k, v in variant.items() if k != "engine"}
     engine = TrainingEngine.by_name(variant["engine"])(
         config, lazy_model, optimizer, **engine_params
@@ -134,16 +153,15 @@ def worker(rank: int, variant: dict, args: argparse.Namespace, port: int, out: P
         "seconds_per_step": seconds / args.steps,
     }
     torch.save(result, out / f"rank{rank}.pt")
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
 def run_variant(name: str, variant: dict, args: argparse.Namespace) -> list[dict]:
-    from catwalk_steps.distributed import free_port
-
-    out = Path(args.work_dir) / name.replace(" ", "_").replace("(", "").replace(")", "")
+    out = Path(args.work_dir) / "".join(c if c.isalnum() else "_" for c in name)
     out.mkdir(parents=True, exist_ok=True)
     print(f"running {name} ...", flush=True)
-    mp.spawn(worker, args=(variant, args, free_port(), out), nprocs=WORLD_SIZE)
+    spawn_ranks(worker, WORLD_SIZE, variant, args, out)
     return [torch.load(out / f"rank{r}.pt") for r in range(WORLD_SIZE)]
 
 
@@ -172,7 +190,7 @@ def summarise(results: dict[str, list[dict]]) -> dict[str, dict]:
 
 def markdown(summary: dict[str, dict], args: argparse.Namespace, parameters: int) -> str:
     lines = [
-        f"DDP vs FairScale FSDP, {WORLD_SIZE} processes on CPU (gloo), GPT-2 architecture "
+        f"DDP vs FairScale FSDP vs FSDP2, {WORLD_SIZE} processes on CPU (gloo), GPT-2 architecture "
         f"({args.layers} x {args.width}, {parameters / 1e6:.0f}M parameters), "
         f"batch {args.batch} x {args.length} tokens per rank, AdamW, fp32; means over ranks.",
         "",

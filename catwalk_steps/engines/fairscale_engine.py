@@ -4,7 +4,9 @@ Also the model constructors `catwalk::with_wrapped_modules` and (replacing Tango
 same parameters) `fairscale::with_wrapped_modules`, for configs that wrap inside the model block.
 """
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import torch
 from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
@@ -109,7 +111,8 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
         return state if distributed_position()[0] == 0 else None
 
     def full_optimizer_state(self) -> dict | None:
-        state = self.model.gather_full_optim_state_dict(self.optimizer)  # collective
+        with gather_buffers_at_world_size_one(self.model):
+            state = self.model.gather_full_optim_state_dict(self.optimizer)  # collective
         restore_step_tensors(self.optimizer)
         return state
 
@@ -120,6 +123,30 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
     def load_full_optimizer_state(self, state: dict) -> None:
         initialize_fsdp_units(self.model)
         self.optimizer.load_state_dict(self.model.get_shard_from_optim_state_dict(state))
+
+
+@contextlib.contextmanager
+def gather_buffers_at_world_size_one(model: torch.nn.Module) -> Iterator[None]:
+    """Let `gather_full_optim_state_dict` run in a one-process group.
+
+    FairScale 0.4.13 sizes its gather buffer like each flat parameter's `_full_param_padded`,
+    which it only creates for sharded parameters (world size > 1): at world size 1 the gather
+    fails with "'FlatParameter' object has no attribute '_full_param_padded'". An unsharded
+    parameter's full size is its own; a meta tensor of that size stands in (only its size is
+    read) for the duration of the gather.
+    """
+    added = []
+    for unit in model.modules():
+        if isinstance(unit, FSDP):
+            for param in unit.params:
+                if not hasattr(param, "_full_param_padded"):
+                    param._full_param_padded = torch.empty(param.numel(), device="meta")
+                    added.append(param)
+    try:
+        yield
+    finally:
+        for param in added:
+            del param._full_param_padded
 
 
 def restore_step_tensors(optimizer: torch.optim.Optimizer) -> None:
