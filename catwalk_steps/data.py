@@ -206,6 +206,10 @@ class ShardedDataLoader(DataLoader):
         sampler = EpochSampler(
             padded, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=False
         )
+        # Its own generator: starting an iteration draws a seed from the loader's generator,
+        # and from torch's global one when it has none, which would shift every dropout mask
+        # after a resume mid-epoch (see `epoch_batches`).
+        kwargs.setdefault("generator", torch.Generator().manual_seed(seed))
         super().__init__(
             padded, batch_size=batch_size, collate_fn=collate_fn, sampler=sampler, **kwargs
         )
@@ -229,5 +233,6 @@ class ShardedDataLoader(DataLoader):
                 collate_fn=self.collate_fn,
                 num_workers=self.num_workers,
                 pin_memory=self.pin_memory,
+                generator=torch.Generator().manual_seed(epoch),  # never the global one
             )
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import socket
+import sys
 
 import torch
 import torch.distributed as dist
@@ -94,6 +95,20 @@ def init_process_group(
 def destroy_process_group_if_initialized() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _forget_fairscale_groups()
+
+
+def _forget_fairscale_groups() -> None:
+    """FairScale caches the groups it creates for the life of the process; after a teardown
+    they are dead, and a later run in the same process (a test, a notebook) would use them.
+
+    Private: the cache is the attribute `_global_group_cache` of
+    `fairscale.internal.parallel.get_process_group_cached` (fairscale 0.4.13).
+    """
+    parallel = sys.modules.get("fairscale.internal.parallel")
+    cached = getattr(parallel, "get_process_group_cached", None)
+    if cached is not None and hasattr(cached, "_global_group_cache"):
+        del cached._global_group_cache
 
 
 def register_teardown() -> None:

@@ -70,6 +70,7 @@ class WorkerReport:
 
 def run_training(job: TrainingJob, node_rank: int = 0) -> None:
     """Trains `job` with this node's workers; returns when every worker has finished."""
+    job.work_dir.mkdir(parents=True, exist_ok=True)
     if job.world_size == 1:
         try:
             Trainer(job, train_config_for(job, 0, 0)).run()
@@ -82,7 +83,7 @@ def run_training(job: TrainingJob, node_rank: int = 0) -> None:
         store = start_store(
             job.world_size, port=rendezvous.port, timeout_s=rendezvous.join_timeout_s
         )
-        store.set(JOB_KEY, pickle.dumps(job))
+        store.set(JOB_KEY, pickle.dumps(_with_port(job, 0, workspace=None)))
         job = _with_port(job, store.port)
         if rendezvous.num_nodes > 1:
             logger.info(
@@ -96,10 +97,10 @@ def run_training(job: TrainingJob, node_rank: int = 0) -> None:
         del store
 
 
-def _with_port(job: TrainingJob, port: int) -> TrainingJob:
+def _with_port(job: TrainingJob, port: int, **changes: Any) -> TrainingJob:
     from dataclasses import replace
 
-    return replace(job, rendezvous=replace(job.rendezvous, port=port))
+    return replace(job, rendezvous=replace(job.rendezvous, port=port), **changes)
 
 
 def start_workers(job: TrainingJob, node_rank: int) -> None:
@@ -123,8 +124,10 @@ def start_workers(job: TrainingJob, node_rank: int) -> None:
             stop(processes)
             raise
         if failed:
+            # Exit codes as they were before the others are stopped: those are the causes.
+            codes = [p.exitcode for p in processes]
             stop(processes)
-            raise failure(job, node_rank, processes, drain(errors))
+            raise failure(job, node_rank, codes, drain(errors))
 
 
 def wait_for(processes: list[multiprocessing.Process]) -> bool:
@@ -161,7 +164,7 @@ def drain(errors: Any) -> list[WorkerReport]:
 def failure(
     job: TrainingJob,
     node_rank: int,
-    processes: list[multiprocessing.Process],
+    exit_codes: list[int | None],
     reports: list[WorkerReport],
 ) -> BaseException:
     """The exception that tells what went wrong first.
@@ -173,9 +176,8 @@ def failure(
     for report in reports:
         logger.debug("rank %d failed:\n%s", report.rank, report.traceback)
     reported = {report.rank for report in reports}
-    for local_rank, process in enumerate(processes):
+    for local_rank, code in enumerate(exit_codes):
         rank = node_rank * job.local_world_size + local_rank
-        code = process.exitcode
         if code is not None and code < 0 and rank not in reported:
             name = signal.Signals(-code).name
             return WorkerFailed(
@@ -190,8 +192,7 @@ def failure(
                 if isinstance(error, BaseException):
                     return error
         return WorkerFailed(f"rank {first.rank}: {first.error_type}: {first.message}")
-    codes = {p.name: p.exitcode for p in processes}
-    return WorkerFailed(f"a worker exited without a report (exit codes {codes})")
+    return WorkerFailed(f"a worker exited without a report (exit codes by rank: {exit_codes})")
 
 
 @contextlib.contextmanager
@@ -228,8 +229,8 @@ def worker_main(job: TrainingJob, node_rank: int, local_rank: int, errors: Any) 
     if os.getppid() != parent:  # the parent died before the line above
         os._exit(1)
     rank = node_rank * job.local_world_size + local_rank
-    _prepare_worker(job, rank)
     try:
+        _prepare_worker(job, rank)
         rendezvous = job.rendezvous
         store = connect_store(
             rendezvous.host, rendezvous.port, job.world_size, rendezvous.join_timeout_s
@@ -258,7 +259,10 @@ def _prepare_worker(job: TrainingJob, rank: int) -> None:
 
     for package in job.include_package:
         import_extra_module(package)
-    initialize_worker_logging(rank)
+    try:
+        initialize_worker_logging(rank)  # records go to `tango run`'s log server
+    except ValueError:  # started outside `tango run` (tests, notebooks): log here
+        logging.basicConfig(level=logging.WARNING, format=f"rank {rank}: %(message)s")
 
 
 def report_of(rank: int, error: BaseException) -> WorkerReport:

@@ -265,6 +265,9 @@ class Trainer:
         """Resumes if it can, trains to `train_steps`, and leaves the best weights on disk."""
         if self.main:
             remove_partial(self.job.work_dir)
+            from .export import write_model_files
+
+            write_model_files(self.engine.model, self.job.work_dir)
         barrier()
         self.resume()
         barrier()

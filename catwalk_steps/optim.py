@@ -11,7 +11,8 @@ that has a `consolidate_state_dict` method (both of the above do), without knowi
 is: the engines call it and never import FairScale for it.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: Tango reads the factories' return annotations
+# to know what they build, and a string annotation breaks that (ai2-tango 1.3.2).
 
 import difflib
 import logging

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -17,9 +18,10 @@ from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingE
 from tango.step import StepResources
 
 from .callbacks import HISTORY_FILE, RunMetrics
-from .checkpoints import check_full_weights
+from .checkpoints import CheckpointError, check_full_weights
 from .devices import evaluation_device, plan_devices
 from .evaluation import metrics_from_scores, score_choices
+from .export import checkpoint_model, resolve_checkpoint
 from .formats import HFModelFormat
 from .launch import check_resumable, run_training
 from .loop import WEIGHTS_FILE, Rendezvous, Schedule, TrainingJob
@@ -272,6 +274,38 @@ class Evaluate(Step[dict]):
         metrics = metrics_from_scores(instances, scores)
         self.logger.info("%s: %s", split, metrics)
         return metrics
+
+
+@Step.register("catwalk::export_checkpoint")
+class ExportCheckpoint(Step[RankClassifier]):
+    """A training checkpoint (intermediate or final) as a rank classifier, stored as a Hugging
+    Face directory like `catwalk::train`'s result, so `catwalk::evaluate` can score it.
+
+    :param checkpoint: a checkpoint directory (`.../checkpoints/step000000400`), or a step's work
+        directory (its latest complete checkpoint). The same as `catwalk-export CHECKPOINT DIR`.
+
+    The cache key includes the checkpoint's manifest, so a newer checkpoint at the same path is
+    exported again.
+    """
+
+    VERSION = "001"
+    DETERMINISTIC = True
+    CACHEABLE = True
+    FORMAT = HFModelFormat()
+
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs = dict(kwargs)
+        with contextlib.suppress(Exception):  # a bad path fails in run(), with its message
+            resolved = resolve_checkpoint(Path(kwargs["checkpoint"]))
+            kwargs["manifest"] = (resolved / "COMPLETE.json").read_text()
+        return kwargs
+
+    def run(self, checkpoint: str, manifest: str | None = None) -> RankClassifier:  # type: ignore[override]
+        try:
+            return checkpoint_model(Path(checkpoint))
+        except CheckpointError as e:
+            raise ConfigurationError(f"export_checkpoint.checkpoint: {e}") from None
 
 
 @Step.register("catwalk::report")

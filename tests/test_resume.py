@@ -1,0 +1,282 @@
+"""Checkpoints that survive: complete sharded-optimizer state, resume on another device_count,
+damaged checkpoints skipped, and (through `tango run`) a killed worker or an interrupted parent
+followed by a rerun that ends bit for bit where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from catwalk_steps.checkpoints import (
+    MODEL_FILE,
+    checkpoint_dir,
+    complete_checkpoints,
+    problem_with,
+)
+from catwalk_steps.launch import run_training
+
+from .conftest import EXPERIMENTS, REPO, step_result
+from .distributed import run_distributed
+from .training import BLOCKS, engine, history, job, weights
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+OPTIMIZERS = {
+    "plain": {"type": "torch::AdamW", "lr": 3e-3},
+    "zero": {"type": "catwalk::zero", "optimizer": "torch::AdamW", "lr": 3e-3},
+    "oss": {"type": "catwalk::oss", "optimizer": "torch::AdamW", "lr": 3e-3},
+}
+
+
+def optimizer_states(rank, world_size, port, work_dir):
+    """The same 3 DDP steps with a plain, a ZeRO and an OSS AdamW; each one's saved state."""
+    from tango.common import Lazy, Params
+    from tango.integrations.torch import Model, Optimizer
+
+    from catwalk_steps.engines import CatwalkTorchEngine
+    from catwalk_steps.train_config import NodeAwareTrainConfig
+
+    from .test_engines import batch
+    from .training import model_spec
+
+    saved = {}
+    for name, optimizer in OPTIMIZERS.items():
+        config = NodeAwareTrainConfig(
+            "t", Path(work_dir), worker_id=rank, is_distributed=True, world_size=world_size
+        )
+        model = Lazy(Model, Params(model_spec()))
+        built = CatwalkTorchEngine(config, model, Lazy(Optimizer, Params(dict(optimizer))))
+        for _ in range(3):
+            loss, _ = built.forward_train(batch(rank), 0, 1)
+            built.backward(loss)
+            built.step()
+        directory = Path(work_dir) / name
+        directory.mkdir(exist_ok=True)
+        built.save_state(directory)
+        torch.distributed.barrier()
+        saved[name] = type(built.optimizer).__name__
+    return saved
+
+
+def test_zero_and_oss_checkpoints_hold_the_whole_optimizer_state(tmp_path):
+    [kinds, _] = run_distributed(optimizer_states, tmp_path, str(tmp_path))
+    assert kinds == {"plain": "AdamW", "zero": "ZeroRedundancyOptimizer", "oss": "OSS"}
+    plain = torch.load(tmp_path / "plain" / "optimizer.pt", weights_only=False)
+    for name in ("zero", "oss"):
+        sharded = torch.load(tmp_path / name / "optimizer.pt", weights_only=False)
+        assert sharded["state"].keys() == plain["state"].keys()  # every parameter, not one shard
+        for index, state in plain["state"].items():
+            for key, value in state.items():
+                # The same AdamW arithmetic on the same gradients: bitwise equal.
+                assert torch.equal(sharded["state"][index][key], value), (name, index, key)
+
+
+ENGINES = {
+    "ddp": engine(),
+    "ddp+zero": engine(optimizer=OPTIMIZERS["zero"]),
+    "fairscale": engine("catwalk::fairscale", modules_to_wrap=[BLOCKS]),
+    "fsdp2": engine("catwalk::torch_fsdp", modules_to_wrap=[BLOCKS]),
+}
+
+
+def final_loss(work_dir: Path) -> float:
+    return history(work_dir)["train"][-1]["loss"]
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_resume_on_another_device_count(tmp_path, name):
+    """2 -> 1 and 1 -> 2 processes (same global batch): the final loss of an uninterrupted run."""
+    two = job(tmp_path / "two", device_count=2, engine_block=ENGINES[name], keep_checkpoints=True)
+    one = job(tmp_path / "one", device_count=1, engine_block=ENGINES[name], keep_checkpoints=True)
+    run_training(two)
+    run_training(one)
+    assert final_loss(two.work_dir) == pytest.approx(final_loss(one.work_dir), rel=1e-5)
+    halfway_two = checkpoint_dir(two.work_dir, 4)
+    halfway_one = checkpoint_dir(one.work_dir, 4)
+    to_one = job(
+        tmp_path / "to_one", device_count=1, engine_block=ENGINES[name], resume_from=halfway_two
+    )
+    to_two = job(
+        tmp_path / "to_two", device_count=2, engine_block=ENGINES[name], resume_from=halfway_one
+    )
+    run_training(to_one)
+    run_training(to_two)
+    for resumed in (to_one, to_two):
+        logged = [entry["step"] for entry in history(resumed.work_dir)["train"]]
+        assert logged == list(range(1, 9))  # steps 1-4 from the checkpoint, 5-8 trained
+        assert final_loss(resumed.work_dir) == pytest.approx(final_loss(one.work_dir), rel=1e-5)
+
+
+def test_fsdp2_resumes_from_its_sharded_checkpoint_bitwise_after_a_kill(tmp_path):
+    from .training import kill_at
+
+    fsdp2 = ENGINES["fsdp2"]
+    uninterrupted = job(tmp_path / "u", engine_block=fsdp2)
+    run_training(uninterrupted)
+    marker = tmp_path / "killed"
+    killed = job(tmp_path / "k", engine_block=fsdp2, callbacks=[kill_at(6, 1, marker)])
+    started = time.monotonic()
+    with pytest.raises(Exception, match="rank 1 died: killed by SIGKILL"):
+        run_training(killed)
+    assert time.monotonic() - started < 60
+    [step4] = complete_checkpoints(killed.work_dir)
+    assert sorted(p.name for p in (step4 / "dcp_model").iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]  # each rank wrote its own shard
+    run_training(killed)  # the marker is there: trains through
+    assert history(killed.work_dir) == history(uninterrupted.work_dir)
+    for key, value in weights(uninterrupted.work_dir).items():
+        assert torch.equal(weights(killed.work_dir)[key], value), key
+
+
+def test_a_damaged_checkpoint_is_skipped_with_a_warning_naming_the_file(tmp_path, caplog):
+    reference = job(tmp_path / "ref", device_count=1)
+    run_training(reference)
+    damaged = job(tmp_path / "dmg", device_count=1, keep_checkpoints=True)
+    run_training(damaged)
+    (damaged.work_dir / "weights.pt").unlink()
+    latest = checkpoint_dir(damaged.work_dir, 8)
+    model_file = latest / MODEL_FILE
+    model_file.write_bytes(model_file.read_bytes()[:1000])  # truncated
+    assert problem_with(latest).startswith(f"{model_file}: 1000 bytes,")
+    with caplog.at_level(logging.WARNING, logger="catwalk_steps.loop"):
+        run_training(damaged)
+    assert f"Skipping checkpoint: {model_file}: 1000 bytes" in caplog.text
+    assert "truncated" in caplog.text
+    for key, value in weights(reference.work_dir).items():
+        assert torch.equal(weights(damaged.work_dir)[key], value), key
+
+
+def test_a_checkpoint_without_its_manifest_or_with_a_missing_file_is_not_used(tmp_path):
+    run_training(job(tmp_path / "w", device_count=1, keep_checkpoints=True))
+    step4, step8 = checkpoint_dir(tmp_path / "w", 4), checkpoint_dir(tmp_path / "w", 8)
+    (step8 / "optimizer.pt").unlink()
+    assert problem_with(step8) == f"{step8 / 'optimizer.pt'}: missing"
+    (step4 / "COMPLETE.json").unlink()
+    assert "incomplete (no COMPLETE.json" in problem_with(step4)
+    assert complete_checkpoints(tmp_path / "w") == [step8]
+
+
+# --- Through `tango run`: the workspace, the parent process and its signals ---------------------
+
+
+def tango(workspace: Path, overrides: dict, name: str) -> subprocess.Popen:
+    import json
+
+    command = [
+        str(Path(sys.executable).with_name("tango")),
+        "--log-level",
+        "info",
+        "run",
+        str(EXPERIMENTS / "demo.jsonnet"),
+        "-w",
+        str(workspace),
+        "-i",
+        "catwalk_steps",
+        "-i",
+        "tests.training",
+        "-n",
+        name,
+        "-o",
+        json.dumps(overrides),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def faulty_demo(pids: Path, **faults) -> dict:
+    """The demo, tiny and with dropout on (so the random generators matter)."""
+    from .training import TINY_WITH_DROPOUT
+
+    return {
+        "steps.data.task.sizes": {"train": 96, "validation": 24},
+        "steps.trained.model.config": TINY_WITH_DROPOUT,
+        "steps.eval_untrained.model.config": TINY_WITH_DROPOUT,
+        "steps.trained.train_steps": 12,
+        "steps.trained.validate_every": 4,
+        "steps.trained.checkpoint_every": 4,
+        "steps.trained.log_every": 1,
+        "steps.trained.train_dataloader.batch_size": 4,
+        "steps.trained.callbacks": [{"type": "test::faults", "pid_dir": str(pids), **faults}],
+    }
+
+
+def step_state(workspace: Path, step: str = "trained") -> str:
+    from tango.workspaces import LocalWorkspace
+
+    ws = LocalWorkspace(workspace)
+    [info] = [i for i in ws.search_step_info() if i.step_name == step]
+    return info.state.value
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+def test_a_killed_worker_fails_the_step_and_the_rerun_ends_bitwise_equal(tmp_path):
+    pids = tmp_path / "pids"
+    overrides = faulty_demo(pids, kill_step=6, kill_rank=1)  # after checkpoint 4, before 8
+    started = time.monotonic()
+    first = tango(tmp_path / "ws", overrides, "first")
+    output, _ = first.communicate(timeout=120)
+    assert first.returncode != 0, output
+    assert time.monotonic() - started < 90
+    assert "rank 1 died: killed by SIGKILL" in output
+    assert step_state(tmp_path / "ws") == "failed"  # never shown completed
+    assert not any(alive(int(p.read_text())) for p in pids.glob("rank*"))
+    rerun = tango(tmp_path / "ws", overrides, "rerun")
+    output, _ = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, output
+    assert "Resumed from" in output and "at step 4" in output
+    # The uninterrupted reference: the same config in a fresh workspace (the kill marker is
+    # there now, so nothing is killed).
+    ref = tango(tmp_path / "ref", overrides, "ref")
+    output, _ = ref.communicate(timeout=120)
+    assert ref.returncode == 0 and "Resumed" not in output, output
+    from safetensors.torch import load_file
+
+    resumed = load_file(step_result(tmp_path / "ws", "rerun", "trained") / "model.safetensors")
+    uninterrupted = load_file(step_result(tmp_path / "ref", "ref", "trained") / "model.safetensors")
+    assert resumed.keys() == uninterrupted.keys()
+    for key, value in uninterrupted.items():
+        assert torch.equal(resumed[key], value), key
+
+
+def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path):
+    pids = tmp_path / "pids"
+    overrides = faulty_demo(pids, sleep_s=0.4)
+    first = tango(tmp_path / "ws", overrides, "first")
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "ws").glob("cache/*/work/checkpoints/step*/COMPLETE.json")):
+        assert time.monotonic() < deadline and first.poll() is None, "no checkpoint was written"
+        time.sleep(0.2)
+    workers = [int(p.read_text()) for p in pids.glob("rank*")]
+    assert len(workers) == 2
+    first.send_signal(signal.SIGINT)  # to the parent alone, as `kill -INT` does
+    interrupted = time.monotonic()
+    output, _ = first.communicate(timeout=60)
+    assert time.monotonic() - interrupted < 30
+    assert first.returncode != 0
+    assert not any(alive(pid) for pid in workers), output
+    assert step_state(tmp_path / "ws") == "failed"
+    rerun = tango(tmp_path / "ws", overrides, "rerun")
+    output, _ = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, output
+    assert "Resumed from" in output

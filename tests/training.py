@@ -1,0 +1,164 @@
+"""Training jobs built in Python (no `tango run`), for tests of the loop, checkpoints and engines.
+
+`run_training(job)` is what `catwalk::train` calls: one worker trains in this process, several
+are spawned. Everything in a job must be picklable, so test callbacks live here, at module level.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import torch
+from tango.common import DatasetDict, Lazy, Params
+from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
+
+from catwalk_steps.callbacks import HISTORY_FILE, RunMetrics
+from catwalk_steps.devices import plan_devices
+from catwalk_steps.loop import WEIGHTS_FILE, Rendezvous, Schedule, TrainingJob
+from catwalk_steps.tasks import SyntheticTask
+
+from .conftest import TINY_GPT2
+
+TINY_WITH_DROPOUT = {**TINY_GPT2, "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}
+BLOCKS = r"transformer\.h\.[0-9]+"
+
+
+def dataset(train: int = 64, validation: int = 20) -> DatasetDict:
+    task = SyntheticTask(seed=3, num_keys=8, num_attributes=4, num_choices=3)
+    task.sizes = {"train": train, "validation": validation}
+    return DatasetDict(splits=task.load(["train", "validation"]))
+
+
+def model_spec(dropout: bool = False) -> dict:
+    config = TINY_WITH_DROPOUT if dropout else TINY_GPT2
+    return {
+        "type": "catwalk::rank_classifier",
+        "config": config,
+        "tokenizer": "catwalk::byte_level",
+    }
+
+
+def loader(batch_size: int, shuffle: bool = True) -> Lazy:
+    collate = {
+        "type": "catwalk::multiple_choice",
+        "tokenizer": "catwalk::byte_level",
+        "max_length": 48,
+    }
+    params = {"type": "catwalk::sharded", "batch_size": batch_size, "shuffle": shuffle, "seed": 5}
+    return Lazy(DataLoader, Params({**params, "collate_fn": collate}))
+
+
+def engine(type: str = "catwalk::torch", optimizer: dict | None = None, **kwargs: Any) -> Lazy:
+    optimizer = optimizer or {"type": "torch::AdamW", "lr": 3e-3}
+    return Lazy(TrainingEngine, Params({"type": type, "optimizer": optimizer, **kwargs}))
+
+
+def job(
+    work_dir: Path,
+    *,
+    device_count: int = 2,
+    global_batch: int = 8,
+    train_steps: int = 8,
+    checkpoint_every: int = 4,
+    validate_every: int | None = 4,
+    engine_block: Lazy | None = None,
+    dropout: bool = False,
+    callbacks: list[Lazy] | None = None,
+    resume_from: Path | None = None,
+    keep_checkpoints: bool = False,
+    data: DatasetDict | None = None,
+) -> TrainingJob:
+    """A small training job: the same global batch whatever `device_count`."""
+    schedule = Schedule(
+        train_steps=train_steps,
+        checkpoint_every=checkpoint_every,
+        validate_every=validate_every,
+        log_every=1,
+        seed=11,
+        remove_stale_checkpoints=not keep_checkpoints,
+    )
+    return TrainingJob(
+        step_id=f"test-{Path(work_dir).name}",
+        step_name="trained",
+        work_dir=Path(work_dir),
+        model=Lazy(Model, Params(model_spec(dropout))),
+        training_engine=engine_block or engine(),
+        dataset_dict=data or dataset(),
+        train_dataloader=loader(global_batch // device_count),
+        validation_dataloader=loader(8, shuffle=False),
+        callbacks=[*(callbacks or []), Lazy(RunMetrics)],
+        schedule=schedule,
+        devices=plan_devices(device_count, visible_gpus=0),
+        rendezvous=Rendezvous(join_timeout_s=60, collective_timeout_s=60),
+        include_package=("catwalk_steps",),
+        resume_from=resume_from,
+    )
+
+
+def weights(work_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(Path(work_dir) / WEIGHTS_FILE, weights_only=True)
+
+
+def history(work_dir: Path) -> dict:
+    import json
+
+    return json.loads((Path(work_dir) / HISTORY_FILE).read_text())
+
+
+@TrainCallback.register("test::faults")
+class Faults(TrainCallback):
+    """For `tango run` tests: records each worker's pid, sleeps after each step (so a run lasts
+    long enough to be interrupted), and kills one rank once after `kill_step` steps."""
+
+    def __init__(
+        self,
+        *args,
+        pid_dir: str,
+        sleep_s: float = 0.0,
+        kill_step: int | None = None,
+        kill_rank: int = 1,
+        **kwargs,
+    ):
+        super().__init__(*args, **kwargs)
+        self.pid_dir, self.sleep_s = Path(pid_dir), sleep_s
+        self.kill_step, self.kill_rank = kill_step, kill_rank
+
+    def pre_train_loop(self) -> None:
+        self.pid_dir.mkdir(parents=True, exist_ok=True)
+        (self.pid_dir / f"rank{self.train_config.worker_id}").write_text(str(os.getpid()))
+
+    def post_batch(self, step: int, epoch: int, batch_loss: float, batch_outputs: list) -> None:
+        import time
+
+        time.sleep(self.sleep_s)
+        marker = self.pid_dir / "killed"
+        rank = self.train_config.worker_id
+        if step + 1 == self.kill_step and rank == self.kill_rank and not marker.exists():
+            marker.write_text(str(step + 1))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillAt(TrainCallback):
+    """Kills this worker (SIGKILL, no clean-up) after `step` training steps, once: the marker
+    file makes the rerun train through."""
+
+    def __init__(
+        self, *args, step: int, rank: int, marker: str, sig: int = signal.SIGKILL, **kwargs
+    ):
+        super().__init__(*args, **kwargs)
+        self.step, self.rank, self.marker, self.sig = step, rank, Path(marker), sig
+
+    def post_batch(self, step: int, epoch: int, batch_loss: float, batch_outputs: list) -> None:
+        if step + 1 == self.step and self.train_config.worker_id == self.rank:
+            if not self.marker.exists():
+                self.marker.write_text("killed")
+                os.kill(os.getpid(), self.sig)
+
+
+def kill_at(step: int, rank: int, marker: Path, sig: int = signal.SIGKILL) -> Lazy:
+    return Lazy(
+        KillAt, Params({"step": step, "rank": rank, "marker": str(marker), "sig": int(sig)})
+    )
