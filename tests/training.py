@@ -152,10 +152,10 @@ class KillAt(TrainCallback):
         self.step, self.rank, self.marker, self.sig = step, rank, Path(marker), sig
 
     def post_batch(self, step: int, epoch: int, batch_loss: float, batch_outputs: list) -> None:
-        if step + 1 == self.step and self.train_config.worker_id == self.rank:
-            if not self.marker.exists():
-                self.marker.write_text("killed")
-                os.kill(os.getpid(), self.sig)
+        mine = step + 1 == self.step and self.train_config.worker_id == self.rank
+        if mine and not self.marker.exists():
+            self.marker.write_text("killed")
+            os.kill(os.getpid(), self.sig)
 
 
 def kill_at(step: int, rank: int, marker: Path, sig: int = signal.SIGKILL) -> Lazy:
