@@ -13,7 +13,11 @@ from tango.integrations.fairscale import FSDPConfig
 from tango.integrations.torch import Model, Optimizer, TrainConfig
 
 from catwalk_steps.data import MultipleChoiceCollator
-from catwalk_steps.engines import CatwalkFairScaleEngine, CatwalkTorchEngine
+from catwalk_steps.engines import (
+    CatwalkFairScaleEngine,
+    CatwalkTorchEngine,
+    CatwalkTorchFSDPEngine,
+)
 from catwalk_steps.tasks import SyntheticTask
 
 from .conftest import TINY_MODEL
@@ -57,15 +61,27 @@ def batch(rank: int) -> dict:
 
 
 def wrapped_units(rank, world_size, port, work_dir):
+    """The FSDP units of both sharded engines, for the same nested patterns, after a step."""
     from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import FSDPModule
 
-    engine = fairscale_engine(
-        rank, world_size, port, work_dir, modules_to_wrap=[BLOCKS, BLOCKS + r"\.mlp"]
-    )
-    units = [name for name, m in engine.model.named_modules() if isinstance(m, FSDP)]
-    loss, _ = engine.forward_train(batch(rank), 0, 1)
-    engine.backward(loss)
-    engine.step()
+    patterns = [BLOCKS, BLOCKS + r"\.mlp"]
+    units = {}
+    for kind, engine_class in (
+        (FSDP, CatwalkFairScaleEngine),
+        (FSDPModule, CatwalkTorchFSDPEngine),
+    ):
+        engine = engine_class(
+            train_config(rank, world_size, port, Path(work_dir)),
+            lazy_model(),
+            lazy_optimizer(),
+            modules_to_wrap=patterns,
+        )
+        found = [name for name, m in engine.model.named_modules() if isinstance(m, kind)]
+        loss, _ = engine.forward_train(batch(rank), 0, 1)
+        engine.backward(loss)
+        engine.step()
+        units[engine_class.__name__] = found
     return units
 
 
@@ -73,12 +89,20 @@ def wrapped_units(rank, world_size, port, work_dir):
 def test_fsdp_units_are_the_regex_matches_nested_included(tmp_path):
     units = run_distributed(wrapped_units, tmp_path, str(tmp_path), init=True)[0]
     inner = "_fsdp_wrapped_module._fpw_module"
-    assert units == [
+    assert units["CatwalkFairScaleEngine"] == [
         "",
         f"{inner}.lm.transformer.h.0",
         f"{inner}.lm.transformer.h.0.{inner}.mlp",
         f"{inner}.lm.transformer.h.1",
         f"{inner}.lm.transformer.h.1.{inner}.mlp",
+    ]
+    # FSDP2 keeps module names; every match and the root are units, nothing else is.
+    assert units["CatwalkTorchFSDPEngine"] == [
+        "",
+        "lm.transformer.h.0",
+        "lm.transformer.h.0.mlp",
+        "lm.transformer.h.1",
+        "lm.transformer.h.1.mlp",
     ]
 
 
@@ -200,6 +224,20 @@ def test_engine_configuration_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigurationError, match="training_engine.fsdp_config.mixed_precision"):
         CatwalkFairScaleEngine(
             config, lazy_model(), lazy_optimizer(), fsdp_config=FSDPConfig(mixed_precision=True)
+        )
+    with pytest.raises(
+        ConfigurationError, match="training_engine.fsdp_config.mixed_precision: FSDP2 has no"
+    ):
+        CatwalkTorchFSDPEngine(
+            config, lazy_model(), lazy_optimizer(), fsdp_config={"mixed_precision": True}
+        )
+    with pytest.raises(ConfigurationError, match="move_grads_to_cpu: FSDP2 offloads parameters"):
+        CatwalkTorchFSDPEngine(
+            config, lazy_model(), lazy_optimizer(), fsdp_config={"move_grads_to_cpu": True}
+        )
+    with pytest.raises(ConfigurationError, match="fsdp_config.bucket_cap_mb: not an FSDP2 option"):
+        CatwalkTorchFSDPEngine(
+            config, lazy_model(), lazy_optimizer(), fsdp_config={"bucket_cap_mb": 25}
         )
     with pytest.raises(ConfigurationError, match="pattern 'blocks' matches no module"):
         CatwalkTorchEngine(

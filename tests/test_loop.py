@@ -1,0 +1,49 @@
+"""The training loop without `tango run`: what it stops on, what it records, what it refuses."""
+
+from __future__ import annotations
+
+import pytest
+from tango.common.exceptions import ConfigurationError
+
+from catwalk_steps.engines import NonFiniteLossError
+from catwalk_steps.launch import run_training
+from catwalk_steps.steps import TrainRankClassifier
+
+from .training import dataset, engine, history, job, loader, model_spec
+
+
+def test_a_non_finite_loss_stops_training_with_one_clear_line(tmp_path):
+    blow_up = engine(optimizer={"type": "torch::AdamW", "lr": 1e9}, max_grad_norm=1.0)
+    with pytest.raises(NonFiniteLossError) as error:
+        run_training(job(tmp_path / "w", device_count=1, engine_block=blow_up, train_steps=20))
+    message = str(error.value)
+    assert message.startswith("training step ") and "\n" not in message
+    assert "loss is nan (the usual cause is a learning rate too high" in message
+
+
+def test_history_holds_every_logged_step_and_validation(tmp_path):
+    run_training(job(tmp_path / "w", device_count=1, train_steps=8, validate_every=4))
+    logged = history(tmp_path / "w")
+    assert [e["step"] for e in logged["train"]] == list(range(1, 9))
+    assert [v["step"] for v in logged["validation"]] == [4, 8]
+    assert all(v["count"] == 20 for v in logged["validation"])
+
+
+def test_a_missing_split_fails_before_training(tmp_path):
+    from tango.common import Lazy, Params
+    from tango.integrations.torch import Model
+
+    step = TrainRankClassifier(
+        model=Lazy(Model, Params(model_spec())),
+        training_engine=engine(),
+        dataset_dict=dataset(),
+        train_dataloader=loader(4),
+        validation_split="dev",
+        train_steps=2,
+    )
+    with pytest.raises(ConfigurationError) as error:
+        step.result()
+    assert str(error.value) == (
+        "train: split 'dev' is not in the dataset (splits: train, validation)"
+    )
+    assert not (tmp_path / "w").exists()
