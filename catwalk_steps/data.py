@@ -185,6 +185,8 @@ class ShardedDataLoader(DataLoader):
 
     :param batch_size: instances per batch on each rank (each instance brings all its choices).
     :param shuffle: reshuffle every epoch with `seed`.
+    :param seed: the shuffling seed; left out, `catwalk::train` uses its own `seed`, so that one
+        seed (also one overridden with `-o`) drives data order, dropout and the rest.
     """
 
     def __init__(
@@ -192,7 +194,7 @@ class ShardedDataLoader(DataLoader):
         dataset: Sequence,
         batch_size: int = 8,
         shuffle: bool = False,
-        seed: int = 0,
+        seed: int | None = None,
         collate_fn: DataCollator | None = None,
         **kwargs,
     ):
@@ -203,16 +205,28 @@ class ShardedDataLoader(DataLoader):
             )
         rank, world_size = distributed_position()
         padded = PaddedDataset(dataset, world_size)
+        self.seed = seed
         sampler = EpochSampler(
-            padded, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=False
+            padded,
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed or 0,
+            drop_last=False,
         )
         # Its own generator: starting an iteration draws a seed from the loader's generator,
         # and from torch's global one when it has none, which would shift every dropout mask
         # after a resume mid-epoch (see `epoch_batches`).
-        kwargs.setdefault("generator", torch.Generator().manual_seed(seed))
+        kwargs.setdefault("generator", torch.Generator().manual_seed(seed or 0))
         super().__init__(
             padded, batch_size=batch_size, collate_fn=collate_fn, sampler=sampler, **kwargs
         )
+
+    def use_default_seed(self, seed: int) -> None:
+        """The training step's seed, unless the loader was given its own."""
+        if self.seed is None:
+            assert isinstance(self.sampler, EpochSampler)
+            self.sampler.seed = seed
 
     def epoch_batches(self, epoch: int, skip: int = 0):
         """The batches of `epoch` from the `skip`-th on, without collating the skipped ones: how

@@ -227,6 +227,9 @@ class Trainer:
         )
         data = job.dataset_dict
         self.train_loader = job.train_dataloader.construct(dataset=data[self.schedule.train_split])
+        default_seed = getattr(self.train_loader, "use_default_seed", None)
+        if default_seed is not None:
+            default_seed(self.schedule.seed)
         self.validation_loader = None
         if self.schedule.validation_split is not None:
             loader = job.validation_dataloader or job.train_dataloader

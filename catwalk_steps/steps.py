@@ -27,7 +27,7 @@ from .launch import check_resumable, run_training
 from .loop import WEIGHTS_FILE, Rendezvous, Schedule, TrainingJob
 from .models import RankClassifier
 from .precision import Precision
-from .report import Report, ReportFormat, build_report, print_report
+from .report import Report, ReportFormat, build_report
 from .tasks import Task
 
 
@@ -271,8 +271,11 @@ class Evaluate(Step[dict]):
         scores = score_choices(
             model, instances, batch_size, max_length, where, parsed, progress=True
         )
-        metrics = metrics_from_scores(instances, scores)
+        metrics: dict[str, Any] = metrics_from_scores(instances, scores)
         self.logger.info("%s: %s", split, metrics)
+        if model.metrics_history is not None:
+            # Passed on to reports, which plot it; the model is loaded here anyway.
+            metrics["training_history"] = model.metrics_history
         return metrics
 
 
@@ -310,26 +313,31 @@ class ExportCheckpoint(Step[RankClassifier]):
 
 @Step.register("catwalk::report")
 class MetricsReport(Step[Report]):
-    """Tabulates several runs' metrics, writes markdown/CSV/JSON, and prints the table.
+    """Tabulates several runs' metrics, writes markdown/CSV/JSON (and plots for a sweep).
 
     :param metrics: `{run name: metrics}`, usually references to `catwalk::evaluate` steps.
+    :param configs: in a sweep, `{run name: {key: value}}`, each run's place in the grid; runs
+        that differ only in `seed` are summarised together (mean, std, count), and the plots show
+        validation accuracy over training steps and the final accuracy per configuration.
 
-    The table is printed whenever the step is part of a `tango run`, cached or not.
+    The table is printed at the end of every `tango run` that includes the step, cached or not,
+    also with `--parallelism` (:mod:`.tango_compat`).
     """
 
-    VERSION = "001"
+    VERSION = "002"
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = ReportFormat()
 
     def run(  # type: ignore[override]
-        self, metrics: dict[str, dict[str, Any]], title: str = "Metrics"
+        self,
+        metrics: dict[str, dict[str, Any]],
+        title: str = "Metrics",
+        configs: dict[str, dict[str, Any]] | None = None,
     ) -> Report:
         if not metrics:
             raise ConfigurationError("report.metrics: give at least one run")
-        return build_report(metrics, title)
-
-    def ensure_result(self, workspace=None) -> None:
-        super().ensure_result(workspace)
-        if workspace is not None:
-            print_report(workspace.step_cache[self], workspace.step_info(self).result_location)
+        unknown = sorted(set(configs or {}) - set(metrics))
+        if unknown:
+            raise ConfigurationError(f"report.configs: no metrics for run '{unknown[0]}'")
+        return build_report(metrics, title, configs)

@@ -1,13 +1,18 @@
-"""Fixes for Tango 1.3.2 behaviour that breaks ordinary use; each is one small, named patch.
+"""Fixes for Tango 1.3.2 behaviour that breaks ordinary use; each is one small, named patch:
+run metadata that fails to record, reports printed only sometimes, SIGTERM that leaves a step
+"running", `--parallelism` that needs an activated venv, a shared workspace where a second run
+fails on a step the first is computing, and an unknown `type` that ends in an ImportError.
 
 Checked against ai2-tango 1.3.2. Importing `catwalk_steps` applies them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from importlib import metadata
 
+from tango.common.exceptions import ConfigurationError
 from tango.step_info import EnvironmentMetadata, GitMetadata
 
 
@@ -55,3 +60,193 @@ def record_environment_without_failures() -> None:
 
 
 record_environment_without_failures()
+
+
+# --- `tango run` itself --------------------------------------------------------------------------
+
+
+def print_reports_after_every_run() -> None:
+    """Print every report of the run at its end, cached or not, also with `--parallelism`.
+
+    Tango calls a step's `ensure_result` in whichever process runs it: with the multicore
+    executor that is a child process, and a cached report is not touched at all, so a table
+    printed there would appear only sometimes. This wraps `tango.__main__.execute_step_graph`
+    (a module global looked up when `tango run` calls it; ai2-tango 1.3.2) and prints the
+    reports of the step graph from the workspace once the run is over, in the main process only.
+    """
+    import tango.__main__ as tango_main
+
+    original = tango_main.execute_step_graph
+    if getattr(original, "_catwalk_prints_reports", False):
+        return
+
+    @functools.wraps(original)
+    def execute_step_graph(step_graph, workspace=None, *args, **kwargs):
+        called_by_executor = kwargs.get("called_by_executor", False)
+        if not called_by_executor:
+            install_sigterm_as_interrupt()
+        try:
+            return original(step_graph, workspace, *args, **kwargs)
+        finally:
+            if not called_by_executor and workspace is not None:
+                print_reports(step_graph, workspace)
+
+    execute_step_graph._catwalk_prints_reports = True  # type: ignore[attr-defined]
+    tango_main.execute_step_graph = execute_step_graph
+
+
+def print_reports(step_graph, workspace) -> None:
+    from .report import print_report
+    from .steps import MetricsReport
+
+    for step in step_graph.values():
+        if isinstance(step, MetricsReport) and step in workspace.step_cache:
+            location = workspace.step_info(step).result_location
+            print_report(workspace.step_cache[step], location)
+
+
+def install_sigterm_as_interrupt() -> None:
+    """SIGTERM to `tango run` acts as Ctrl-C does: the running step is marked failed and its
+    lock released before the process exits (Tango installs no handler, so SIGTERM killed the
+    process on the spot and left the step 'running'). Main thread only."""
+    import signal
+
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def tango_on_path() -> None:
+    """`--parallelism N` starts each step as a child `tango` process found on PATH; a venv's
+    `tango` run without activating the venv is not there (ai2-tango 1.3.2
+    `multicore_executor.py`). The directory of this interpreter goes first on PATH."""
+    import os
+    import sys
+    from pathlib import Path
+
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if bin_dir not in path.split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + path
+
+
+# --- Workspaces shared by several processes ------------------------------------------------------
+
+
+def wait_for_steps_running_elsewhere() -> None:
+    """A step that another process is running is waited for, then read from the cache.
+
+    Tango's `LocalWorkspace.step_starting` raises `StepStateError` ("unexpected state
+    'running'") when a second `tango run` on the same workspace reaches a step the first is
+    computing, and two processes that both find a step incomplete both compute it (the second
+    then fails to write its result). This wraps `step_starting` (ai2-tango 1.3.2):
+
+    - running elsewhere (its lock is held): wait for the lock, then start again; the step is
+      then complete and `Step.result` reads it from the cache (Tango's own handling of a
+      `StepStateError` with state COMPLETED);
+    - completed by another process while this one waited for the lock: hand the lock back and
+      report it complete, instead of computing it a second time.
+
+    A step marked running whose process died (its lock is free) is reset by Tango itself.
+    Several machines sharing a workspace need a filesystem with working POSIX locks (`flock`).
+    """
+    import logging
+
+    from tango.common.exceptions import StepStateError
+    from tango.common.file_lock import FileLock
+    from tango.step_info import StepState
+    from tango.workspaces import LocalWorkspace
+
+    original = LocalWorkspace.step_starting
+    if getattr(original, "_catwalk_waits", False):
+        return
+    logger = logging.getLogger("catwalk_steps.workspace")
+
+    @functools.wraps(original)
+    def step_starting(self: LocalWorkspace, step) -> None:
+        while True:
+            try:
+                original(self, step)
+            except StepStateError as e:
+                if e.step_state != StepState.RUNNING:
+                    raise
+                logger.warning("Step %s is running in another process; waiting for it", step.name)
+                lock = FileLock(self._step_lock_file(step), read_only_ok=True)
+                lock.acquire_with_updates(desc=f"waiting for '{step.name}'")
+                lock.release()
+                continue
+            if step.cache_results and step in self.step_cache:
+                _completed_meanwhile(self, step)
+                raise StepStateError(step, StepState.COMPLETED)
+            return
+
+    step_starting._catwalk_waits = True  # type: ignore[attr-defined]
+    LocalWorkspace.step_starting = step_starting
+
+
+def _completed_meanwhile(workspace, step) -> None:
+    """Restore the record of a step that another process completed while this one waited for
+    its lock (`step_starting` has just marked it running again), and release the lock."""
+    from sqlitedict import SqliteDict
+    from tango.common.util import utc_now_datetime
+
+    with SqliteDict(workspace.step_info_file) as d:
+        info = d[step.unique_id]
+        info.end_time = utc_now_datetime()
+        info.result_location = str(workspace.step_dir(step).absolute())
+        d[step.unique_id] = info
+        d.commit()
+    workspace.locks.pop(step).release()
+
+
+# --- Unknown type names ---------------------------------------------------------------------------
+
+
+class UnknownTypeError(ConfigurationError):
+    """A `type` in the config that nothing registered; the message suggests the closest."""
+
+
+def unknown_types_say_so() -> None:
+    """ "type": "catwalk::trian" says it is unknown, suggests the closest registered names, and
+    lists the names of that kind.
+
+    Tango's `Registrable.search_modules` imports every integration while it looks for an unknown
+    name, and one of them (transformers) fails to import under current transformers, so the
+    user saw `ImportError: cannot import name 'modeling_flax_auto'`. The wrapper skips the
+    search for our own `catwalk::` prefix, ignores integrations that fail to import, and raises
+    :class:`UnknownTypeError` when the name is still unknown (ai2-tango 1.3.2).
+    """
+    from tango.common.registrable import Registrable
+
+    original = Registrable.__dict__["search_modules"].__func__
+    if getattr(original, "_catwalk_says_unknown", False):
+        return
+
+    def search_modules(cls, name: str):
+        registry = Registrable._registry[cls]
+        if name in registry or not isinstance(name, str) or name == "ref" or "::" not in name:
+            return original(cls, name)
+        if not name.startswith("catwalk::"):
+            with contextlib.suppress(ImportError):
+                original(cls, name)
+            if name in registry:
+                return None
+        raise UnknownTypeError(unknown_type_message(cls, name, sorted(registry)))
+
+    search_modules._catwalk_says_unknown = True  # type: ignore[attr-defined]
+    Registrable.search_modules = classmethod(search_modules)  # type: ignore[assignment]
+
+
+def unknown_type_message(cls: type, name: str, registered: list[str]) -> str:
+    import difflib
+    import re
+
+    kind = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()
+    close = difflib.get_close_matches(name, registered, n=2, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {kind} type '{name}'{hint} (registered: {', '.join(registered)})"
+
+
+print_reports_after_every_run()
+tango_on_path()
+wait_for_steps_running_elsewhere()
+unknown_types_say_so()

@@ -5,9 +5,10 @@
 
 Node 0 runs `tango run EXPERIMENT` as usual and owns the workspace. This command builds the same
 experiment's step graph (nothing is computed), connects to node 0's rendezvous (address and
-port from the flags or `MASTER_ADDR` / `MASTER_PORT`; node rank from the flag, `NODE_RANK` or
-`SLURM_NODEID`), receives the training job from node 0, checks that it is the same step (same
-config, so the same cache key), and starts this node's `device_count` workers. It never writes
+port from the flags, `MASTER_ADDR` / `MASTER_PORT`, or the step's `master_addr` / `master_port`;
+node rank from the flag, `NODE_RANK` or `SLURM_NODEID`), receives the training job from node
+0, checks that it is the same step (same config, so the same cache key), and starts this
+node's `device_count` workers. It never writes
 to the workspace; checkpoints go to the step's work directory, which must be on a filesystem
 every node sees at the same path.
 """
@@ -53,24 +54,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("-i", "--include-package", action="append", default=[])
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to reach node 0")
     args = parser.parse_args(argv)
-    missing = [
-        flag
-        for flag, value in (
-            ("--node-rank (or NODE_RANK)", args.node_rank),
-            ("--master-addr (or MASTER_ADDR)", args.master_addr),
-            ("--master-port (or MASTER_PORT)", args.master_port),
-        )
-        if value is None
-    ]
-    if missing:
-        parser.error(f"missing {', '.join(missing)}")
+    if args.node_rank is None:
+        parser.error("missing --node-rank (or NODE_RANK, SLURM_NODEID)")
     if args.node_rank < 1:
         parser.error("--node-rank: node 0 runs `tango run`; workers are nodes 1, 2, ...")
     return args
 
 
-def expected_step_id(args: argparse.Namespace) -> str:
-    """The step's cache key from this node's copy of the experiment (builds, computes nothing)."""
+def training_step(args: argparse.Namespace):
+    """The step as this node's copy of the experiment defines it (built, nothing computed)."""
     from tango.common.params import Params
     from tango.common.util import import_extra_module
     from tango.settings import TangoGlobalSettings
@@ -86,7 +78,20 @@ def expected_step_id(args: argparse.Namespace) -> str:
         raise ConfigurationError(
             f"--step: no step '{args.step}' in {args.experiment} (steps: {', '.join(graph)})"
         )
-    return graph[args.step].unique_id
+    return graph[args.step]
+
+
+def rendezvous_address(args: argparse.Namespace, step) -> tuple[str, int]:
+    """Node 0's address and port: the flags, else MASTER_ADDR / MASTER_PORT, else the step's
+    own `master_addr` / `master_port`."""
+    address = args.master_addr or step.kwargs.get("master_addr")
+    port = args.master_port or step.kwargs.get("master_port") or step.kwargs.get("distributed_port")
+    if not address or not port:
+        raise ConfigurationError(
+            "--master-addr / --master-port: node 0's address and port are needed (flags, "
+            "MASTER_ADDR / MASTER_PORT, or master_addr / master_port in the step's config)"
+        )
+    return address, int(port)
 
 
 def fetch_job(args: argparse.Namespace) -> TrainingJob:
@@ -107,7 +112,9 @@ def fetch_job(args: argparse.Namespace) -> TrainingJob:
 
 
 def run(args: argparse.Namespace) -> None:
-    step_id = expected_step_id(args)
+    step = training_step(args)
+    step_id = step.unique_id
+    args.master_addr, args.master_port = rendezvous_address(args, step)
     job = fetch_job(args)
     if job.step_id != step_id:
         raise ConfigurationError(

@@ -61,14 +61,10 @@ def piqa_dir(tmp_path: Path) -> Path:
     return write_piqa(tmp_path / "piqa", "valid", rows[:8], labels[:8])
 
 
-def run_tango(
-    experiment: Path,
-    workspace: Path,
-    name: str,
-    overrides: dict | None = None,
-    timeout: int = 600,
-) -> str:
-    """Runs `tango run` as a user would and returns its output; fails the test on error."""
+def tango_command(
+    experiment: Path, workspace: Path, name: str, overrides: dict | None = None, *extra: str
+) -> list[str]:
+    """`tango run` as a user types it, with the test helpers' package included."""
     command = [
         str(Path(sys.executable).with_name("tango")),
         "--log-level",
@@ -80,12 +76,34 @@ def run_tango(
         str(workspace),
         "-i",
         "catwalk_steps",
+        "-i",
+        "tests.training",
         "-n",
         name,
+        *extra,
     ]
     if overrides:
         command += ["-o", json.dumps(overrides)]
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    return command
+
+
+TANGO_ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+
+
+def run_tango(
+    experiment: Path,
+    workspace: Path,
+    name: str,
+    overrides: dict | None = None,
+    timeout: int = 600,
+    extra: tuple[str, ...] = (),
+) -> str:
+    """Runs `tango run` as a user would and returns its output; fails the test on error.
+
+    `extra`: more `tango run` arguments (`--ext-var seeds=1,2`, `--parallelism 2`, ...).
+    """
+    command = tango_command(experiment, workspace, name, overrides, *extra)
+    env = TANGO_ENV
     done = subprocess.run(
         command, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env
     )
@@ -101,3 +119,39 @@ def step_result(workspace: Path, run_name: str, step_name: str) -> Path:
 
     run = LocalWorkspace(workspace).registered_run(run_name)
     return Path(run.steps[step_name].result_location)
+
+
+PARITY = REPO / "tests" / "fixtures" / "engines_parity.jsonnet"
+
+
+@pytest.fixture(scope="session")
+def main_job_run(tmp_path_factory) -> Path:
+    """`make run`'s experiment as shipped (demo_fsdp.jsonnet), run "first" in a workspace that
+    other tests add runs to."""
+    workspace = tmp_path_factory.mktemp("main") / "workspace"
+    run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "first")
+    return workspace
+
+
+@pytest.fixture(scope="session")
+def parity_run(tmp_path_factory) -> Path:
+    """tests/fixtures/engines_parity.jsonnet: the same 12 float32 steps with every engine."""
+    workspace = tmp_path_factory.mktemp("parity") / "workspace"
+    run_tango(PARITY, workspace, "parity")
+    return workspace
+
+
+def history(workspace: Path, run: str, step: str) -> dict:
+    """The metric history a `catwalk::train` step stored beside its model."""
+    info = json.loads((step_result(workspace, run, step) / "catwalk_model.json").read_text())
+    return info["metrics_history"]
+
+
+def experiment_params(path: Path, **ext_vars: str) -> dict:
+    """An experiment file evaluated as `tango run` evaluates it from the repository root: with
+    the ext vars that tango.yml declares (empty) and those given (`--ext-var`)."""
+    import yaml
+    from tango.common.params import Params
+
+    declared = yaml.safe_load((REPO / "tango.yml").read_text()).get("environment", {})
+    return Params.from_file(path, ext_vars={**declared, **ext_vars}).as_dict()

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 from tango import Step
-from tango.common.params import Params
 
 import catwalk_steps  # noqa: F401  (registers the components)
 
-from .conftest import EXPERIMENTS
+from .conftest import EXPERIMENTS, experiment_params
 
 EXPERIMENT_FILES = sorted(EXPERIMENTS.glob("*.jsonnet"))
 
@@ -27,15 +26,15 @@ def test_experiment_starts_with_the_command_that_runs_it(path: Path):
 
 @pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: p.name)
 def test_experiment_steps_are_registered_and_references_resolve(path: Path):
-    steps = Params.from_file(path).as_dict()["steps"]
+    steps = experiment_params(path)["steps"]
     for name, step in steps.items():
         assert Step.resolve_class_name(step["type"]), name
     for reference in find_references(steps):
         assert reference in steps, f"{path.name}: reference to unknown step {reference!r}"
 
 
-def steps_of(name: str) -> dict:
-    return Params.from_file(EXPERIMENTS / name).as_dict()["steps"]
+def steps_of(name: str, **ext_vars: str) -> dict:
+    return experiment_params(EXPERIMENTS / name, **ext_vars)["steps"]
 
 
 @pytest.mark.parametrize(
@@ -70,3 +69,49 @@ def find_references(value):
     elif isinstance(value, list):
         for item in value:
             yield from find_references(item)
+
+
+def test_a_sweep_has_a_train_and_evaluate_pair_per_cell_and_shares_the_rest():
+    steps = steps_of("sweep_demo.jsonnet")
+    cells = ["lr=0.001,seed=1", "lr=0.001,seed=2", "lr=0.003,seed=1", "lr=0.003,seed=2"]
+    assert sorted(n for n in steps if n.startswith("trained,")) == [f"trained,{c}" for c in cells]
+    assert sorted(n for n in steps if n.startswith("eval_untrained")) == [
+        "eval_untrained,model=tiny,seed=1",
+        "eval_untrained,model=tiny,seed=2",
+    ]
+    report = steps["report"]
+    assert report["configs"]["lr=0.003,seed=2"] == {"lr": 0.003, "seed": 2}
+    assert set(report["metrics"]) == set(report["configs"])
+    cell = steps["trained,lr=0.003,seed=2"]
+    # One seed drives the cell: training (dropout, data order) and the model's init.
+    assert cell["seed"] == 2 and cell["model"]["init_seed"] == 2
+    assert "seed" not in cell["train_dataloader"]
+    assert cell["training_engine"]["optimizer"]["lr"] == 0.003
+
+
+def test_sweep_grids_and_cells_come_from_ext_vars():
+    grown = steps_of("sweep_demo.jsonnet", seeds="1,2,3")
+    assert len([n for n in grown if n.startswith("trained,")]) == 6
+    # Cells by position in the grid (keys in alphabetical order, the last one varying fastest),
+    # as a job array numbers its jobs: 1 is lr=0.001, seed=2.
+    one = steps_of("sweep_demo.jsonnet", cell="1")
+    assert sorted(one) == [
+        "data",
+        "eval_trained,lr=0.001,seed=2",
+        "eval_untrained,model=tiny,seed=2",
+        "trained,lr=0.001,seed=2",
+    ]  # no report: the whole sweep's run writes it
+    two = steps_of("sweep_demo.jsonnet", cell="0,3")
+    assert sorted(n for n in two if n.startswith("trained,")) == [
+        "trained,lr=0.001,seed=1",
+        "trained,lr=0.003,seed=2",
+    ]
+
+
+def test_the_piqa_sweep_compares_engines_on_gpt2():
+    steps = steps_of("sweep_piqa.jsonnet")
+    trained = [n for n in steps if n.startswith("trained,")]
+    assert len(trained) == 2 * 2 * 3
+    engines = {steps[n]["training_engine"]["type"] for n in trained}
+    assert engines == {"catwalk::torch", "catwalk::fairscale"}
+    assert steps["data"]["task"] == {"type": "catwalk::piqa"}

@@ -1,4 +1,4 @@
-"""Whole experiments through `tango run`, as a user runs them, in a temporary workspace."""
+"""The main job (`make run`) through `tango run`, as a user runs it, in a temporary workspace."""
 
 from __future__ import annotations
 
@@ -23,12 +23,11 @@ def read_json(path: Path):
     return json.loads(path.read_text())
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory) -> Path:
-    """The demo experiment as shipped: synthetic task, tiny GPT-2, DDP on 2 processes."""
-    workspace = tmp_path_factory.mktemp("demo") / "workspace"
-    run_tango(EXPERIMENTS / "demo.jsonnet", workspace, "first")
-    return workspace
+@pytest.fixture
+def demo_run(main_job_run: Path) -> Path:
+    """`make run`'s job as shipped (conftest): synthetic task, tiny GPT-2, FairScale FSDP with
+    blocks wrapped, bf16, 2 processes."""
+    return main_job_run
 
 
 def test_demo_learns_the_synthetic_task(demo_run: Path):
@@ -49,7 +48,7 @@ def test_demo_learns_the_synthetic_task(demo_run: Path):
 
 
 def test_second_run_reuses_the_cache(demo_run: Path):
-    output = run_tango(EXPERIMENTS / "demo.jsonnet", demo_run, "second")
+    output = run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", demo_run, "second")
     assert "Starting step" not in output
     assert 'Found output for step "trained" in cache' in output
     # The report table is printed again (rows of the rich table, not the cache-hit log lines).

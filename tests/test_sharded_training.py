@@ -11,27 +11,15 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from .conftest import EXPERIMENTS, REPO, TINY_MODEL, run_tango, step_result
+from .conftest import EXPERIMENTS, TINY_MODEL, history, run_tango, step_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
-PARITY = REPO / "tests" / "fixtures" / "engines_parity.jsonnet"
 ENGINES = ["single", "ddp", "fsdp", "fsdp_wrapped", "fsdp2", "fsdp2_wrapped"]
 
 
 def read_json(path: Path):
     return json.loads(path.read_text())
-
-
-def history(workspace: Path, run: str, step: str) -> dict:
-    return read_json(step_result(workspace, run, step) / "catwalk_model.json")["metrics_history"]
-
-
-@pytest.fixture(scope="module")
-def parity_run(tmp_path_factory) -> Path:
-    workspace = tmp_path_factory.mktemp("parity") / "workspace"
-    run_tango(PARITY, workspace, "parity")
-    return workspace
 
 
 def test_engines_agree_step_by_step_in_float32(parity_run: Path):
@@ -68,12 +56,11 @@ ONE_DEVICE = {"steps.trained.device_count": 1, "steps.trained.train_steps": 200}
 
 
 @pytest.fixture(scope="module")
-def main_job_runs(tmp_path_factory) -> Path:
-    """The main job on the embedded default as shipped (FairScale, blocks wrapped, bf16, 2
-    processes: `make run`), then every engine on one device: the two sharded engines in bf16
-    and DDP in float32, the reference."""
-    workspace = tmp_path_factory.mktemp("main") / "workspace"
-    run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "shipped")
+def main_job_runs(main_job_run: Path) -> Path:
+    """Besides the main job as shipped ("first": FairScale, blocks wrapped, bf16, 2 processes),
+    every engine on one device: the two sharded engines in bf16 and DDP in float32, the
+    reference."""
+    workspace = main_job_run
     run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "fairscale_1", ONE_DEVICE)
     fsdp2 = {**ONE_DEVICE, "steps.trained.training_engine.type": "catwalk::torch_fsdp"}
     run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "fsdp2_1", fsdp2)
@@ -87,7 +74,7 @@ def test_bf16_trains_like_float32_without_nans(main_job_runs: Path):
 
     float32 = acc("ddp_1")
     assert float32 >= 0.9
-    for run in ("shipped", "fairscale_1", "fsdp2_1"):
+    for run in ("first", "fairscale_1", "fsdp2_1"):
         assert all(
             math.isfinite(e["loss"]) for e in history(main_job_runs, run, "trained")["train"]
         )

@@ -1,12 +1,13 @@
 // The whole pipeline: load the task, evaluate the untrained model, train, evaluate the trained
-// model, report both. Experiment files call `pipeline` with what differs.
+// model, report both. Experiment files call `pipeline` with what differs, or `sweep` for a grid
+// of such pipelines.
 local engines = import 'engines.libsonnet';
 local models = import 'models.libsonnet';
 local tasks = import 'tasks.libsonnet';
 
 local training_defaults = {
   device_count: 2,  // processes (GPUs when there are enough, else CPU processes on gloo)
-  seed: 1,
+  seed: 1,  // the training seed (dropout, ...) and, unless the loader names its own, data order
   lr: 1e-3,
   weight_decay: 0.0,
   batch_size: 16,  // instances per rank and step; each brings all its choices
@@ -14,9 +15,59 @@ local training_defaults = {
   max_length: 128,  // tokens of context + choice; contexts are cut on the left
   train_steps: 300,
   validate_every: 100,
+  // Checkpoints are written when validating, so the best checkpoint (by validation accuracy)
+  // is one that exists; `checkpoint_every` must divide `validate_every` or be a multiple of it.
+  checkpoint_every: self.validate_every,
   grad_accum: 1,
   log_every: 10,
 };
+
+// 'Question: ...' tasks share one collate; the tokenizer comes from the model block, so the two
+// can never disagree.
+local collate(model, t) = {
+  type: 'catwalk::multiple_choice',
+  tokenizer: models.tokenizer(model),
+  max_length: t.max_length,
+};
+
+local ref(name) = { type: 'ref', ref: name };
+
+// The `catwalk::train` step for one setting `t`; `data` is the name of the load_task step.
+local train_step(model, engine, t, data) = {
+  type: 'catwalk::train',
+  model: model,
+  training_engine: engine {
+    optimizer: { type: 'torch::AdamW', lr: t.lr, weight_decay: t.weight_decay },
+  },
+  dataset_dict: ref(data),
+  // No loader seed: the step's `seed` drives data order too, also when overridden with -o.
+  train_dataloader: { type: 'catwalk::sharded', batch_size: t.batch_size, shuffle: true, collate_fn: collate(model, t) },
+  validation_dataloader: { type: 'catwalk::sharded', batch_size: t.eval_batch_size, collate_fn: collate(model, t) },
+  device_count: t.device_count,
+  seed: t.seed,
+  train_steps: t.train_steps,
+  validate_every: t.validate_every,
+  checkpoint_every: t.checkpoint_every,
+  grad_accum: t.grad_accum,
+  log_every: t.log_every,
+};
+
+local eval_step(model, t, data) = {
+  type: 'catwalk::evaluate',
+  model: model,
+  dataset_dict: ref(data),
+  max_length: t.max_length,
+};
+
+// A grid cell's name: its keys and values, e.g. 'engine=fsdp,lr=0.001,seed=2'.
+local cell_name(cell) = std.join(',', [k + '=' + cell[k] for k in std.objectFields(cell)]);
+
+// Every combination of the grid's lists, as objects ({lr: 0.001, seed: 1}, ...).
+local cells(grid) = std.foldl(
+  function(partial, key) [p { [key]: value } for p in partial for value in grid[key]],
+  std.objectFields(grid),
+  [{}],
+);
 
 {
   models: models,
@@ -31,63 +82,111 @@ local training_defaults = {
       weight_decay: 0.01,
       batch_size: 8,
       max_length: 256,
-      train_steps: 4000,  // two epochs of PIQA's 16,113 training instances on 2 devices
+      // 4000 steps x 8 instances x 2 devices = 64,000 instances: about four epochs of PIQA's
+      // 16,113 training instances.
+      train_steps: 4000,
       validate_every: 500,
     },
   },
 
-  pipeline(task, model, engine, training={}):: {
+  // One pipeline. `prefix` names its steps (prefix + 'data', prefix + 'trained', ...), so that
+  // several pipelines can live in one file.
+  pipeline(task, model, engine, training={}, prefix=''):: {
     local t = training_defaults + training,
-    local collate = {
-      type: 'catwalk::multiple_choice',
-      tokenizer: models.tokenizer(model),
-      max_length: t.max_length,
-    },
-    local data = { type: 'ref', ref: 'data' },
+    local data = prefix + 'data',
 
     steps: {
-      data: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'] },
-      trained: {
-        type: 'catwalk::train',
-        model: model,
-        training_engine: engine {
-          optimizer: { type: 'torch::AdamW', lr: t.lr, weight_decay: t.weight_decay },
-        },
-        dataset_dict: data,
-        train_dataloader: {
-          type: 'catwalk::sharded',
-          batch_size: t.batch_size,
-          shuffle: true,
-          seed: t.seed,
-          collate_fn: collate,
-        },
-        validation_dataloader: {
-          type: 'catwalk::sharded',
-          batch_size: t.eval_batch_size,
-          collate_fn: collate,
-        },
-        device_count: t.device_count,
-        seed: t.seed,
-        train_steps: t.train_steps,
-        validate_every: t.validate_every,
-        checkpoint_every: t.validate_every,
-        grad_accum: t.grad_accum,
-        log_every: t.log_every,
-      },
-      eval_untrained: {
-        type: 'catwalk::evaluate',
-        model: model,
-        dataset_dict: data,
-        max_length: t.max_length,
-      },
-      eval_trained: self.eval_untrained { model: { type: 'ref', ref: 'trained' } },
-      report: {
+      [data]: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'] },
+      [prefix + 'trained']: train_step(model, engine, t, data),
+      [prefix + 'eval_untrained']: eval_step(model, t, data),
+      [prefix + 'eval_trained']: eval_step(ref(prefix + 'trained'), t, data),
+      [prefix + 'report']: {
         type: 'catwalk::report',
         metrics: {
-          untrained: { type: 'ref', ref: 'eval_untrained' },
-          trained: { type: 'ref', ref: 'eval_trained' },
+          untrained: ref(prefix + 'eval_untrained'),
+          trained: ref(prefix + 'eval_trained'),
         },
       },
     },
   },
+
+  // A grid of pipelines sharing their data: one train + evaluate pair per cell, and one report.
+  //   grid: {seed: [1, 2], lr: [1e-3, 3e-3], engine: ['ddp', 'fsdp'], precision: [...],
+  //          model: [...], or any training key}: every combination is a cell.
+  //   engines / models: the blocks that the grid's `engine` / `model` names stand for.
+  //   only: the cells to keep, by name ('lr=0.001,seed=2') or by position in the grid ('1':
+  //         keys in alphabetical order, the last varying fastest), e.g. `--ext-var cell=3` for
+  //         one cell per job of a job array; empty keeps every cell and adds the report.
+  // One seed drives everything seeded in a cell: the model's init, data order and dropout.
+  // Untrained models are evaluated once per distinct init and shared by the cells using it.
+  sweep(task, grid, engines, models, training={}, only=[], title='Sweep'):: {
+    local all_cells = cells(grid),
+    local kept = [
+      c
+      for c in all_cells
+      if std.length(only) == 0
+         || std.member(only, cell_name(c))
+         || std.member(only, std.toString(std.find(c, all_cells)[0]))
+    ],
+    local pick(blocks, cell, key) =
+      if std.objectHas(cell, key) then blocks[cell[key]] else blocks[std.objectFields(blocks)[0]],
+    local model_key(cell) = if std.objectHas(cell, 'model') then cell.model else std.objectFields(models)[0],
+    local setting(cell) = training_defaults + training + {
+      [k]: cell[k]
+      for k in std.objectFields(cell)
+      if !std.member(['engine', 'model', 'precision'], k)
+    },
+    local engine_of(cell) = pick(engines, cell, 'engine') + (
+      if std.objectHas(cell, 'precision') then { precision: cell.precision } else {}
+    ),
+    local model_of(cell) = pick(models, cell, 'model') { init_seed: setting(cell).seed },
+    // The untrained model of a cell: one per (model, seed), shared by the cells that have it.
+    local untrained(cell) = 'untrained,model=' + model_key(cell) + ',seed=' + setting(cell).seed,
+    local firsts = std.foldl(
+      function(seen, c) if std.objectHas(seen, untrained(c)) then seen else seen { [untrained(c)]: c },
+      kept,
+      {},
+    ),
+
+    steps: {
+      data: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'] },
+    } + {
+      ['eval_' + name]: eval_step(model_of(firsts[name]), setting(firsts[name]), 'data')
+      for name in std.objectFields(firsts)
+    } + {
+      ['trained,' + cell_name(c)]: train_step(model_of(c), engine_of(c), setting(c), 'data')
+      for c in kept
+    } + {
+      ['eval_trained,' + cell_name(c)]: eval_step(ref('trained,' + cell_name(c)), setting(c), 'data')
+      for c in kept
+    } + (
+      if std.length(only) == 0 then {
+        report: {
+          type: 'catwalk::report',
+          title: title,
+          metrics: {
+            [cell_name(c)]: ref('eval_trained,' + cell_name(c))
+            for c in kept
+          } + {
+            [name]: ref('eval_' + name)
+            for name in std.objectFields(firsts)
+          },
+          configs: {
+            [cell_name(c)]: c
+            for c in kept
+          } + {
+            [name]: { model: 'untrained ' + model_key(firsts[name]), seed: setting(firsts[name]).seed }
+            for name in std.objectFields(firsts)
+          },
+        },
+      } else {}
+    ),
+  },
+
+  // Grid values from the command line: `--ext-var name=1,2,3` (tango.yml declares the names,
+  // empty by default, so that a file can give its own defaults).
+  ext_list(name, default, parse=function(s) s)::
+    local value = std.extVar(name);
+    if value == '' then default else [parse(v) for v in std.split(value, ',')],
+  ext_numbers(name, default):: self.ext_list(name, default, std.parseJson),
 }

@@ -1,0 +1,159 @@
+"""Several nodes, simulated on this machine: node 0 runs `tango run`, node 1 `catwalk-worker`,
+one CPU process each (gloo), meeting at a rendezvous port on localhost."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from catwalk_steps.distributed import free_port
+
+from .conftest import EXPERIMENTS, PARITY, REPO, TANGO_ENV, history, tango_command
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+
+def two_nodes(port: int, step: str = "trained", **extra) -> dict:
+    prefix = f"steps.{step}"
+    return {
+        f"{prefix}.num_nodes": 2,
+        f"{prefix}.device_count": 1,
+        f"{prefix}.master_addr": "127.0.0.1",
+        f"{prefix}.master_port": port,
+        **extra,
+    }
+
+
+class Node:
+    """A process whose output goes to a file (two nodes' pipes are never read at once)."""
+
+    def __init__(self, command: list[str], log: Path):
+        self.log = log
+        with open(log, "w") as out:
+            self.process = subprocess.Popen(
+                command, cwd=REPO, env=TANGO_ENV, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def finish(self, timeout: float = 180) -> str:
+        try:
+            self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+        return self.log.read_text()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+
+def start(command: list[str], log: Path) -> Node:
+    return Node(command, log)
+
+
+def worker_node(experiment: Path, overrides: dict, log: Path, step: str = "trained") -> Node:
+    import json
+
+    command = [
+        str(Path(sys.executable).with_name("catwalk-worker")),
+        str(experiment),
+        "--step",
+        step,
+        "--node-rank",
+        "1",
+        "--timeout",
+        "60",
+        "-o",
+        json.dumps(overrides),
+        "-i",
+        "tests.training",
+    ]
+    return start(command, log)
+
+
+def test_two_nodes_train_like_two_processes_on_one_node(tmp_path, parity_run):
+    """The parity fixture's DDP step (2 processes, 8 instances each) on two one-process nodes."""
+    port = free_port()  # node 0 binds it; the test must know it in advance, as a cluster does
+    overrides = two_nodes(
+        port,
+        "ddp",
+        **{"steps.ddp.train_dataloader.batch_size": 8, "steps.ddp.rendezvous_timeout": 60},
+    )
+    workspace = tmp_path / "ws"
+    node0 = start(tango_command(PARITY, workspace, "nodes", overrides, "-s", "ddp"), tmp_path / "0")
+    node1 = worker_node(PARITY, overrides, tmp_path / "1", step="ddp")
+    output1, output0 = node1.finish(), node0.finish()
+    assert node0.returncode == 0, output0[-3000:]
+    assert node1.returncode == 0, output1[-3000:]
+    assert "node 1: 1 CPU process, ranks 1-1 of 2" in output1
+    nodes, single = history(workspace, "nodes", "ddp"), history(parity_run, "parity", "ddp")
+    for mine, theirs in zip(nodes["train"], single["train"], strict=True):
+        assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-5), mine["step"]
+    assert nodes["validation"] == single["validation"]
+    # Cached once: node 0 alone finds the result (the rendezvous keys are not in the cache key).
+    again = start(tango_command(PARITY, workspace, "again", overrides, "-s", "ddp"), tmp_path / "a")
+    output = again.finish()
+    assert again.returncode == 0 and 'Found output for step "ddp" in cache' in output
+    assert len(list(workspace.glob("cache/TrainRankClassifier-*"))) == 1
+
+
+def tiny_demo(port: int, **extra) -> dict:
+    return two_nodes(
+        port,
+        **{
+            "steps.data.task.sizes": {"train": 96, "validation": 24},
+            "steps.trained.train_steps": 12,
+            "steps.trained.validate_every": 4,
+            "steps.trained.checkpoint_every": 4,
+            "steps.trained.train_dataloader.batch_size": 4,
+            "steps.trained.rendezvous_timeout": 60,
+            **extra,
+        },
+    )
+
+
+def test_a_node_that_never_arrives_fails_within_the_timeout(tmp_path):
+    port = free_port()
+    overrides = tiny_demo(port, **{"steps.trained.rendezvous_timeout": 5})
+    started = time.monotonic()
+    command = tango_command(EXPERIMENTS / "demo.jsonnet", tmp_path / "ws", "alone", overrides)
+    node0 = start(command, tmp_path / "0")
+    output = node0.finish(timeout=120)
+    assert node0.returncode != 0
+    assert time.monotonic() - started < 60
+    assert (
+        f"rendezvous at 127.0.0.1:{port}: node 1 (rank 1) did not join within 5 s "
+        "(rendezvous_timeout)" in output
+    )
+
+
+def test_killing_the_worker_node_stops_node_0_and_a_rerun_of_both_resumes(tmp_path):
+    port = free_port()
+    pids = tmp_path / "pids"
+    callbacks = [{"type": "test::faults", "pid_dir": str(pids), "sleep_s": 0.4}]
+    overrides = tiny_demo(port, **{"steps.trained.callbacks": callbacks})
+    experiment = EXPERIMENTS / "demo.jsonnet"
+    node0 = start(tango_command(experiment, tmp_path / "ws", "first", overrides), tmp_path / "0")
+    node1 = worker_node(experiment, overrides, tmp_path / "1")
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "ws").glob("cache/*/work/checkpoints/step*/COMPLETE.json")):
+        alive = node0.process.poll() is None
+        assert time.monotonic() < deadline and alive, "no checkpoint was written"
+        time.sleep(0.2)
+    node1.process.send_signal(signal.SIGKILL)  # the whole worker node goes away
+    killed = time.monotonic()
+    output = node0.finish(timeout=120)
+    node1.finish()
+    assert node0.returncode != 0
+    assert time.monotonic() - killed < 60, output[-2000:]
+    rerun0 = start(tango_command(experiment, tmp_path / "ws", "rerun", overrides), tmp_path / "r0")
+    rerun1 = worker_node(experiment, overrides, tmp_path / "r1")
+    output1, output0 = rerun1.finish(), rerun0.finish()
+    assert rerun0.returncode == 0, output0[-3000:]
+    assert rerun1.returncode == 0, output1[-3000:]
+    assert "Resumed from" in output0
