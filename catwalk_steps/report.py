@@ -38,13 +38,17 @@ class Summary:
     mean: float
     std: float | None  # None with a single seed
     count: int
+    whole: bool = False  # every value was the same whole number (a count such as `n`)
 
     @classmethod
     def of(cls, values: list[float]) -> Summary:
         std = statistics.stdev(values) if len(values) > 1 else None
-        return cls(statistics.fmean(values), std, len(values))
+        whole = all(float(v).is_integer() for v in values) and len(set(values)) == 1
+        return cls(statistics.fmean(values), std, len(values), whole)
 
     def text(self) -> str:
+        if self.whole:
+            return str(int(self.mean))
         if self.std is None:
             return f"{self.mean:.4f}"
         return f"{self.mean:.4f} ± {self.std:.4f}"
@@ -78,7 +82,7 @@ class Report:
         config = {k: v for k, v in self.configs.get(run, {}).items() if k != SEED}
         if not config:
             return run
-        return ", ".join(f"{key}={format_value(value)}" for key, value in sorted(config.items()))
+        return ", ".join(f"{key}={config_value(value)}" for key, value in sorted(config.items()))
 
     def groups(self) -> dict[str, list[str]]:
         """Configuration -> its runs (one per seed), in the order the runs are given."""
@@ -141,7 +145,7 @@ class Report:
         ]
         for name, row in self.rows.items():
             config = self.configs.get(name, {})
-            cells = [name, *(format_value(config.get(k)) for k in keys)]
+            cells = [name, *(config_value(config[k]) if k in config else "" for k in keys)]
             cells += [format_value(row.get(c)) for c in self.columns]
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
@@ -189,6 +193,11 @@ class Report:
             "histories": self.histories,
             "summaries": summaries if self.aggregated else {},
         }
+
+
+def config_value(value: Any) -> str:
+    """A grid value as written in an experiment: 0.001, not 0.0010."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def is_number(value: Any) -> bool:
