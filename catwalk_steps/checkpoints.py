@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .errors import first_line
+from .errors import first_line, one_line_error
 from .files import write_atomic, write_json_atomic
 
 
@@ -62,6 +62,7 @@ MODEL_FILE = "model.pt"
 DCP_MODEL_DIR = "dcp_model"
 
 
+@one_line_error
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message names the file."""
 

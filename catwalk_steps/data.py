@@ -15,8 +15,10 @@ from tango.integrations.torch import DataCollator, DataLoader
 from torch.utils.data import Dataset, DistributedSampler
 
 from .distributed import distributed_position
-from .tasks import MultipleChoiceInstance
+from .tasks import MultipleChoiceInstance, TaskDataError
 from .tokenization import load_tokenizer
+
+CHARS_PER_TOKEN = 64
 
 
 @dataclass(frozen=True)
@@ -70,18 +72,28 @@ class SequenceEncoder:
             encoded = self.tokenizer(new, add_special_tokens=False)["input_ids"]
             self._cache.update(zip(new, map(tuple, encoded), strict=True))
 
+    def clip(self, context: str, choice: str) -> tuple[str, str]:
+        """Only the end of a context and the start of a choice can be used: a text far longer
+        than `max_length` tokens (a 20 MB goal, say) is cut before it is tokenized. No token
+        covers more than :data:`CHARS_PER_TOKEN` characters, so the kept tokens are the same."""
+        limit = self.max_length * CHARS_PER_TOKEN
+        return context[-limit:], choice[:limit]
+
     def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
+        context, choice = self.clip(context, choice)
         context_ids = self.encode(context) or (self.tokenizer.eos_token_id,)
         choice_ids = self.encode(choice)
         if not choice_ids:
-            raise ValueError(f"choice {choice!r} has no tokens")
+            raise TaskDataError(f"choice {choice!r} has no tokens")
         choice_ids = choice_ids[: self.max_length - 1]
         context_ids = context_ids[-(self.max_length - len(choice_ids)) :]
         return context_ids + choice_ids, len(choice_ids)
 
     def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
         """One sequence per choice of every instance, in instance order."""
-        self.encode_all([text for i in instances for text in (i.context, *i.choices)])
+        self.encode_all(
+            [text for i in instances for c in i.choices for text in self.clip(i.context, c)]
+        )
         out = []
         for i, instance in enumerate(instances):
             for c, choice in enumerate(instance.choices):

@@ -10,6 +10,7 @@ from tango.common.aliases import PathOrStr
 from tango.format import Format
 
 from .models import RankClassifier
+from .workspace import damaged
 
 MODEL_INFO_FILE = "catwalk_model.json"
 
@@ -36,7 +37,10 @@ class HFModelFormat(Format[RankClassifier]):
 
     def read(self, dir: PathOrStr) -> RankClassifier:
         directory = Path(dir)
-        info = json.loads((directory / MODEL_INFO_FILE).read_text())
-        model = RankClassifier.from_directory(directory, objective=info["objective"])
+        try:
+            info = json.loads((directory / MODEL_INFO_FILE).read_text())
+            model = RankClassifier.from_directory(directory, objective=info["objective"])
+        except Exception as e:  # safetensors, JSON, a missing file: the result is damaged
+            raise damaged(directory, e) from e
         model.metrics_history = info["metrics_history"]
         return model

@@ -36,19 +36,23 @@ from .distributed import (
     init_process_group,
     start_store,
 )
-from .errors import first_line
+from .errors import first_line, one_line_error
 from .loop import Trainer, TrainingJob, train_config_for
 
 logger = logging.getLogger(__name__)
+# Workers' tracebacks: to the run's log file; the terminal shows the one-line cause.
+TRACEBACKS = logging.getLogger("catwalk_steps.traceback")
 
 JOB_KEY = "catwalk/job"
 STOP_GRACE_S = 10.0
 
 
+@one_line_error
 class WorkerFailed(RuntimeError):
     """A worker process failed; the message names the rank and the cause."""
 
 
+@one_line_error
 class RendezvousError(RuntimeError):
     """Not every node joined the process group in time; the message names the missing ones."""
 
@@ -174,7 +178,7 @@ def failure(
     print as one line; the full traceback goes to the log.
     """
     for report in reports:
-        logger.debug("rank %d failed:\n%s", report.rank, report.traceback)
+        TRACEBACKS.error("rank %d failed:\n%s", report.rank, report.traceback)
     reported = {report.rank for report in reports}
     for local_rank, code in enumerate(exit_codes):
         rank = node_rank * job.local_world_size + local_rank

@@ -27,6 +27,7 @@ from .launch import check_resumable, run_training
 from .loop import WEIGHTS_FILE, Rendezvous, Schedule, TrainingJob
 from .models import RankClassifier
 from .precision import Precision
+from .preflight import answers_cut, check_train_step, lazy_config, training_warnings
 from .report import Report, ReportFormat, build_report
 from .tasks import Task
 
@@ -102,6 +103,12 @@ class TrainRankClassifier(Step[RankClassifier]):
     def resources(self) -> StepResources:
         return self.step_resources or StepResources(gpu_count=self.kwargs.get("device_count", 1))
 
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        # When the step graph is built: a bad setting fails before any step has run.
+        check_train_step(kwargs)
+        return kwargs
+
     def run(  # type: ignore[override]
         self,
         model: Lazy[Model],
@@ -157,6 +164,11 @@ class TrainRankClassifier(Step[RankClassifier]):
         plan = plan_devices(device_count, requested=device, field="train.device")
         if plan.note:
             self.logger.warning(plan.note)
+        for warning in training_warnings(
+            training_engine, model, plan.device_type, len(plan.devices)
+        ):
+            self.logger.warning(warning)
+        self.warn_about_cut_answers(dataset_dict, train_dataloader, train_split, validation_split)
         rendezvous = rendezvous_settings(
             num_nodes, master_addr, master_port or distributed_port, rendezvous_timeout
         )
@@ -184,6 +196,33 @@ class TrainRankClassifier(Step[RankClassifier]):
         )
         run_training(job)
         return load_trained_model(model, self.work_dir)
+
+    def warn_about_cut_answers(
+        self,
+        dataset_dict: DatasetDict,
+        loader: Lazy[DataLoader],
+        *splits: str | None,
+    ) -> None:
+        """Answers are scored whole only when they fit in max_length: say how many do not."""
+        collate = lazy_config(loader, DataLoader, "train_dataloader")[1].get("collate_fn") or {}
+        if "tokenizer" not in collate:
+            return
+        from .tokenization import load_tokenizer
+
+        max_length = collate.get("max_length", 256)
+        tokenizer = load_tokenizer(collate["tokenizer"], "train_dataloader.collate_fn.tokenizer")
+        for split in filter(None, splits):
+            cut = answers_cut(dataset_dict[split], tokenizer, max_length)
+            if cut:
+                self.logger.warning(
+                    "collate_fn.max_length: %d of %d %s instances have an answer longer than "
+                    "%d tokens, which is cut (answers are otherwise scored whole); raise "
+                    "max_length",
+                    cut,
+                    len(dataset_dict[split]),
+                    split,
+                    max_length - 1,
+                )
 
 
 def rendezvous_settings(

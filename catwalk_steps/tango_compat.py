@@ -241,12 +241,98 @@ def unknown_type_message(cls: type, name: str, registered: list[str]) -> str:
     import re
 
     kind = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()
-    close = difflib.get_close_matches(name, registered, n=2, cutoff=0.6)
+    # Case-insensitively: 'torch::Adamw' is 'torch::AdamW', not 'torch::Adam'.
+    lowered = {r.lower(): r for r in registered}
+    close = [lowered[c] for c in difflib.get_close_matches(name.lower(), lowered, n=1, cutoff=0.6)]
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return f"unknown {kind} type '{name}'{hint} (registered: {', '.join(registered)})"
+
+
+# --- One line per error ----------------------------------------------------------------------
+
+
+TRACEBACK_LOGGER = "catwalk_steps.traceback"
+
+
+class _HideTracebacks:
+    """A filter for the terminal's handlers: the traceback records are for the log file."""
+
+    def filter(self, record) -> bool:
+        return record.name != TRACEBACK_LOGGER
+
+
+def one_line_errors() -> None:
+    """Errors whose message says it all are shown as one line on the terminal.
+
+    Tango logs every failure with its traceback (`tango.common.logging.log_exc_info`, used by
+    its `sys.excepthook` and by the executor): a wall of 30-110 lines with the cause at the
+    end. This wraps `log_exc_info` (ai2-tango 1.3.2): for the registered error types
+    (:mod:`catwalk_steps.errors`: configuration, task data, non-finite loss, checkpoints,
+    workers), the terminal shows `Type: message` of the innermost one in the chain, and the
+    traceback goes to the logger `catwalk_steps.traceback`, which the terminal's handlers skip
+    and the run's log file (`<workspace>/runs/<run>/out.log`) keeps. `--log-level debug` (or
+    CATWALK_TRACEBACKS=1) shows tracebacks on the terminal as before.
+    """
+    import logging
+    import os
+
+    import tango.common.logging as tango_logging
+
+    from .errors import one_line
+
+    original = tango_logging.log_exc_info
+    if getattr(original, "_catwalk_one_line", False):
+        return
+    root = logging.getLogger()
+    verbose = root.level <= logging.DEBUG or os.environ.get("CATWALK_TRACEBACKS") == "1"
+    if not verbose:
+        for handler in root.handlers:  # the terminal's; a run's file handler comes later
+            handler.addFilter(_HideTracebacks())
+
+    @functools.wraps(original)
+    def log_exc_info(exctype, value, traceback, logger=None):
+        line = one_line(value) if isinstance(value, BaseException) else None
+        if verbose or line is None or value in tango_logging._EXCEPTIONS_LOGGED:
+            return original(exctype, value, traceback, logger=logger)
+        tango_logging._EXCEPTIONS_LOGGED.append(value)
+        logging.getLogger(TRACEBACK_LOGGER).error(
+            "Traceback of the error below", exc_info=(exctype, value, traceback)
+        )
+        (logger or root).error(line)
+
+    log_exc_info._catwalk_one_line = True  # type: ignore[attr-defined]
+    tango_logging.log_exc_info = log_exc_info
+
+
+def workspaces_say_when_they_cannot_be_written() -> None:
+    """A read-only workspace (or `cache/`) fails at once with one line naming the directory.
+
+    Tango's `LocalWorkspace` failed later, inside its file lock, with `AttributeError` from
+    the lock object. This wraps `LocalWorkspace.__init__` (ai2-tango 1.3.2).
+    """
+    from tango.workspaces import LocalWorkspace
+
+    from .workspace import check_writable
+
+    original = LocalWorkspace.__init__
+    if getattr(original, "_catwalk_checks_writable", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self, dir, *args, **kwargs):
+        from pathlib import Path
+
+        check_writable(Path(dir), "workspace")
+        check_writable(Path(dir) / "cache", "workspace cache")  # where LocalWorkspace keeps it
+        original(self, dir, *args, **kwargs)
+
+    __init__._catwalk_checks_writable = True  # type: ignore[attr-defined]
+    LocalWorkspace.__init__ = __init__
 
 
 print_reports_after_every_run()
 tango_on_path()
 wait_for_steps_running_elsewhere()
 unknown_types_say_so()
+one_line_errors()
+workspaces_say_when_they_cannot_be_written()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,12 @@ from typing import Any
 from tango.common import Registrable
 from tango.common.exceptions import ConfigurationError
 
+from .errors import one_line_error
 
+logger = logging.getLogger(__name__)
+
+
+@one_line_error
 class TaskDataError(ValueError):
     """Task data that cannot be used; the message names the file, line and field."""
 
@@ -59,32 +66,52 @@ def piqa_instance(row: Mapping[str, Any], label: Any, where: str) -> MultipleCho
     )
 
 
-def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
+MAX_LINE_BYTES = 1 << 20  # a PIQA row is well under 1 KiB; 1 MiB is not a question
+TOO_LONG = object()  # a row skipped for its length (its label is skipped with it)
+
+
+def _text_lines(path: Path):
+    """(line number, text) of the non-blank lines; bytes that are not UTF-8 name the line, and
+    a line longer than :data:`MAX_LINE_BYTES` is not decoded (None)."""
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                yield number, None
                 continue
             try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise TaskDataError(f"{path}:{number}: invalid JSON ({e.msg})") from None
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TaskDataError(
+                    f"{path}:{number}: not UTF-8 text (byte {raw[e.start]:#04x} at column "
+                    f"{e.start + 1}); save the file as UTF-8"
+                ) from None
+            if text.strip():
+                yield number, text
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    rows = []
+    for number, line in _text_lines(path):
+        if line is None:
+            rows.append((number, TOO_LONG))
+            continue
+        try:
+            rows.append((number, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise TaskDataError(f"{path}:{number}: invalid JSON ({e.msg})") from None
     return rows
 
 
 def _read_labels(path: Path) -> list[tuple[int, Any]]:
     labels = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            text = line.strip()
-            if not text:
-                continue
-            try:
-                labels.append((number, int(text)))
-            except ValueError:
-                raise TaskDataError(
-                    f"{path}:{number}: field 'label' must be 0 or 1, got {text!r}"
-                ) from None
+    for number, line in _text_lines(path):
+        text = (line or "").strip()
+        try:
+            labels.append((number, int(text)))
+        except ValueError:
+            raise TaskDataError(
+                f"{path}:{number}: field 'label' must be 0 or 1, got {text[:20]!r}"
+            ) from None
     return labels
 
 
@@ -103,7 +130,18 @@ def read_piqa_files(data_dir: Path, file_stem: str) -> list[MultipleChoiceInstan
             "the files must have one line per instance"
         )
     instances = []
+    skipped = [number for number, row in rows if row is TOO_LONG]
+    if skipped:
+        logger.warning(
+            "%s: skipped %d line(s) longer than %d bytes (line %s), with their labels",
+            data_path,
+            len(skipped),
+            MAX_LINE_BYTES,
+            ", ".join(map(str, skipped[:5])),
+        )
     for (number, row), (label_number, label) in zip(rows, labels, strict=True):
+        if row is TOO_LONG:
+            continue
         if isinstance(label, int) and label not in (0, 1):
             raise TaskDataError(
                 f"{labels_path}:{label_number}: field 'label' must be 0 or 1, got {label}"
@@ -122,6 +160,22 @@ def _fingerprint(paths: Iterable[Path]) -> str:
 
 class Task(Registrable):
     """A multiple-choice task: loads named splits of instances."""
+
+    @classmethod
+    def from_params(cls, params_: Any, *args: Any, **kwargs: Any) -> Task:
+        """Tango's construction, with a message that says what to do about keys of another
+        task type (overriding only `type` keeps the old task's keys: replace the whole block)."""
+        try:
+            return super().from_params(params_, *args, **kwargs)  # type: ignore[misc]
+        except ConfigurationError as e:
+            extra = re.fullmatch(r"Extra parameters passed to (\w+): (.*)", str(e))
+            if extra is None:
+                raise
+            raise ConfigurationError(
+                f"task: {extra[1]} does not take {extra[2]}; when changing the task's type, "
+                'replace the whole task block, e.g. -o \'{"steps.data.task": '
+                '{"type": "catwalk::piqa", "data_dir": "/data/piqa"}}\''
+            ) from None
 
     def load(self, splits: Sequence[str]) -> dict[str, list[MultipleChoiceInstance]]:
         """Returns each requested split, in order; an unknown or empty split is an error."""

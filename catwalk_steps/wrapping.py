@@ -28,6 +28,11 @@ def _compile(pattern: str, field: str) -> re.Pattern:
         raise ConfigurationError(f"{field}: invalid regex {pattern!r} ({e})") from None
 
 
+def compile_patterns(patterns: Sequence[str], field: str = "modules_to_wrap") -> list[re.Pattern]:
+    """The patterns compiled; an invalid one is a configuration error naming it."""
+    return [_compile(pattern, field) for pattern in patterns]
+
+
 def _spellings(model: torch.nn.Module, name: str) -> tuple[str, ...]:
     root = getattr(model, "wrapping_root", None)
     if root and name.startswith(root + "."):
@@ -39,7 +44,7 @@ def match_modules(
     model: torch.nn.Module, patterns: Sequence[str], field: str = "modules_to_wrap"
 ) -> list[str]:
     """Names of the modules that the patterns select, deepest first (stable otherwise)."""
-    compiled = [_compile(pattern, field) for pattern in patterns]
+    compiled = compile_patterns(patterns, field)
     names = [name for name, _ in model.named_modules() if name]
     matched: list[str] = []
     for pattern in compiled:

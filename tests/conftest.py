@@ -147,11 +147,14 @@ def history(workspace: Path, run: str, step: str) -> dict:
     return info["metrics_history"]
 
 
-def experiment_params(path: Path, **ext_vars: str) -> dict:
+def experiment_params(path: Path, overrides: dict | None = None, **ext_vars: str) -> dict:
     """An experiment file evaluated as `tango run` evaluates it from the repository root: with
-    the ext vars that tango.yml declares (empty) and those given (`--ext-var`)."""
+    the ext vars that tango.yml declares (empty), those given (`--ext-var`), and `-o` overrides."""
     import yaml
     from tango.common.params import Params
 
     declared = yaml.safe_load((REPO / "tango.yml").read_text()).get("environment", {})
-    return Params.from_file(path, ext_vars={**declared, **ext_vars}).as_dict()
+    params = Params.from_file(
+        path, params_overrides=json.dumps(overrides or {}), ext_vars={**declared, **ext_vars}
+    )
+    return params.as_dict()

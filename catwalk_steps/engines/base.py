@@ -22,6 +22,7 @@ from ..distributed import (
     init_process_group,
     register_teardown,
 )
+from ..errors import one_line_error
 from ..files import torch_save_atomic
 from ..optim import full_optimizer_state
 from ..precision import Precision
@@ -33,6 +34,7 @@ LR_SCHEDULER_FILE = "lr_scheduler.pt"
 GRAD_SCALER_FILE = "grad_scaler.pt"
 
 
+@one_line_error
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss; continuing would only corrupt the weights."""
 

@@ -1,0 +1,84 @@
+"""The Tango workspace seen from the user's side: a directory we must be able to write, and
+cached results that can be damaged (a disk filled up, a copy cut short).
+
+    catwalk-clear-step STEP_DIR     # forget one step's cached result, so the next run recomputes it
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from tango.common.exceptions import ConfigurationError
+
+from .errors import first_line, one_line_error
+
+
+@one_line_error
+class DamagedResultError(RuntimeError):
+    """A cached step result that cannot be read; the message names it and how to clear it."""
+
+
+def check_writable(directory: Path, what: str = "workspace") -> None:
+    """Fails with one line naming `directory` unless a file can be created in it.
+
+    A real write, not `os.access`: permissions are not the only reason (read-only mounts,
+    immutable directories, a file where the directory should be, a full disk).
+    """
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".catwalk-write-test-"):
+            pass
+    except OSError as e:
+        reason = e.strerror or first_line(e)
+        raise ConfigurationError(
+            f"{what} {directory}: cannot write there ({reason}); choose another directory "
+            "(-w, or workspace.dir in tango.yml) or make it writable"
+        ) from None
+
+
+def damaged(directory: Path, error: BaseException) -> DamagedResultError:
+    return DamagedResultError(
+        f"{directory}: this cached step result cannot be read ({first_line(error)}); clear it "
+        f"with `catwalk-clear-step {directory}` and run again to recompute it"
+    )
+
+
+def clear_step(step_dir: Path) -> str:
+    """Removes one step's cached result and its record from the workspace that holds it."""
+    from tango.workspaces import LocalWorkspace
+
+    step_dir = Path(step_dir).resolve()
+    if step_dir.parent.name != "cache":
+        raise ConfigurationError(
+            f"{step_dir}: not a step's directory in a workspace (<workspace>/cache/<step id>)"
+        )
+    workspace = LocalWorkspace(step_dir.parent.parent)
+    try:
+        workspace.remove_step(step_dir.name)
+    except KeyError:
+        raise ConfigurationError(f"{step_dir}: the workspace has no such step") from None
+    return step_dir.name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="catwalk-clear-step",
+        description="Forget one step's cached result; the next `tango run` computes it again.",
+    )
+    parser.add_argument("step_dir", type=Path, help="<workspace>/cache/<step id>")
+    args = parser.parse_args(argv)
+    try:
+        cleared = clear_step(args.step_dir)
+    except ConfigurationError as e:
+        print(f"catwalk-clear-step: {e}", file=sys.stderr)
+        return 1
+    print(f"cleared {cleared}; the next run recomputes it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,377 @@
+"""Bad input fails early, in one line that names the cause, and never hangs.
+
+Most cases fail where `tango run` builds the step graph, before any step has run: they are
+checked here by building the graph as `tango run` does (nothing can have been loaded, trained or
+spawned). A few go through `tango run` itself: what the terminal shows, that it takes seconds,
+and that the workspace serves the next good run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tango.step_graph import StepGraph
+
+import catwalk_steps  # noqa: F401  (registers the components)
+from catwalk_steps.errors import one_line
+
+from .conftest import EXPERIMENTS, REPO, TANGO_ENV, experiment_params, tango_command
+
+DEMO, FSDP = EXPERIMENTS / "demo.jsonnet", EXPERIMENTS / "demo_fsdp.jsonnet"
+T, E = "steps.trained", "steps.trained.training_engine"
+LOADER, COLLATE = f"{T}.train_dataloader", f"{T}.train_dataloader.collate_fn"
+
+CASES = [
+    # No hang, no useless run: every number of the training loop.
+    (
+        DEMO,
+        {f"{T}.grad_accum": 0},
+        "ConfigurationError: train.grad_accum: must be a whole number >= 1, got 0",
+    ),
+    (
+        DEMO,
+        {f"{T}.train_steps": 0},
+        "ConfigurationError: train.train_steps: 0 trains nothing (the 'trained' model would be the untrained one); give at least 1",
+    ),
+    (
+        DEMO,
+        {f"{T}.train_steps": -5},
+        "ConfigurationError: train.train_steps: must be a whole number >= 1, got -5",
+    ),
+    (
+        DEMO,
+        {f"{T}.validate_every": 0},
+        "ConfigurationError: train.validate_every: must be a whole number >= 1, got 0",
+    ),
+    (
+        DEMO,
+        {f"{T}.checkpoint_every": 0},
+        "ConfigurationError: train.checkpoint_every: must be a whole number >= 1, got 0",
+    ),
+    (
+        DEMO,
+        {f"{T}.checkpoint_every": 30},
+        "ConfigurationError: train.checkpoint_every: 30 must be a multiple or a divisor of validate_every (100), so that the best checkpoint is one that exists",
+    ),
+    (
+        DEMO,
+        {f"{T}.device_count": 0},
+        "ConfigurationError: train.device_count: must be a whole number >= 1, got 0",
+    ),
+    (
+        DEMO,
+        {f"{T}.device_count": "2"},
+        "ConfigurationError: device_count: expected int, got '2' (str)",
+    ),
+    (
+        DEMO,
+        {f"{T}.device": "tpu"},
+        "ConfigurationError: train.device: cpu or cuda (or leave it out), got 'tpu'",
+    ),
+    (
+        DEMO,
+        {f"{T}.num_nodes": 2},
+        "ConfigurationError: train.master_addr / train.master_port: num_nodes > 1 needs node 0's address and a port (set them, or MASTER_ADDR and MASTER_PORT as SLURM and torchrun do)",
+    ),
+    (
+        DEMO,
+        {f"{T}.val_metric_name": "f1"},
+        "ConfigurationError: train.val_metric_name: one of acc, acc_norm, loss, got 'f1'",
+    ),
+    # Loader and collate.
+    (
+        DEMO,
+        {f"{LOADER}.batch_size": 0},
+        "ConfigurationError: train_dataloader.batch_size: must be a whole number >= 1, got 0",
+    ),
+    (
+        DEMO,
+        {f"{COLLATE}.max_length": 1},
+        "ConfigurationError: train_dataloader.collate_fn.max_length: must be a whole number >= 2, got 1",
+    ),
+    (
+        DEMO,
+        {f"{COLLATE}.max_length": 1000},
+        "ConfigurationError: collate_fn.max_length: 1000 tokens, but the model has 128 positions; use max_length <= 128",
+    ),
+    (
+        DEMO,
+        {f"{COLLATE}.max_lenght": 64},
+        "ConfigurationError: train_dataloader.collate_fn.max_lenght: MultipleChoiceCollator has no such key; did you mean 'max_length'? (it takes max_length, tokenizer)",
+    ),
+    (
+        DEMO,
+        {f"{LOADER}.type": "catwalk::shardd"},
+        "ConfigurationError: train_dataloader.type: unknown data loader type 'catwalk::shardd'; did you mean 'catwalk::sharded'?",
+    ),
+    # Optimizer.
+    (
+        DEMO,
+        {f"{E}.optimizer.lr": -1},
+        "ConfigurationError: training_engine.optimizer.lr: a learning rate >= 0, got -1",
+    ),
+    (
+        DEMO,
+        {f"{E}.optimizer.lr": 0},
+        "ConfigurationError: training_engine.optimizer.lr: 0 changes no weight; give a learning rate > 0",
+    ),
+    (
+        DEMO,
+        {f"{E}.optimizer.type": "torch::Adamw"},
+        "ConfigurationError: training_engine.optimizer.type: unknown optimizer type 'torch::Adamw'; did you mean 'torch::AdamW'?",
+    ),
+    (
+        DEMO,
+        {f"{E}.optimizer.weight_decy": 0.1},
+        "ConfigurationError: training_engine.optimizer.weight_decy: AdamW has no such key; did you mean 'weight_decay'?",
+    ),
+    # Engine.
+    (
+        DEMO,
+        {f"{E}.precision": "half"},
+        "ConfigurationError: training_engine.precision: expected one of fp32, bf16, fp16, got 'half'",
+    ),
+    (
+        DEMO,
+        {f"{E}.presicion": "bf16"},
+        "ConfigurationError: training_engine.presicion: CatwalkTorchEngine has no such key; did you mean 'precision'?",
+    ),
+    (
+        DEMO,
+        {f"{E}.type": "catwalk::fairscal"},
+        "ConfigurationError: training_engine.type: unknown training engine type 'catwalk::fairscal'; did you mean 'catwalk::fairscale'?",
+    ),
+    (
+        DEMO,
+        {f"{E}.activation_checkpointing": True},
+        "ConfigurationError: training_engine.activation_checkpointing: name the modules to recompute in 'modules_to_wrap'",
+    ),
+    (
+        DEMO,
+        {f"{E}.modules_to_wrap": ["transformer\\.h\\.[0-9]+"]},
+        "ConfigurationError: training_engine.modules_to_wrap: DDP wraps no inner modules; set activation_checkpointing or use catwalk::fairscale / catwalk::torch_fsdp",
+    ),
+    (
+        FSDP,
+        {f"{E}.modules_to_wrap": ["transformer\\.h\\.[0-9"]},
+        "ConfigurationError: training_engine.modules_to_wrap: invalid regex 'transformer\\\\.h\\\\.[0-9' (unterminated character set at position 16)",
+    ),
+    (
+        FSDP,
+        {f"{E}.modules_to_wrap": ["blocks"]},
+        "ConfigurationError: training_engine.modules_to_wrap: pattern 'blocks' matches no module; closest module names:",
+    ),
+    (
+        FSDP,
+        {f"{E}.type": "catwalk::torch_fsdp", f"{E}.fsdp_config": {"mixed_precision": True}},
+        "ConfigurationError: training_engine.fsdp_config.mixed_precision: FSDP2 has no such option; set the engine's 'precision' (bf16 or fp16) instead",
+    ),
+    # Model, task, step.
+    (
+        DEMO,
+        {f"{T}.model.tokeniser": "catwalk::byte_level"},
+        "ConfigurationError: model.tokeniser: RankClassifier has no such key; did you mean 'tokenizer'?",
+    ),
+    (
+        DEMO,
+        {"steps.data.task.type": "catwalk::piqa"},
+        "ConfigurationError: task: PiqaTask does not take {'seed': 1}; when changing the task's type, replace the whole task block",
+    ),
+    (
+        DEMO,
+        {"steps.data.task.num_keys": 5000},
+        "ConfigurationError: task.num_keys + task.num_attributes: at most 4900 distinct made-up words exist, got 5000 + 8",
+    ),
+    (
+        DEMO,
+        {f"{T}.type": "catwalk::trian"},
+        "UnknownTypeError: unknown step type 'catwalk::trian'; did you mean 'catwalk::train'?",
+    ),
+]
+
+
+@pytest.mark.parametrize(("experiment", "overrides", "message"), CASES, ids=lambda v: str(v)[:60])
+def test_a_bad_setting_fails_in_one_line_when_the_step_graph_is_built(
+    experiment, overrides, message
+):
+    params = experiment_params(experiment, overrides)
+    with pytest.raises(Exception) as failure:
+        StepGraph.from_params(params["steps"])
+    line = one_line(failure.value)
+    assert line is not None, failure.value
+    assert line.startswith(message), line
+    assert "\n" not in line
+
+
+def test_there_are_enough_cases():
+    assert len(CASES) >= 25
+
+
+# --- Data files --------------------------------------------------------------------------------
+
+
+def test_data_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    from catwalk_steps.tasks import PiqaTask, TaskDataError
+
+    (tmp_path / "train.jsonl").write_bytes(
+        b'{"goal": "a", "sol1": "b", "sol2": "c"}\n{"goal": "caf\xe9", "sol1": "b", "sol2": "c"}\n'
+    )
+    (tmp_path / "train-labels.lst").write_text("0\n1\n")
+    with pytest.raises(TaskDataError) as error:
+        PiqaTask(data_dir=str(tmp_path)).load(["train"])
+    assert str(error.value) == (
+        f"{tmp_path / 'train.jsonl'}:2: not UTF-8 text (byte 0xe9 at column 14); save the file "
+        "as UTF-8"
+    )
+
+
+def test_an_absurdly_long_line_is_skipped_with_a_warning_not_loaded(tmp_path, caplog):
+    from catwalk_steps.tasks import MAX_LINE_BYTES, PiqaTask
+
+    long_goal = "x" * (MAX_LINE_BYTES + 10)
+    rows = [
+        '{"goal": "a", "sol1": "b", "sol2": "c"}',
+        json.dumps({"goal": long_goal, "sol1": "b", "sol2": "c"}),
+        '{"goal": "d", "sol1": "e", "sol2": "f"}',
+    ]
+    (tmp_path / "train.jsonl").write_text("\n".join(rows) + "\n")
+    (tmp_path / "train-labels.lst").write_text("0\n1\n1\n")
+    instances = PiqaTask(data_dir=str(tmp_path)).load(["train"])["train"]
+    assert [i.label for i in instances] == [0, 1]  # the long row went with its label
+    assert "skipped 1 line(s) longer than 1048576 bytes (line 2)" in caplog.text
+
+
+def test_a_long_context_is_cut_before_it_is_tokenized():
+    from catwalk_steps.data import SequenceEncoder
+    from catwalk_steps.tokenization import load_tokenizer
+
+    encoder = SequenceEncoder(load_tokenizer("catwalk::byte_level"), max_length=16)
+    started = time.monotonic()
+    ids, answer = encoder.pair("x" * 20_000_000 + " end", " answer")
+    assert time.monotonic() - started < 5
+    assert len(ids) == 16 and answer == 7
+
+
+# --- Useless settings warn ---------------------------------------------------------------------
+
+
+def test_useless_settings_warn_with_what_to_do():
+    from tango.common import Lazy, Params
+    from tango.integrations.torch import Model, TrainingEngine
+
+    from catwalk_steps.preflight import training_warnings
+
+    from .conftest import TINY_MODEL
+
+    engine = Lazy(TrainingEngine, Params({"type": "catwalk::fairscale"}))
+    model = Lazy(Model, Params(dict(TINY_MODEL)))
+    [root_only, too_many] = training_warnings(engine, model, "cpu", 64)
+    assert root_only == (
+        "training_engine.modules_to_wrap: empty, so FSDP shards only the root, gathers the whole "
+        "model for every forward and saves no memory; wrap the blocks (for this model: "
+        "modules_to_wrap: ['transformer\\.h\\.[0-9]+'])"
+    )
+    assert too_many.startswith("train.device_count: 64 CPU processes on ")
+    assert (
+        training_warnings(Lazy(TrainingEngine, Params({"type": "catwalk::torch"})), model, "cpu", 1)
+        == []
+    )
+
+
+def test_answers_that_max_length_cuts_are_counted():
+    from catwalk_steps.preflight import answers_cut
+    from catwalk_steps.tasks import MultipleChoiceInstance
+    from catwalk_steps.tokenization import load_tokenizer
+
+    instances = [
+        MultipleChoiceInstance("Q:", (" short", " " + "long" * 10), 0),
+        MultipleChoiceInstance("Q:", (" a", " b"), 1),
+    ]
+    assert answers_cut(instances, load_tokenizer("catwalk::byte_level"), max_length=16) == 1
+
+
+# --- The workspace ----------------------------------------------------------------------------
+
+
+def test_a_workspace_that_cannot_be_written_is_one_line_naming_it(tmp_path):
+    from tango.common.exceptions import ConfigurationError
+    from tango.workspaces import LocalWorkspace
+
+    blocked = tmp_path / "ws"
+    blocked.mkdir()
+    (blocked / "cache").write_text("a file where the cache directory should be")
+    with pytest.raises(ConfigurationError) as error:
+        LocalWorkspace(blocked)
+    assert str(error.value).startswith(f"workspace cache {blocked / 'cache'}: cannot write there")
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    if subprocess.run(["chattr", "+i", str(read_only)], capture_output=True).returncode == 0:
+        try:  # immutable: not writable even by root
+            with pytest.raises(ConfigurationError) as error:
+                LocalWorkspace(read_only)
+            assert str(error.value) == (
+                f"workspace {read_only}: cannot write there (Operation not permitted); choose "
+                "another directory (-w, or workspace.dir in tango.yml) or make it writable"
+            )
+        finally:
+            subprocess.run(["chattr", "-i", str(read_only)])
+
+
+# --- Through `tango run` --------------------------------------------------------------------------
+
+TINY_RUN = {
+    "steps.data.task.sizes": {"train": 32, "validation": 16},
+    f"{T}.device_count": 1,
+    f"{T}.train_steps": 4,
+    f"{T}.validate_every": 2,
+    f"{T}.checkpoint_every": 2,
+}
+
+
+def tango(workspace: Path, name: str, overrides: dict) -> tuple[int, str]:
+    done = subprocess.run(
+        tango_command(DEMO, workspace, name, overrides),
+        cwd=REPO,
+        env=TANGO_ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_through_tango_run_one_line_in_seconds_and_the_workspace_serves_the_next_run(tmp_path):
+    workspace = tmp_path / "ws"
+    started = time.monotonic()
+    code, output = tango(workspace, "hang", {**TINY_RUN, f"{T}.grad_accum": 0})
+    assert code != 0 and time.monotonic() - started < 30  # used to sit at 0% forever
+    assert "ConfigurationError: train.grad_accum: must be a whole number >= 1, got 0" in output
+    assert "Traceback" not in output and 'Starting step "data"' not in output
+    code, output = tango(workspace, "good", TINY_RUN)
+    assert code == 0, output[-3000:]
+    # A damaged cached result: named, with the command that clears it.
+    from .conftest import step_result
+
+    trained = step_result(workspace, "good", "trained")
+    weights = trained / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    needs_trained = {**TINY_RUN, "steps.eval_trained.max_length": 64}
+    code, output = tango(workspace, "damaged", needs_trained)
+    assert code != 0
+    assert f"DamagedResultError: {trained}: this cached step result cannot be read" in output
+    assert f"`catwalk-clear-step {trained}`" in output and "Traceback" not in output
+    cleared = subprocess.run(
+        [str(Path(sys.executable).with_name("catwalk-clear-step")), str(trained)],
+        capture_output=True,
+        text=True,
+    )
+    assert cleared.returncode == 0, cleared.stderr
+    code, output = tango(workspace, "again", needs_trained)
+    assert code == 0, output[-3000:]
+    assert 'Starting step "trained"' in output  # computed again
