@@ -119,7 +119,7 @@ def tiny_demo(port: int, **extra) -> dict:
 
 def test_a_node_that_never_arrives_fails_within_the_timeout(tmp_path):
     port = free_port()
-    overrides = tiny_demo(port, **{"steps.trained.rendezvous_timeout": 5})
+    overrides = tiny_demo(port, **{"steps.trained.rendezvous_timeout": 3})
     started = time.monotonic()
     command = tango_command(EXPERIMENTS / "demo.jsonnet", tmp_path / "ws", "alone", overrides)
     node0 = start(command, tmp_path / "0")
@@ -127,7 +127,7 @@ def test_a_node_that_never_arrives_fails_within_the_timeout(tmp_path):
     assert node0.returncode != 0
     assert time.monotonic() - started < 60
     assert (
-        f"rendezvous at 127.0.0.1:{port}: node 1 (rank 1) did not join within 5 s "
+        f"rendezvous at 127.0.0.1:{port}: node 1 (rank 1) did not join within 3 s "
         "(rendezvous_timeout)" in output
     )
 

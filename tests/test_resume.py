@@ -247,7 +247,7 @@ def test_a_killed_worker_fails_the_step_and_the_rerun_resumes(tmp_path):
 
 def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path):
     pids = tmp_path / "pids"
-    overrides = faulty_demo(pids, sleep_s=0.4)
+    overrides = faulty_demo(pids, sleep_s=0.25)
     first = tango(tmp_path / "ws", overrides, "first")
     deadline = time.monotonic() + 120
     while not list((tmp_path / "ws").glob("cache/*/work/checkpoints/step*/COMPLETE.json")):

@@ -96,6 +96,11 @@ def test_piqa_fsdp_runs_on_local_files(tmp_path: Path, piqa_dir: Path):
         "steps.eval_untrained.model": TINY_MODEL,
         "steps.trained.train_dataloader.collate_fn.tokenizer": "catwalk::byte_level",
         "steps.trained.validation_dataloader.collate_fn.tokenizer": "catwalk::byte_level",
+        # The tiny model has 128 positions (gpt2 has 1024).
+        "steps.trained.train_dataloader.collate_fn.max_length": 128,
+        "steps.trained.validation_dataloader.collate_fn.max_length": 128,
+        "steps.eval_untrained.max_length": 128,
+        "steps.eval_trained.max_length": 128,
         "steps.trained.train_steps": 4,
         "steps.trained.validate_every": 2,
         "steps.trained.checkpoint_every": 2,
