@@ -22,6 +22,7 @@ the memory actually live instead of what glibc keeps cached.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import sys
@@ -51,6 +52,11 @@ VARIANTS = {
         "engine": "catwalk::torch_fsdp",
         "modules_to_wrap": [BLOCKS],
         "activation_checkpointing": True,
+    },
+    "fsdp2 (blocks wrapped), no reshard after forward": {
+        "engine": "catwalk::torch_fsdp",
+        "modules_to_wrap": [BLOCKS],
+        "fsdp_config": {"reshard_after_forward": False},
     },
     "fsdp2 (blocks wrapped) + bf16": {
         "engine": "catwalk::torch_fsdp",
@@ -114,6 +120,18 @@ def make_batch(rank: int, batch: int, length: int) -> dict:
     return MultipleChoiceCollator("catwalk::byte_level", max_length=length)(instances)
 
 
+@contextlib.contextmanager
+def profiled(enabled: bool, path: Path):
+    """With --profile: where rank 0's time goes in the timed steps, by operator (CPU time)."""
+    if not enabled:
+        yield
+        return
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        yield
+    table = profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+    path.write_text(table)
+
+
 def worker(rank: int, world_size: int, variant: dict, args: argparse.Namespace, out: Path) -> None:
     from tango.integrations.torch import TrainingEngine
 
@@ -138,9 +156,10 @@ def worker(rank: int, world_size: int, variant: dict, args: argparse.Namespace, 
     torch.distributed.barrier()
     reset_peak_rss()
     start = time.perf_counter()
-    for _ in range(args.steps):
-        train_step()
-    torch.distributed.barrier()
+    with profiled(args.profile and rank == 0, out / "profile.txt"):
+        for _ in range(args.steps):
+            train_step()
+        torch.distributed.barrier()
     seconds = time.perf_counter() - start
     tokens = int(batch["attention_mask"][batch["choice_index"] == 0].sum()) * args.steps
     result = {
@@ -218,6 +237,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--only", nargs="*", default=None, help="variants to run (ddp always)")
+    parser.add_argument("--profile", action="store_true", help="rank 0's operators by time")
     parser.add_argument("--work-dir", default="/tmp/catwalk_bench_memory")
     args = parser.parse_args()
     # Set before the ranks start: glibc reads it at start-up (see the module docstring).
@@ -229,6 +249,11 @@ def main() -> None:
         if not args.only or name == "ddp" or name in args.only
     }
     results = {name: run_variant(name, variant, args) for name, variant in chosen.items()}
+    if args.profile:  # time per operator, not a benchmark: the profiler slows every step
+        for name in chosen:
+            out = Path(args.work_dir) / "".join(c if c.isalnum() else "_" for c in name)
+            print(f"== {name}\n{(out / 'profile.txt').read_text()}")
+        return
     summary = summarise(results)
     parameters = results["ddp"][0]["parameters"]
     payload = {

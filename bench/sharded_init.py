@@ -79,7 +79,9 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=50257)
     parser.add_argument("--work-dir", default="/tmp/catwalk_bench_init")
     args = parser.parse_args()
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # freed tensors leave RSS (see memory_throughput)
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = (
+        "65536"  # freed tensors leave RSS (see memory_throughput)
+    )
 
     from catwalk_steps.models import RankClassifier
 

@@ -45,26 +45,19 @@ def start_store(
 
     Workers connect with :func:`connect_store` to `store.port`.
     """
-    return dist.TCPStore(
-        host,
-        port,
-        world_size,
-        is_master=True,
-        timeout=datetime.timedelta(seconds=timeout_s),
-        wait_for_workers=False,
-        use_libuv=True,
-    )
+    return _tcp_store(host, port, world_size, timeout_s, is_master=True, wait_for_workers=False)
 
 
 def connect_store(host: str, port: int, world_size: int, timeout_s: float) -> dist.TCPStore:
-    return dist.TCPStore(
-        host,
-        port,
-        world_size,
-        is_master=False,
-        timeout=datetime.timedelta(seconds=timeout_s),
-        use_libuv=True,
-    )
+    """A client of the launcher's store (retries until `timeout_s` if it is not up yet)."""
+    return _tcp_store(host, port, world_size, timeout_s, is_master=False)
+
+
+def _tcp_store(
+    host: str, port: int, world_size: int, timeout_s: float, **kwargs: bool
+) -> dist.TCPStore:
+    timeout = datetime.timedelta(seconds=timeout_s)
+    return dist.TCPStore(host, port, world_size, timeout=timeout, use_libuv=True, **kwargs)
 
 
 def init_process_group(

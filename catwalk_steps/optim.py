@@ -42,10 +42,13 @@ def optimizer_class(name: str, field: str) -> type[torch.optim.Optimizer]:
     return cls
 
 
-def _plain_if_alone(kind: str, name: str, inner: type, params: Iterable, kwargs: dict):
+def _sharded(kind: str, name: str, params: Iterable, kwargs: dict, wrap) -> torch.optim.Optimizer:
+    """`wrap(params, inner class, kwargs)` in a process group of several ranks; alone, the
+    inner optimizer itself (the same updates), with one warning line."""
+    inner = optimizer_class(name, "optimizer.optimizer")
     rank, world_size = distributed_position()
     if world_size > 1:
-        return None
+        return wrap(params, inner, kwargs)
     if rank == 0:
         logger.warning(
             "%s: one process, so nothing to shard: using %s itself (same updates)", kind, name
@@ -57,26 +60,26 @@ def zero_redundancy_optimizer(
     params: Iterable, optimizer: str = "torch::AdamW", **kwargs: Any
 ) -> torch.optim.Optimizer:
     """torch's `ZeroRedundancyOptimizer` around `optimizer`; the other keys go to `optimizer`."""
-    inner = optimizer_class(optimizer, "optimizer.optimizer")
-    plain = _plain_if_alone("catwalk::zero", optimizer, inner, params, kwargs)
-    if plain is not None:
-        return plain
-    from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    return ZeroRedundancyOptimizer(params, optimizer_class=inner, **kwargs)
+    def wrap(params, inner, kwargs):
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=inner, **kwargs)
+
+    return _sharded("catwalk::zero", optimizer, params, kwargs, wrap)
 
 
 def oss_optimizer(
     params: Iterable, optimizer: str = "torch::AdamW", **kwargs: Any
 ) -> torch.optim.Optimizer:
     """FairScale's `OSS` around `optimizer`; the other keys go to `optimizer`."""
-    inner = optimizer_class(optimizer, "optimizer.optimizer")
-    plain = _plain_if_alone("catwalk::oss", optimizer, inner, params, kwargs)
-    if plain is not None:
-        return plain
-    from fairscale.optim import OSS
 
-    return OSS(params, optim=inner, **kwargs)
+    def wrap(params, inner, kwargs):
+        from fairscale.optim import OSS
+
+        return OSS(params, optim=inner, **kwargs)
+
+    return _sharded("catwalk::oss", optimizer, params, kwargs, wrap)
 
 
 Optimizer.register("catwalk::zero")(zero_redundancy_optimizer)

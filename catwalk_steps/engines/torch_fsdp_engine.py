@@ -231,26 +231,56 @@ def materialise(sharded: Model, model: Model | Lazy[Model], device: torch.device
     """Fills every rank's shard with the weights that rank 0 alone builds.
 
     Rank 0 constructs the whole model (random init from its seed, or the pretrained weights,
-    read once) and scatters it shard by shard; the other ranks never hold more than their
-    shards. Buffers that are not part of the state dict (rotary frequencies, say) are sent
-    whole, as FSDP2 does not shard buffers.
+    read once) and sends each rank its shard of each parameter, freeing the parameter once it is
+    sent: the other ranks never hold more than their shards. Buffers, which FSDP2 does not
+    shard, are broadcast whole; those outside the state dict (rotary frequencies, say) too.
     """
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.tensor import DTensor
 
-    rank, _ = distributed_position()
-    full: dict[str, torch.Tensor] = {}
-    extra_buffers: dict[str, torch.Tensor] = {}
-    if rank == 0:
-        whole = model.construct() if isinstance(model, Lazy) else model
-        full = whole.state_dict()  # set_model_state_dict replaces its values: not reused
-        persistent = set(full)
-        extra_buffers = {n: b for n, b in whole.named_buffers() if n not in persistent}
-        del whole
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
-    set_model_state_dict(sharded, full, options=options)
-    received = [extra_buffers]
-    dist.broadcast_object_list(received, src=0)
-    for name, buffer in received[0].items():
+    rank, world_size = distributed_position()
+    whole = (model.construct() if isinstance(model, Lazy) else model) if rank == 0 else None
+    full = whole.state_dict() if whole is not None else {}
+    persistent = set(full)
+    extra = [{n: b for n, b in whole.named_buffers() if n not in persistent}] if whole else [{}]
+    for name, target in sharded.state_dict().items():
+        if rank == 0 and name not in full:
+            raise RuntimeError(f"materialise: the whole model has no '{name}'")
+        if isinstance(target, DTensor):
+            scatter_rows(full.get(name), target.to_local(), rank, world_size)
+        else:
+            whole_tensor = full[name].to(target) if rank == 0 else torch.empty_like(target)
+            dist.broadcast(whole_tensor, src=0)
+            target.copy_(whole_tensor)
+        if rank == 0:
+            _release(whole, name)  # the module's reference too: freed once sent
+            del full[name]
+    del whole
+    dist.broadcast_object_list(extra, src=0)
+    for name, buffer in extra[0].items():
         owner_name, _, buffer_name = name.rpartition(".")
         owner = sharded.get_submodule(owner_name) if owner_name else sharded
         owner.register_buffer(buffer_name, buffer.to(device), persistent=False)
+
+
+def scatter_rows(whole: torch.Tensor | None, local: torch.Tensor, rank: int, world: int) -> None:
+    """Rank 0's `whole` tensor split along dim 0 as FSDP2 shards it (`torch.chunk`: the last
+    ranks may get fewer rows, or none); each rank receives its rows into `local`."""
+    if rank == 0:
+        assert whole is not None
+        chunks = list(torch.chunk(whole.detach(), world, dim=0))
+        for destination in range(1, world):
+            if destination < len(chunks) and chunks[destination].numel():
+                chunk = chunks[destination].to(device=local.device, dtype=local.dtype)
+                dist.send(chunk.contiguous(), dst=destination)
+        if local.numel():
+            local.copy_(chunks[0])
+    elif local.numel():
+        dist.recv(local, src=0)
+
+
+def _release(model: torch.nn.Module, name: str) -> None:
+    owner_name, _, attribute = name.rpartition(".")
+    owner = model.get_submodule(owner_name) if owner_name else model
+    for store in (owner._parameters, owner._buffers):
+        if attribute in store:
+            store[attribute] = None
