@@ -23,6 +23,19 @@ def one_line_error(cls: type[BaseException]) -> type[BaseException]:
     return cls
 
 
+def command_line(prog: str, action, *errors: type[BaseException]) -> int:
+    """Runs a console command's `action`, printing what it returns; one of `errors` is one
+    line on stderr and exit status 1."""
+    import sys
+
+    try:
+        print(action())
+    except errors as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def first_line(error: BaseException) -> str:
     """A one-line reason from a library error whose message may span many lines."""
     return str(error).splitlines()[0] if str(error) else type(error).__name__

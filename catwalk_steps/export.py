@@ -30,6 +30,7 @@ from .checkpoints import (
     pointed,
     problem_with,
 )
+from .errors import command_line
 from .files import write_json_atomic
 from .models import RankClassifier
 
@@ -116,13 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", type=Path, help="checkpoint, or a step's work directory")
     parser.add_argument("out_dir", type=Path, help="where to write the save_pretrained files")
     args = parser.parse_args(argv)
-    try:
-        written = export_checkpoint(args.checkpoint, args.out_dir)
-    except CheckpointError as e:
-        print(f"catwalk-export: {e}", file=sys.stderr)
-        return 1
-    print(f"{written}: from_pretrained loads it")
-    return 0
+
+    def export() -> str:
+        return f"{export_checkpoint(args.checkpoint, args.out_dir)}: from_pretrained loads it"
+
+    return command_line("catwalk-export", export, CheckpointError)
 
 
 if __name__ == "__main__":

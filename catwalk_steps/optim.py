@@ -56,30 +56,33 @@ def _sharded(kind: str, name: str, params: Iterable, kwargs: dict, wrap) -> torc
     return inner(params, **kwargs)
 
 
-def zero_redundancy_optimizer(
-    params: Iterable, optimizer: str = "torch::AdamW", **kwargs: Any
-) -> torch.optim.Optimizer:
-    """torch's `ZeroRedundancyOptimizer` around `optimizer`; the other keys go to `optimizer`."""
+def _zero(params: Iterable, inner: type, kwargs: dict) -> torch.optim.Optimizer:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    def wrap(params, inner, kwargs):
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        return ZeroRedundancyOptimizer(params, optimizer_class=inner, **kwargs)
-
-    return _sharded("catwalk::zero", optimizer, params, kwargs, wrap)
+    return ZeroRedundancyOptimizer(params, optimizer_class=inner, **kwargs)
 
 
-def oss_optimizer(
-    params: Iterable, optimizer: str = "torch::AdamW", **kwargs: Any
-) -> torch.optim.Optimizer:
-    """FairScale's `OSS` around `optimizer`; the other keys go to `optimizer`."""
+def _oss(params: Iterable, inner: type, kwargs: dict) -> torch.optim.Optimizer:
+    from fairscale.optim import OSS
 
-    def wrap(params, inner, kwargs):
-        from fairscale.optim import OSS
+    return OSS(params, optim=inner, **kwargs)
 
-        return OSS(params, optim=inner, **kwargs)
 
-    return _sharded("catwalk::oss", optimizer, params, kwargs, wrap)
+def _factory(kind: str, wrap, description: str):
+    """The jsonnet constructor of one sharded optimizer: `optimizer` names the inner one, the
+    other keys go to it."""
+
+    def build(
+        params: Iterable, optimizer: str = "torch::AdamW", **kwargs: Any
+    ) -> torch.optim.Optimizer:
+        return _sharded(kind, optimizer, params, kwargs, wrap)
+
+    build.__doc__ = f"{description} around `optimizer`; the other keys go to `optimizer`."
+    return build
+
+
+zero_redundancy_optimizer = _factory("catwalk::zero", _zero, "torch's `ZeroRedundancyOptimizer`")
+oss_optimizer = _factory("catwalk::oss", _oss, "FairScale's `OSS`")
 
 
 Optimizer.register("catwalk::zero")(zero_redundancy_optimizer)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tango.common.exceptions import ConfigurationError
 
-from .errors import first_line, one_line_error
+from .errors import command_line, first_line, one_line_error
 
 
 @one_line_error
@@ -71,13 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("step_dir", type=Path, help="<workspace>/cache/<step id>")
     args = parser.parse_args(argv)
-    try:
-        cleared = clear_step(args.step_dir)
-    except ConfigurationError as e:
-        print(f"catwalk-clear-step: {e}", file=sys.stderr)
-        return 1
-    print(f"cleared {cleared}; the next run recomputes it")
-    return 0
+
+    def clear() -> str:
+        return f"cleared {clear_step(args.step_dir)}; the next run recomputes it"
+
+    return command_line("catwalk-clear-step", clear, ConfigurationError)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Weight names must fit the model exactly; a sharded checkpoint consolidates into the whole model."""
+"""Weight names must fit the model exactly; sharded checkpoints consolidate into the model."""
 
 from __future__ import annotations
 
