@@ -76,29 +76,40 @@ def worker_node(experiment: Path, overrides: dict, log: Path, step: str = "train
     return start(command, log)
 
 
-def test_two_nodes_train_like_two_processes_on_one_node(tmp_path, parity_run):
-    """The parity fixture's DDP step (2 processes, 8 instances each) on two one-process nodes."""
+@pytest.mark.parametrize("engine", ["ddp", "fsdp_wrapped", "fsdp2_wrapped"])
+def test_two_nodes_train_like_two_processes_on_one_node(tmp_path, parity_run, engine):
+    """The parity fixture's steps (2 processes, 8 instances each) on two one-process nodes:
+    DDP, FairScale FSDP and FSDP2, blocks wrapped."""
     port = free_port()  # node 0 binds it; the test must know it in advance, as a cluster does
+    step = f"steps.{engine}"
     overrides = two_nodes(
         port,
-        "ddp",
-        **{"steps.ddp.train_dataloader.batch_size": 8, "steps.ddp.rendezvous_timeout": 60},
+        engine,
+        **{f"{step}.train_dataloader.batch_size": 8, f"{step}.rendezvous_timeout": 60},
     )
     workspace = tmp_path / "ws"
-    node0 = start(tango_command(PARITY, workspace, "nodes", overrides, "-s", "ddp"), tmp_path / "0")
-    node1 = worker_node(PARITY, overrides, tmp_path / "1", step="ddp")
+    node0 = start(
+        tango_command(PARITY, workspace, "nodes", overrides, "-s", engine), tmp_path / "0"
+    )
+    node1 = worker_node(PARITY, overrides, tmp_path / "1", step=engine)
     output1, output0 = node1.finish(), node0.finish()
     assert node0.returncode == 0, output0[-3000:]
     assert node1.returncode == 0, output1[-3000:]
     assert "node 1: 1 CPU process, ranks 1-1 of 2" in output1
-    nodes, single = history(workspace, "nodes", "ddp"), history(parity_run, "parity", "ddp")
+    nodes, single = history(workspace, "nodes", engine), history(parity_run, "parity", engine)
     for mine, theirs in zip(nodes["train"], single["train"], strict=True):
         assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-5), mine["step"]
-    assert nodes["validation"] == single["validation"]
+    for mine, theirs in zip(nodes["validation"], single["validation"], strict=True):
+        assert (mine["count"], mine["acc"]) == (theirs["count"], theirs["acc"])
+        assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-5)
+    if engine != "ddp":
+        return
     # Cached once: node 0 alone finds the result (the rendezvous keys are not in the cache key).
-    again = start(tango_command(PARITY, workspace, "again", overrides, "-s", "ddp"), tmp_path / "a")
+    again = start(
+        tango_command(PARITY, workspace, "again", overrides, "-s", engine), tmp_path / "a"
+    )
     output = again.finish()
-    assert again.returncode == 0 and 'Found output for step "ddp" in cache' in output
+    assert again.returncode == 0 and f'Found output for step "{engine}" in cache' in output
     assert len(list(workspace.glob("cache/TrainRankClassifier-*"))) == 1
 
 
