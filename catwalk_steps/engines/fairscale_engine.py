@@ -6,6 +6,7 @@ same parameters) `fairscale::with_wrapped_modules`, for configs that wrap inside
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -27,6 +28,14 @@ from ..precision import Precision
 from ..wrapping import checkpoint_activations, match_modules, wrap_modules
 from .base import CatwalkEngineMixin
 from .fairscale_cpu import use_worker_device
+
+# FairScale 0.4.13 calls APIs that torch deprecates (TypedStorage, the private collectives);
+# every rank warned at every run, and there is nothing a user can do about it.
+for _message in (
+    "TypedStorage is deprecated",
+    r"`torch\.distributed\._(all_gather|reduce_scatter)_base`",
+):
+    warnings.filterwarnings("ignore", message=_message)
 
 
 @TrainingEngine.register("catwalk::fairscale")
