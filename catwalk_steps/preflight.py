@@ -17,10 +17,17 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tango.common import Lazy, Registrable
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import DataCollator, DataLoader, Model, Optimizer, TrainingEngine
+from tango.integrations.torch import (
+    DataCollator,
+    DataLoader,
+    LRScheduler,
+    Model,
+    Optimizer,
+    TrainingEngine,
+)
 
+from .lazy_configs import lazy_config, registered_name, resolve_config
 from .precision import Precision
 from .wrapping import compile_patterns, match_modules
 
@@ -104,24 +111,6 @@ def check_schedule(kwargs: Mapping[str, Any]) -> None:
 # --- Lazy components: their type and keys, without building them ---------------------------
 
 
-def lazy_config(lazy: Any, base: type[Registrable], key: str) -> tuple[Any, dict[str, Any]]:
-    """The class (or factory) a lazy component will be built from, and its config keys.
-
-    Private: Tango 1.3.2's `Lazy` keeps its config in `_params`.
-    """
-    if not isinstance(lazy, Lazy):
-        return type(lazy), {}
-    params = dict(lazy._params.as_dict(quiet=True))
-    name = params.pop("type", getattr(base, "default_implementation", None))
-    if name is None:
-        return lazy._constructor, params
-    try:
-        constructor = base.resolve_class_name(name)[0]
-    except ConfigurationError as e:
-        raise ConfigurationError(f"{key}.type: {e}") from None
-    return constructor, params
-
-
 def accepted_keys(constructor: Any) -> set[str] | None:
     """The keyword parameters a constructor takes; None when it takes any (`**kwargs` that go
     nowhere we can see)."""
@@ -173,7 +162,7 @@ def check_engine(lazy: Any) -> dict[str, Any]:
         raise ConfigurationError(
             f"{key}.activation_checkpointing: name the modules to recompute in 'modules_to_wrap'"
         )
-    name = getattr(engine, "registered_name", None) or registered_name(TrainingEngine, engine)
+    name = registered_name(TrainingEngine, engine)
     if name == "catwalk::torch" and patterns and not checkpointing:
         raise ConfigurationError(
             f"{key}.modules_to_wrap: DDP wraps no inner modules; set activation_checkpointing "
@@ -188,31 +177,11 @@ def check_engine(lazy: Any) -> dict[str, Any]:
         raise ConfigurationError(f"{key}.max_grad_norm: a number > 0, got {grad_norm!r}")
     check_optimizer(params.get("optimizer"), f"{key}.optimizer")
     if params.get("lr_scheduler") is not None:
-        scheduler = params["lr_scheduler"]
-        constructor, scheduler_params = lazy_config(
-            Lazy(Optimizer, _params(scheduler)), _scheduler_base(), f"{key}.lr_scheduler"
+        scheduler, scheduler_params = resolve_config(
+            params["lr_scheduler"], LRScheduler, f"{key}.lr_scheduler"
         )
-        check_keys(constructor, scheduler_params, f"{key}.lr_scheduler")
+        check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
     return {"name": name, "patterns": patterns, "precision": params.get("precision", "fp32")}
-
-
-def _params(config: Mapping[str, Any]):
-    from tango.common import Params
-
-    return Params(dict(config))
-
-
-def _scheduler_base() -> type[Registrable]:
-    from tango.integrations.torch import LRScheduler
-
-    return LRScheduler
-
-
-def registered_name(base: type[Registrable], constructor: Any) -> str | None:
-    for name, (registered, _) in Registrable._registry[base].items():
-        if registered is constructor:
-            return name
-    return None
 
 
 def is_number(value: Any) -> bool:
@@ -222,7 +191,7 @@ def is_number(value: Any) -> bool:
 def check_optimizer(config: Any, key: str) -> None:
     if config is None:
         raise ConfigurationError(f"{key}: missing (e.g. {{type: 'torch::AdamW', lr: 1e-4}})")
-    constructor, params = lazy_config(Lazy(Optimizer, _params(config)), Optimizer, key)
+    constructor, params = resolve_config(config, Optimizer, key)
     name = registered_name(Optimizer, constructor)
     if name in ("catwalk::zero", "catwalk::oss"):
         from .optim import optimizer_class
@@ -248,9 +217,7 @@ def check_loader(lazy: Any, key: str) -> dict[str, Any]:
     collate = params.get("collate_fn")
     if collate is None:
         return {}
-    collator, collate_params = lazy_config(
-        Lazy(DataCollator, _params(collate)), DataCollator, f"{key}.collate_fn"
-    )
+    collator, collate_params = resolve_config(collate, DataCollator, f"{key}.collate_fn")
     check_keys(collator, collate_params, f"{key}.collate_fn")
     if "max_length" in collate_params:
         whole(collate_params["max_length"], f"{key}.collate_fn.max_length", minimum=2)

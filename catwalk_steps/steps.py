@@ -24,10 +24,11 @@ from .evaluation import metrics_from_scores, score_choices
 from .export import checkpoint_model, resolve_checkpoint
 from .formats import HFModelFormat
 from .launch import check_resumable, run_training
+from .lazy_configs import lazy_config
 from .loop import WEIGHTS_FILE, Rendezvous, Schedule, TrainingJob
 from .models import RankClassifier
 from .precision import Precision
-from .preflight import answers_cut, check_train_step, lazy_config, training_warnings
+from .preflight import answers_cut, check_train_step, training_warnings
 from .report import Report, ReportFormat, build_report
 from .tasks import Task
 
@@ -242,15 +243,9 @@ def rendezvous_settings(
     return Rendezvous(host=address, port=port, num_nodes=num_nodes, join_timeout_s=timeout_s)
 
 
-def engine_class_name(training_engine: Lazy[TrainingEngine]) -> str | None:
-    """The class a lazy engine will be, read from its config (Tango 1.3.2 keeps the config in
-    the private `Lazy._params`); None when it cannot be told."""
-    params = getattr(training_engine, "_params", None)
-    name = params.get("type", TrainingEngine.default_implementation) if params else None
-    try:
-        return TrainingEngine.resolve_class_name(name)[0].__name__ if name else None
-    except Exception:
-        return None
+def engine_class_name(training_engine: Lazy[TrainingEngine]) -> str:
+    """The class a lazy engine will be (its type was checked when the step graph was built)."""
+    return lazy_config(training_engine, TrainingEngine, "training_engine")[0].__name__
 
 
 def load_trained_model(model: Lazy[Model], work_dir: Path) -> RankClassifier:

@@ -39,6 +39,7 @@ from tango.integrations.torch import (
 from ..checkpoints import DCP_MODEL_DIR, load_file
 from ..distributed import distributed_position
 from ..files import torch_save_atomic
+from ..lazy_configs import lazy_config
 from ..models import RankClassifier
 from ..wrapping import match_modules
 from .base import GRAD_SCALER_FILE, LR_SCHEDULER_FILE, CatwalkEngineMixin
@@ -211,20 +212,11 @@ def build_skeleton(model: Model | Lazy[Model]) -> Model:
     """The model's structure on the meta device: no memory for weights on any rank."""
     if not isinstance(model, Lazy):
         raise ConfigurationError("catwalk::torch_fsdp: the model must come from its config")
-    if _builds_rank_classifier(model):
+    constructor, _ = lazy_config(model, Model, "model")
+    if isinstance(constructor, type) and issubclass(constructor, RankClassifier):
         return model.construct(skeleton=True)
     with torch.device("meta"):
         return model.construct()
-
-
-def _builds_rank_classifier(model: Lazy[Model]) -> bool:
-    """Private: Tango 1.3.2's Lazy keeps the config in `_params`."""
-    params = getattr(model, "_params", None)
-    name = params.get("type") if params else None
-    if name is None:
-        return False
-    cls = Model.resolve_class_name(name)[0]
-    return isinstance(cls, type) and issubclass(cls, RankClassifier)
 
 
 def materialise(sharded: Model, model: Model | Lazy[Model], device: torch.device) -> None:
