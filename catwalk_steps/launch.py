@@ -30,6 +30,7 @@ from typing import Any
 import torch.distributed as dist
 from tango.common.exceptions import ConfigurationError
 
+from .checkpoints import read_manifest
 from .distributed import (
     connect_store,
     destroy_process_group_if_initialized,
@@ -37,7 +38,7 @@ from .distributed import (
     start_store,
 )
 from .errors import first_line, one_line_error
-from .loop import Trainer, TrainingJob, train_config_for
+from .loop import Trainer, TrainingJob, resumable_checkpoints, train_config_for
 
 logger = logging.getLogger(__name__)
 # Workers' tracebacks: to the run's log file; the terminal shows the one-line cause.
@@ -303,20 +304,13 @@ def wait_for_everyone(store: dist.Store, job: TrainingJob, rank: int) -> None:
         time.sleep(0.05)
 
 
-def check_resumable(job: TrainingJob, engine_type: str | None) -> None:
+def check_resumable(job: TrainingJob, engine_type: str) -> None:
     """Before any worker starts: a checkpoint this job would resume from must be one it can
     load (same engine; any device_count). One line otherwise."""
-    from .checkpoints import complete_checkpoints, read_manifest
-    from .loop import resume_candidates
-
-    candidates = complete_checkpoints(job.work_dir)
+    candidates = resumable_checkpoints(job)
     if not candidates and job.resume_from is not None:
-        candidates = resume_candidates(job.resume_from)
-        if not candidates:
-            raise ConfigurationError(
-                f"train.resume_from: no complete checkpoint in {job.resume_from}"
-            )
-    if not candidates or engine_type is None:
+        raise ConfigurationError(f"train.resume_from: no complete checkpoint in {job.resume_from}")
+    if not candidates:
         return
     manifest = read_manifest(candidates[0])
     written_by = manifest.get("engine")

@@ -477,10 +477,7 @@ class Trainer:
     def resume(self) -> None:
         """Loads the newest usable checkpoint: this step's own, else `resume_from`'s. A partial or
         damaged one is skipped with a warning naming the file; every rank takes the same one."""
-        candidates = complete_checkpoints(self.job.work_dir)
-        if not candidates and self.job.resume_from is not None:
-            candidates = resume_candidates(self.job.resume_from)
-        for directory in candidates:
+        for directory in resumable_checkpoints(self.job):
             problem = problem_with(directory)
             trainer = None
             if problem is None:
@@ -530,6 +527,15 @@ class Trainer:
 
             torch_save_atomic(full_model_state(best), self.job.work_dir / WEIGHTS_FILE)
         barrier()
+
+
+def resumable_checkpoints(job: TrainingJob) -> list[Path]:
+    """The checkpoints a job would resume from, newest first: its own, or when it has none yet,
+    those of `resume_from`."""
+    own = complete_checkpoints(job.work_dir)
+    if own or job.resume_from is None:
+        return own
+    return resume_candidates(job.resume_from)
 
 
 def resume_candidates(source: Path) -> list[Path]:
