@@ -9,13 +9,44 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import os
 import socket
 import sys
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from tango.common.exceptions import ConfigurationError
 
 _teardown_registered = False
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """How the workers of all nodes find each other: node 0's store, and the time limits."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    num_nodes: int = 1
+    join_timeout_s: float = 300.0
+    collective_timeout_s: float = 1800.0
+
+
+def rendezvous_settings(
+    num_nodes: int, address: str | None, port: int | None, timeout_s: float
+) -> Rendezvous:
+    """Where the nodes meet. One node listens on 127.0.0.1 on a port the OS picks; several take
+    the address and port from the config or the standard `MASTER_ADDR` / `MASTER_PORT`."""
+    if num_nodes == 1:
+        return Rendezvous(host=address or "127.0.0.1", port=port or 0, join_timeout_s=timeout_s)
+    address = address or os.environ.get("MASTER_ADDR")
+    port = port or (int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else None)
+    if not address or not port:
+        raise ConfigurationError(
+            "train.master_addr / train.master_port: num_nodes > 1 needs node 0's address and a "
+            "port (set them, or MASTER_ADDR and MASTER_PORT as SLURM and torchrun do)"
+        )
+    return Rendezvous(host=address, port=port, num_nodes=num_nodes, join_timeout_s=timeout_s)
 
 
 def distributed_position() -> tuple[int, int]:

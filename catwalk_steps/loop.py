@@ -58,7 +58,7 @@ from .checkpoints import (
     rng_state,
 )
 from .devices import DevicePlan
-from .distributed import barrier, distributed_position
+from .distributed import Rendezvous, barrier, distributed_position
 from .files import torch_save_atomic
 from .train_config import NodeAwareTrainConfig
 
@@ -103,17 +103,6 @@ class Schedule:
         if than is None:
             return True
         return value <= than if self.minimize_val_metric else value >= than
-
-
-@dataclass(frozen=True)
-class Rendezvous:
-    """How the workers of all nodes find each other (see :mod:`.distributed`)."""
-
-    host: str = "127.0.0.1"
-    port: int = 0
-    num_nodes: int = 1
-    join_timeout_s: float = 300.0
-    collective_timeout_s: float = 1800.0
 
 
 @dataclass

@@ -27,6 +27,7 @@ from tango.integrations.torch import (
     TrainingEngine,
 )
 
+from .distributed import rendezvous_settings
 from .lazy_configs import lazy_config, registered_name, resolve_config
 from .precision import Precision
 from .wrapping import compile_patterns, match_modules
@@ -89,18 +90,8 @@ def check_schedule(kwargs: Mapping[str, Any]) -> None:
     device = kwargs.get("device")
     if device not in (None, "cpu", "cuda"):
         raise ConfigurationError(f"train.device: cpu or cuda (or leave it out), got {device!r}")
-    if kwargs.get("num_nodes", 1) > 1:
-        address = kwargs.get("master_addr") or os.environ.get("MASTER_ADDR")
-        port = (
-            kwargs.get("master_port")
-            or kwargs.get("distributed_port")
-            or os.environ.get("MASTER_PORT")
-        )
-        if not address or not port:
-            raise ConfigurationError(
-                "train.master_addr / train.master_port: num_nodes > 1 needs node 0's address "
-                "and a port (set them, or MASTER_ADDR and MASTER_PORT as SLURM and torchrun do)"
-            )
+    port = kwargs.get("master_port") or kwargs.get("distributed_port")
+    rendezvous_settings(kwargs.get("num_nodes", 1), kwargs.get("master_addr"), port, timeout)
     metric = kwargs.get("val_metric_name", "acc")
     if metric not in ("acc", "acc_norm", "loss"):
         raise ConfigurationError(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,13 @@ from tango.step import StepResources
 from .callbacks import HISTORY_FILE, RunMetrics
 from .checkpoints import CheckpointError, check_full_weights
 from .devices import evaluation_device, plan_devices
+from .distributed import rendezvous_settings
 from .evaluation import metrics_from_scores, score_choices
 from .export import checkpoint_model, resolve_checkpoint
 from .formats import HFModelFormat
 from .launch import check_resumable, run_training
 from .lazy_configs import lazy_config
-from .loop import WEIGHTS_FILE, Rendezvous, Schedule, TrainingJob
+from .loop import WEIGHTS_FILE, Schedule, TrainingJob
 from .models import RankClassifier
 from .precision import Precision
 from .preflight import answers_cut, check_train_step, training_warnings
@@ -224,23 +224,6 @@ class TrainRankClassifier(Step[RankClassifier]):
                     split,
                     max_length - 1,
                 )
-
-
-def rendezvous_settings(
-    num_nodes: int, address: str | None, port: int | None, timeout_s: float
-) -> Rendezvous:
-    """Where the nodes meet. One node listens on 127.0.0.1 on a port the OS picks; several take
-    the address and port from the config or the standard `MASTER_ADDR` / `MASTER_PORT`."""
-    if num_nodes == 1:
-        return Rendezvous(host=address or "127.0.0.1", port=port or 0, join_timeout_s=timeout_s)
-    address = address or os.environ.get("MASTER_ADDR")
-    port = port or (int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else None)
-    if not address or not port:
-        raise ConfigurationError(
-            "train.master_addr / train.master_port: num_nodes > 1 needs node 0's address and a "
-            "port (set them, or MASTER_ADDR and MASTER_PORT as SLURM and torchrun do)"
-        )
-    return Rendezvous(host=address, port=port, num_nodes=num_nodes, join_timeout_s=timeout_s)
 
 
 def engine_class_name(training_engine: Lazy[TrainingEngine]) -> str:

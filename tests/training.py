@@ -17,7 +17,8 @@ from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingE
 
 from catwalk_steps.callbacks import HISTORY_FILE, RunMetrics
 from catwalk_steps.devices import plan_devices
-from catwalk_steps.loop import WEIGHTS_FILE, Rendezvous, Schedule, TrainingJob
+from catwalk_steps.distributed import Rendezvous
+from catwalk_steps.loop import WEIGHTS_FILE, Schedule, TrainingJob
 from catwalk_steps.tasks import SyntheticTask
 
 from .conftest import TINY_GPT2
