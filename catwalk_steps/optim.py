@@ -96,9 +96,7 @@ def full_optimizer_state(optimizer: torch.optim.Optimizer, to_rank: int = 0) -> 
     torch's `ZeroRedundancyOptimizer`, FairScale's `OSS`) first gathers it on `to_rank`; any
     other optimizer already holds the whole state on every rank.
     """
-    rank, _ = distributed_position()
     consolidate = getattr(optimizer, "consolidate_state_dict", None)
     if consolidate is not None:
         consolidate(to_rank)  # positional: ZeRO calls it `to`, OSS `recipient_rank`
-        return optimizer.state_dict() if rank == to_rank else None
-    return optimizer.state_dict() if rank == to_rank else None
+    return optimizer.state_dict() if distributed_position()[0] == to_rank else None

@@ -135,10 +135,14 @@ class CatwalkEngineMixin:
         """Constructs the model on CPU and turns on activation checkpointing where asked."""
         if isinstance(model, Lazy):
             model = model.construct()
+        self._checkpoint_activations(model)
+        return model
+
+    def _checkpoint_activations(self, model: Model) -> None:
+        """Recompute the matched modules' activations in backward, where asked."""
         if self.activation_checkpointing:
             for name in match_modules(model, self.modules_to_wrap):
                 checkpoint_activations(model.get_submodule(name))
-        return model
 
     def forward_train(
         self, micro_batch: dict[str, Any], micro_batch_idx: int, num_micro_batches: int

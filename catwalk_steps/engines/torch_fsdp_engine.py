@@ -140,8 +140,7 @@ class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
         from torch.distributed.fsdp import fully_shard
 
         skeleton = build_skeleton(model)
-        if self.activation_checkpointing:
-            self._checkpoint_activations(skeleton)
+        self._checkpoint_activations(skeleton)
         kwargs = self.fully_shard_kwargs()
         units = match_modules(skeleton, self.modules_to_wrap) if self.modules_to_wrap else []
         for name in units:  # deepest first
@@ -151,12 +150,6 @@ class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
         skeleton.to_empty(device="cpu" if self.offload else self.device)
         materialise(skeleton, model, self.device)
         return skeleton
-
-    def _checkpoint_activations(self, model: Model) -> None:
-        from ..wrapping import checkpoint_activations
-
-        for name in match_modules(model, self.modules_to_wrap):
-            checkpoint_activations(model.get_submodule(name))
 
     # --- Checkpoints: sharded DCP directories -----------------------------------------------
 
