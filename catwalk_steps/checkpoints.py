@@ -193,6 +193,14 @@ def restore_rng_state(state: dict[str, Any], device: torch.device) -> None:
 # --- Full weights out of any checkpoint ---------------------------------------------------------
 
 
+def best_checkpoint(work_dir: Path) -> Path:
+    """A finished run's result: its best checkpoint (the latest, when none was validated)."""
+    best = pointed(work_dir, BEST) or pointed(work_dir, LATEST)
+    if best is None:
+        raise CheckpointError(f"{work_dir}: training ended without a checkpoint")
+    return best
+
+
 def full_model_state(directory: Path) -> dict[str, torch.Tensor]:
     """The whole model's state dict from a checkpoint of any engine, on the CPU.
 

@@ -13,7 +13,7 @@ What it does differently from Tango's `torch::train` loop, and why:
 - Validation callbacks run before the checkpoint of the same step, so the metric history that a
   checkpoint holds includes its own validation.
 
-Each concern is one method of :class:`Trainer`; :func:`run_worker` sets a worker up.
+Each concern is one method of :class:`Trainer`; :mod:`.launch` starts the workers that run it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from .checkpoints import (
     load_file,
     mark_complete,
     point,
-    pointed,
     problem_with,
     remove_partial,
     remove_stale,
@@ -63,8 +62,6 @@ from .files import torch_save_atomic
 from .train_config import NodeAwareTrainConfig
 
 logger = logging.getLogger(__name__)
-
-WEIGHTS_FILE = "weights.pt"
 
 
 @dataclass(frozen=True)
@@ -254,7 +251,7 @@ class Trainer:
     # --- The loop -------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Resumes if it can, trains to `train_steps`, and leaves the best weights on disk."""
+        """Resumes if it can and trains to `train_steps`; the best checkpoint is the result."""
         if self.main:
             remove_partial(self.job.work_dir)
             from .export import write_model_files
@@ -288,7 +285,6 @@ class Trainer:
             progress.close()
         for callback in self.callbacks:
             callback.post_train_loop(self.state.step - 1, self.state.epoch)
-        self.write_final_weights()
 
     def batches(self) -> Iterator[list[Any]]:
         """Micro-batches of each optimizer step, from the saved position on; epochs restart the
@@ -502,20 +498,6 @@ class Trainer:
         for callback, state in zip(self.callbacks, mine["callbacks"], strict=False):
             callback.load_state_dict(state)
         self.engine.steps_taken = self.state.step
-
-    # --- The result -----------------------------------------------------------------------
-
-    def write_final_weights(self) -> None:
-        """The best checkpoint's whole model as `weights.pt` (rank 0), for the step's result."""
-        barrier()
-        if self.main:
-            best = pointed(self.job.work_dir, BEST) or pointed(self.job.work_dir, LATEST)
-            if best is None:
-                raise CheckpointError(f"{self.job.work_dir}: training ended without a checkpoint")
-            from .checkpoints import full_model_state
-
-            torch_save_atomic(full_model_state(best), self.job.work_dir / WEIGHTS_FILE)
-        barrier()
 
 
 def resumable_checkpoints(job: TrainingJob) -> list[Path]:

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
 from tango import Step
 from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
@@ -17,7 +16,7 @@ from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingE
 from tango.step import StepResources
 
 from .callbacks import HISTORY_FILE, RunMetrics
-from .checkpoints import CheckpointError, check_full_weights
+from .checkpoints import CheckpointError, best_checkpoint, check_full_weights, full_model_state
 from .devices import evaluation_device, plan_devices
 from .distributed import rendezvous_settings
 from .evaluation import metrics_from_scores, score_choices
@@ -25,7 +24,7 @@ from .export import checkpoint_model, resolve_checkpoint
 from .formats import HFModelFormat
 from .launch import check_resumable, run_training
 from .lazy_configs import lazy_config
-from .loop import WEIGHTS_FILE, Schedule, TrainingJob
+from .loop import Schedule, TrainingJob
 from .models import RankClassifier
 from .precision import Precision
 from .preflight import answers_cut, check_train_step, training_warnings
@@ -238,9 +237,9 @@ def load_trained_model(model: Lazy[Model], work_dir: Path) -> RankClassifier:
         raise ConfigurationError(
             f"catwalk::train: model must be a catwalk::rank_classifier, got {type(trained)}"
         )
-    weights_path = work_dir / WEIGHTS_FILE
-    weights = torch.load(weights_path, map_location="cpu", weights_only=True)
-    check_full_weights(trained, set(weights), str(weights_path))
+    best = best_checkpoint(work_dir)
+    weights = full_model_state(best)
+    check_full_weights(trained, set(weights), str(best))
     trained.load_state_dict(weights, strict=False)  # only tied duplicates may be absent
     trained.metrics_history = json.loads((work_dir / HISTORY_FILE).read_text())
     return trained

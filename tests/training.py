@@ -16,9 +16,10 @@ from tango.common import DatasetDict, Lazy, Params
 from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
 
 from catwalk_steps.callbacks import HISTORY_FILE, RunMetrics
+from catwalk_steps.checkpoints import best_checkpoint, full_model_state
 from catwalk_steps.devices import plan_devices
 from catwalk_steps.distributed import Rendezvous
-from catwalk_steps.loop import WEIGHTS_FILE, Schedule, TrainingJob
+from catwalk_steps.loop import Schedule, TrainingJob
 from catwalk_steps.tasks import SyntheticTask
 
 from .conftest import TINY_GPT2
@@ -100,7 +101,8 @@ def job(
 
 
 def weights(work_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(Path(work_dir) / WEIGHTS_FILE, weights_only=True)
+    """The trained model's weights: what `catwalk::train` loads as its result."""
+    return full_model_state(best_checkpoint(Path(work_dir)))
 
 
 def history(work_dir: Path) -> dict:
