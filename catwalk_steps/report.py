@@ -116,8 +116,9 @@ class Report:
             return header, body
         header = ["configuration", "seeds", *self.columns]
         body = []
+        groups = self.groups()
         for group, metrics in self.summaries().items():
-            seeds = len(self.groups()[group])
+            seeds = len(groups[group])
             cells = [metrics[c].text() if c in metrics else "" for c in self.columns]
             body.append([group, str(seeds), *cells])
         return header, body
