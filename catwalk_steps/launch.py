@@ -256,6 +256,21 @@ def worker_main(job: TrainingJob, node_rank: int, local_rank: int, errors: Any) 
         errors.put(report_of(rank, e))
         os._exit(1)  # no teardown, no interpreter shutdown: a peer may be gone mid-collective
     destroy_process_group_if_initialized()
+    leave_finished_worker()
+
+
+def leave_finished_worker() -> None:
+    """Exit 0 without interpreter finalization once the group is torn down.
+
+    Finalization destroys what still refers to the process group's C++ side (FSDP states, device
+    meshes, the store) in no set order; a gloo thread met that way aborts the process ("terminate
+    called without an active exception", SIGABRT), which failed a run that had finished and
+    written its last checkpoint. The worker has nothing left to do: flush its output and go.
+    """
+    logging.shutdown()  # the records still buffered for `tango run`'s log server
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _prepare_worker(job: TrainingJob, rank: int) -> None:
