@@ -136,11 +136,17 @@ def start_workers(job: TrainingJob, node_rank: int) -> None:
 
 
 def wait_for(processes: list[multiprocessing.Process]) -> bool:
-    """Until all exit (False) or one fails (True)."""
+    """Until all exit (False) or one fails (True).
+
+    The exit codes are read once per pass: a worker's sentinel closes before the worker can be
+    reaped, so a second read could see it exit after the first saw it running, and a failed
+    worker would count as finished (the step cached as succeeded, half-trained).
+    """
     while True:
-        if any(p.exitcode not in (None, 0) for p in processes):
+        codes = [p.exitcode for p in processes]
+        if any(code not in (None, 0) for code in codes):
             return True
-        running = [p for p in processes if p.exitcode is None]
+        running = [p for p, code in zip(processes, codes, strict=True) if code is None]
         if not running:
             return False
         multiprocessing.connection.wait([p.sentinel for p in running], timeout=1.0)

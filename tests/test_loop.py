@@ -61,3 +61,27 @@ def test_a_finished_worker_leaves_with_code_0_and_its_output_flushed():
     )
     done = subprocess.run([sys.executable, "-c", leave], capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (0, "last line, unflushed")
+
+
+def test_a_worker_that_fails_while_the_launcher_looks_is_a_failure():
+    """A worker seen running, then exited with code 1 at the next look (its sentinel closes
+    before it can be reaped): the launcher reports a failure, never "all finished"."""
+    import os
+
+    from catwalk_steps.launch import wait_for
+
+    class FailsWhileLookedAt:
+        def __init__(self, sentinel: int):
+            self.sentinel, self.looks = sentinel, 0
+
+        @property
+        def exitcode(self) -> int | None:
+            self.looks += 1
+            return None if self.looks == 1 else 1
+
+    read, write = os.pipe()
+    os.close(write)  # the sentinel is ready, as when the worker has exited
+    try:
+        assert wait_for([FailsWhileLookedAt(read)]) is True
+    finally:
+        os.close(read)
