@@ -146,7 +146,7 @@ def test_a_node_that_never_arrives_fails_within_the_timeout(tmp_path):
 def test_killing_the_worker_node_stops_node_0_and_a_rerun_of_both_resumes(tmp_path):
     port = free_port()
     pids = tmp_path / "pids"
-    callbacks = [{"type": "test::faults", "pid_dir": str(pids), "sleep_s": 0.4}]
+    callbacks = [{"type": "test::faults", "pid_dir": str(pids), "hold_step": 5}]  # after ckpt 4
     overrides = tiny_demo(port, **{"steps.trained.callbacks": callbacks})
     experiment = EXPERIMENTS / "demo.jsonnet"
     node0 = start(tango_command(experiment, tmp_path / "ws", "first", overrides), tmp_path / "0")

@@ -175,6 +175,9 @@ def test_a_checkpoint_without_its_manifest_or_with_a_missing_file_is_not_used(tm
 
 
 def tango(workspace: Path, overrides: dict, name: str) -> subprocess.Popen:
+    """`tango run` as a terminal's foreground job starts it: with SIGINT at its default, even
+    when these tests run in a background job (which starts with SIGINT ignored, and Python then
+    keeps ignoring it)."""
     command = tango_command(EXPERIMENTS / "demo.jsonnet", workspace, name, overrides)
     return subprocess.Popen(
         command,
@@ -183,6 +186,7 @@ def tango(workspace: Path, overrides: dict, name: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -222,7 +226,7 @@ def alive(pid: int) -> bool:
 
 def test_a_killed_worker_fails_the_step_and_the_rerun_resumes(tmp_path):
     pids = tmp_path / "pids"
-    overrides = faulty_demo(pids, kill_step=6, kill_rank=1)  # after checkpoint 4, before 8
+    overrides = faulty_demo(pids, kill_step=6)  # rank 1, after checkpoint 4, before 8
     started = time.monotonic()
     first = tango(tmp_path / "ws", overrides, "first")
     output, _ = first.communicate(timeout=120)
@@ -246,7 +250,7 @@ def test_a_killed_worker_fails_the_step_and_the_rerun_resumes(tmp_path):
 
 def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path):
     pids = tmp_path / "pids"
-    overrides = faulty_demo(pids, sleep_s=0.25)
+    overrides = faulty_demo(pids, hold_step=5)  # rank 1 held after checkpoint 4
     first = tango(tmp_path / "ws", overrides, "first")
     deadline = time.monotonic() + 120
     while not list((tmp_path / "ws").glob("cache/*/work/checkpoints/step*/COMPLETE.json")):
@@ -256,7 +260,10 @@ def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path)
     assert len(workers) == 2
     first.send_signal(signal.SIGINT)  # to the parent alone, as `kill -INT` does
     interrupted = time.monotonic()
-    output, _ = first.communicate(timeout=60)
+    try:
+        output, _ = first.communicate(timeout=60)
+    finally:
+        first.kill()  # a no-op once it has exited; else its workers die with it
     assert time.monotonic() - interrupted < 30
     assert first.returncode != 0
     assert not any(alive(pid) for pid in workers), output

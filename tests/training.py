@@ -113,21 +113,25 @@ def history(work_dir: Path) -> dict:
 
 @TrainCallback.register("test::faults")
 class Faults(TrainCallback):
-    """For `tango run` tests: records each worker's pid, sleeps after each step (so a run lasts
-    long enough to be interrupted), and kills one rank once after `kill_step` steps."""
+    """For `tango run` tests: records each worker's pid; once, after `kill_step` steps, kills
+    `rank`, or after `hold_step` steps holds it (the others wait in the next collective) until
+    the test interrupts the run, so the run cannot finish first however loaded the machine is.
+    Marker files make the rerun train through."""
+
+    HOLD_S = 120.0  # the test's own timeouts end it well before
 
     def __init__(
         self,
         *args,
         pid_dir: str,
-        sleep_s: float = 0.0,
         kill_step: int | None = None,
-        kill_rank: int = 1,
+        hold_step: int | None = None,
+        rank: int = 1,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
-        self.pid_dir, self.sleep_s = Path(pid_dir), sleep_s
-        self.kill_step, self.kill_rank = kill_step, kill_rank
+        self.pid_dir, self.rank = Path(pid_dir), rank
+        self.kill_step, self.hold_step = kill_step, hold_step
 
     def pre_train_loop(self) -> None:
         self.pid_dir.mkdir(parents=True, exist_ok=True)
@@ -136,12 +140,19 @@ class Faults(TrainCallback):
     def post_batch(self, step: int, epoch: int, batch_loss: float, batch_outputs: list) -> None:
         import time
 
-        time.sleep(self.sleep_s)
-        marker = self.pid_dir / "killed"
-        rank = self.train_config.worker_id
-        if step + 1 == self.kill_step and rank == self.kill_rank and not marker.exists():
-            marker.write_text(str(step + 1))
+        if self.train_config.worker_id != self.rank:
+            return
+        if step + 1 == self.kill_step and self.first_time("killed", step):
             os.kill(os.getpid(), signal.SIGKILL)
+        if step + 1 == self.hold_step and self.first_time("held", step):
+            time.sleep(self.HOLD_S)
+
+    def first_time(self, marker: str, step: int) -> bool:
+        path = self.pid_dir / marker
+        if path.exists():
+            return False
+        path.write_text(str(step + 1))
+        return True
 
 
 class KillAt(TrainCallback):
