@@ -124,9 +124,8 @@ def test_a_killed_run_resumes_from_its_sharded_checkpoint_bitwise(tmp_path):
     fsdp2 = ENGINES["fsdp2"]
     uninterrupted = job(tmp_path / "u", engine_block=fsdp2, dropout=True)
     run_training(uninterrupted)
-    marker = tmp_path / "killed"
     killed = job(
-        tmp_path / "k", engine_block=fsdp2, dropout=True, callbacks=[kill_at(6, 1, marker)]
+        tmp_path / "k", engine_block=fsdp2, dropout=True, callbacks=[kill_at(6, 1, tmp_path / "f")]
     )
     started = time.monotonic()
     with pytest.raises(Exception, match="rank 1 died: killed by SIGKILL"):
@@ -138,7 +137,7 @@ def test_a_killed_run_resumes_from_its_sharded_checkpoint_bitwise(tmp_path):
         "__0_0.distcp",
         "__1_0.distcp",
     ]  # each rank wrote its own shard
-    run_training(killed)  # the marker is there: trains through
+    run_training(killed)  # the kill's marker file is there: trains through
     assert history(killed.work_dir) == history(uninterrupted.work_dir)
     for key, value in weights(uninterrupted.work_dir).items():
         assert torch.equal(weights(killed.work_dir)[key], value), key

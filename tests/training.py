@@ -155,24 +155,6 @@ class Faults(TrainCallback):
         return True
 
 
-class KillAt(TrainCallback):
-    """Kills this worker (SIGKILL, no clean-up) after `step` training steps, once: the marker
-    file makes the rerun train through."""
-
-    def __init__(
-        self, *args, step: int, rank: int, marker: str, sig: int = signal.SIGKILL, **kwargs
-    ):
-        super().__init__(*args, **kwargs)
-        self.step, self.rank, self.marker, self.sig = step, rank, Path(marker), sig
-
-    def post_batch(self, step: int, epoch: int, batch_loss: float, batch_outputs: list) -> None:
-        mine = step + 1 == self.step and self.train_config.worker_id == self.rank
-        if mine and not self.marker.exists():
-            self.marker.write_text("killed")
-            os.kill(os.getpid(), self.sig)
-
-
-def kill_at(step: int, rank: int, marker: Path, sig: int = signal.SIGKILL) -> Lazy:
-    return Lazy(
-        KillAt, Params({"step": step, "rank": rank, "marker": str(marker), "sig": int(sig)})
-    )
+def kill_at(step: int, rank: int, fault_dir: Path) -> Lazy:
+    """`test::faults` for `run_training`: kills `rank` once, after `step` steps."""
+    return Lazy(Faults, Params({"pid_dir": str(fault_dir), "kill_step": step, "rank": rank}))
