@@ -1,7 +1,8 @@
 """Fixes for Tango 1.3.2 behaviour that breaks ordinary use; each is one small, named patch:
 run metadata that fails to record, reports printed only sometimes, SIGTERM that leaves a step
-"running", `--parallelism` that needs an activated venv, a shared workspace where a second run
-fails on a step the first is computing, and an unknown `type` that ends in an ImportError.
+"running", `--parallelism` that needs an activated venv, and an unknown `type` that ends in an
+ImportError. (A workspace that several runs share is a class of its own:
+:class:`catwalk_steps.workspace.SharedLocalWorkspace`.)
 
 Checked against ai2-tango 1.3.2. Importing `catwalk_steps` applies them.
 """
@@ -129,75 +130,6 @@ def tango_on_path() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + path
 
 
-# --- Workspaces shared by several processes ------------------------------------------------------
-
-
-def wait_for_steps_running_elsewhere() -> None:
-    """A step that another process is running is waited for, then read from the cache.
-
-    Tango's `LocalWorkspace.step_starting` raises `StepStateError` ("unexpected state
-    'running'") when a second `tango run` on the same workspace reaches a step the first is
-    computing, and two processes that both find a step incomplete both compute it (the second
-    then fails to write its result). This wraps `step_starting` (ai2-tango 1.3.2):
-
-    - running elsewhere (its lock is held): wait for the lock, then start again; the step is
-      then complete and `Step.result` reads it from the cache (Tango's own handling of a
-      `StepStateError` with state COMPLETED);
-    - completed by another process while this one waited for the lock: hand the lock back and
-      report it complete, instead of computing it a second time.
-
-    A step marked running whose process died (its lock is free) is reset by Tango itself.
-    Several machines sharing a workspace need a filesystem with working POSIX locks (`flock`).
-    """
-    import logging
-
-    from tango.common.exceptions import StepStateError
-    from tango.common.file_lock import FileLock
-    from tango.step_info import StepState
-    from tango.workspaces import LocalWorkspace
-
-    original = LocalWorkspace.step_starting
-    if getattr(original, "_catwalk_waits", False):
-        return
-    logger = logging.getLogger("catwalk_steps.workspace")
-
-    @functools.wraps(original)
-    def step_starting(self: LocalWorkspace, step) -> None:
-        while True:
-            try:
-                original(self, step)
-            except StepStateError as e:
-                if e.step_state != StepState.RUNNING:
-                    raise
-                logger.warning("Step %s is running in another process; waiting for it", step.name)
-                lock = FileLock(self._step_lock_file(step), read_only_ok=True)
-                lock.acquire_with_updates(desc=f"waiting for '{step.name}'")
-                lock.release()
-                continue
-            if step.cache_results and step in self.step_cache:
-                _completed_meanwhile(self, step)
-                raise StepStateError(step, StepState.COMPLETED)
-            return
-
-    step_starting._catwalk_waits = True  # type: ignore[attr-defined]
-    LocalWorkspace.step_starting = step_starting
-
-
-def _completed_meanwhile(workspace, step) -> None:
-    """Restore the record of a step that another process completed while this one waited for
-    its lock (`step_starting` has just marked it running again), and release the lock."""
-    from sqlitedict import SqliteDict
-    from tango.common.util import utc_now_datetime
-
-    with SqliteDict(workspace.step_info_file) as d:
-        info = d[step.unique_id]
-        info.end_time = utc_now_datetime()
-        info.result_location = str(workspace.step_dir(step).absolute())
-        d[step.unique_id] = info
-        d.commit()
-    workspace.locks.pop(step).release()
-
-
 # --- Unknown type names ---------------------------------------------------------------------------
 
 
@@ -304,35 +236,7 @@ def one_line_errors() -> None:
     tango_logging.log_exc_info = log_exc_info
 
 
-def workspaces_say_when_they_cannot_be_written() -> None:
-    """A read-only workspace (or `cache/`) fails at once with one line naming the directory.
-
-    Tango's `LocalWorkspace` failed later, inside its file lock, with `AttributeError` from
-    the lock object. This wraps `LocalWorkspace.__init__` (ai2-tango 1.3.2).
-    """
-    from tango.workspaces import LocalWorkspace
-
-    from .workspace import check_writable
-
-    original = LocalWorkspace.__init__
-    if getattr(original, "_catwalk_checks_writable", False):
-        return
-
-    @functools.wraps(original)
-    def __init__(self, dir, *args, **kwargs):
-        from pathlib import Path
-
-        check_writable(Path(dir), "workspace")
-        check_writable(Path(dir) / "cache", "workspace cache")  # where LocalWorkspace keeps it
-        original(self, dir, *args, **kwargs)
-
-    __init__._catwalk_checks_writable = True  # type: ignore[attr-defined]
-    LocalWorkspace.__init__ = __init__
-
-
 print_reports_after_every_run()
 tango_on_path()
-wait_for_steps_running_elsewhere()
 unknown_types_say_so()
 one_line_errors()
-workspaces_say_when_they_cannot_be_written()

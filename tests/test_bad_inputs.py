@@ -300,7 +300,8 @@ def test_answers_that_max_length_cuts_are_counted():
 
 def test_a_workspace_that_cannot_be_written_is_one_line_naming_it(tmp_path):
     from tango.common.exceptions import ConfigurationError
-    from tango.workspaces import LocalWorkspace
+
+    from catwalk_steps.workspace import SharedLocalWorkspace as LocalWorkspace
 
     blocked = tmp_path / "ws"
     blocked.mkdir()
