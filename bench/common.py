@@ -52,7 +52,7 @@ def engine_inputs(model: dict, work_dir: Path, rank: int, world_size: int, devic
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model, Optimizer
 
-    from catwalk_steps.train_config import NodeAwareTrainConfig
+    from catwalk_steps.training.train_config import NodeAwareTrainConfig
 
     train_config = NodeAwareTrainConfig(
         step_id="bench",
@@ -69,7 +69,8 @@ def engine_inputs(model: dict, work_dir: Path, rank: int, world_size: int, devic
 
 
 def _rank_main(rank, world_size, port, fn, args):
-    from catwalk_steps.distributed import connect_store, init_process_group
+    from catwalk_steps.distributed.groups import init_process_group
+    from catwalk_steps.distributed.rendezvous import connect_store
 
     if world_size > 1:
         store = connect_store("127.0.0.1", port, world_size, timeout_s=120)
@@ -82,7 +83,7 @@ def spawn_ranks(fn, world_size: int, *args) -> None:
     there are several; the rendezvous store is held here, its port bound once)."""
     import torch.multiprocessing as mp
 
-    from catwalk_steps.distributed import start_store
+    from catwalk_steps.distributed.rendezvous import start_store
 
     store = start_store(world_size)
     mp.spawn(_rank_main, args=(world_size, store.port, fn, args), nprocs=world_size)

@@ -101,8 +101,8 @@ def model_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) 
 
 
 def make_batch(rank: int, batch: int, length: int) -> dict:
-    from catwalk_steps.data import MultipleChoiceCollator
-    from catwalk_steps.tasks import MultipleChoiceInstance
+    from catwalk_steps.scoring.sequences import MultipleChoiceCollator
+    from catwalk_steps.tasks.base import MultipleChoiceInstance
 
     generator = torch.Generator().manual_seed(rank)
     letters = "abcdefghijklmnopqrstuvwxyz"

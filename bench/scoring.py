@@ -15,14 +15,15 @@ import time
 import torch
 from common import demo_model_spec, machine, write_results
 
-from catwalk_steps.evaluation import evaluating, score_choices
-from catwalk_steps.models import RankClassifier
-from catwalk_steps.tasks import MultipleChoiceInstance, SyntheticTask
+from catwalk_steps.scoring.evaluation import evaluating, score_choices
+from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.tasks.base import MultipleChoiceInstance
+from catwalk_steps.tasks.synthetic import SyntheticTask
 
 
 def one_at_a_time(model: RankClassifier, instances, max_length: int) -> list[list[float]]:
     """The slow baseline: every (context, choice) sequence alone, no padding."""
-    from catwalk_steps.data import SequenceEncoder, pad_sequences
+    from catwalk_steps.scoring.sequences import SequenceEncoder, pad_sequences
 
     encoder = SequenceEncoder(model.tokenizer, max_length)
     scores = [[0.0] * len(i.choices) for i in instances]

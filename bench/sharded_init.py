@@ -38,8 +38,8 @@ WORLD_SIZE = 2
 def every_rank_loads(spec: dict) -> None:
     from torch.distributed.fsdp import fully_shard
 
-    from catwalk_steps.models import RankClassifier
-    from catwalk_steps.wrapping import match_modules
+    from catwalk_steps.scoring.rank_classifier import RankClassifier
+    from catwalk_steps.training.wrapping import match_modules
 
     model = RankClassifier(**{k: v for k, v in spec.items() if k != "type"})
     for name in match_modules(model, [BLOCKS]):
@@ -83,7 +83,7 @@ def main() -> None:
         "65536"  # freed tensors leave RSS (see memory_throughput)
     )
 
-    from catwalk_steps.models import RankClassifier
+    from catwalk_steps.scoring.rank_classifier import RankClassifier
 
     spec = gpt2_spec(args.layers, args.width, 128, args.vocab)
     with tempfile.TemporaryDirectory() as saved:

@@ -1,25 +1,42 @@
 """Tango steps that fine-tune and evaluate causal LMs on multiple-choice tasks.
 
-Importing the package registers every component (`include_package: [catwalk_steps]` in tango.yml).
+Importing the package registers every component (`include_package: [catwalk_steps]` in
+tango.yml). The sub-packages, from the bottom up:
+
+- :mod:`.tasks`: multiple-choice instances and their sources (hub, files, a seed);
+- :mod:`.scoring`: tokenizing, the rank classifier over any causal LM, scoring a split;
+- :mod:`.reports`: tables, sweep aggregates and plots of several runs;
+- :mod:`.distributed`: devices, the rendezvous store, process groups;
+- :mod:`.training`: engines, optimizers, loaders, callbacks, checkpoints, the loop;
+- :mod:`.launch`: the worker processes of a job, on one node or several;
+- :mod:`.steps`: the Tango steps, config checks, the workspace, and fixes to `tango run`.
 """
 
-from . import (
-    optim,  # noqa: F401  (registers catwalk::zero and catwalk::oss)
-    tango_compat,  # noqa: F401  (applies its patches)
+from .scoring import MultipleChoiceCollator, RankClassifier
+from .steps import (
+    Evaluate,
+    ExportCheckpoint,
+    HFModelFormat,
+    LoadTask,
+    MetricsReport,
+    SharedLocalWorkspace,
+    TrainRankClassifier,
 )
-from .callbacks import RunMetrics
-from .data import MultipleChoiceCollator, ShardedDataLoader
-from .engines import CatwalkFairScaleEngine, CatwalkTorchEngine, CatwalkTorchFSDPEngine
-from .formats import HFModelFormat
-from .models import RankClassifier
-from .steps import Evaluate, LoadTask, MetricsReport, TrainRankClassifier
 from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task
+from .training import (
+    CatwalkFairScaleEngine,
+    CatwalkTorchEngine,
+    CatwalkTorchFSDPEngine,
+    RunMetrics,
+    ShardedDataLoader,
+)
 
 __all__ = [
-    "Evaluate",
     "CatwalkFairScaleEngine",
     "CatwalkTorchEngine",
     "CatwalkTorchFSDPEngine",
+    "Evaluate",
+    "ExportCheckpoint",
     "HFModelFormat",
     "LoadTask",
     "MetricsReport",
@@ -29,6 +46,7 @@ __all__ = [
     "RankClassifier",
     "RunMetrics",
     "ShardedDataLoader",
+    "SharedLocalWorkspace",
     "SyntheticTask",
     "Task",
     "TrainRankClassifier",

@@ -3,7 +3,7 @@
 Error types whose message already says all that (configuration errors, bad task data, a
 non-finite loss, a damaged checkpoint, a failed worker, ...) are registered here with
 :func:`one_line_error`; `tango run` then shows them as one line instead of a traceback
-(:func:`catwalk_steps.tango_compat.one_line_errors`), and the traceback goes to the run's log.
+(:func:`catwalk_steps.steps.run_command.one_line_errors`), and the traceback goes to the run's log.
 """
 
 from __future__ import annotations

@@ -12,12 +12,11 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-from catwalk_steps.distributed import (
-    connect_store,
+from catwalk_steps.distributed.groups import (
     destroy_process_group_if_initialized,
     init_process_group,
-    start_store,
 )
+from catwalk_steps.distributed.rendezvous import connect_store, start_store
 
 
 def _worker(rank, world_size, port, fn, args, init, out_dir):

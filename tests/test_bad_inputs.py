@@ -208,15 +208,24 @@ def test_a_bad_setting_fails_in_one_line_when_the_step_graph_is_built(
     assert "\n" not in line
 
 
-def test_there_are_enough_cases():
-    assert len(CASES) >= 25
+@pytest.mark.parametrize(("experiment", "overrides", "message"), CASES, ids=lambda v: str(v)[:60])
+def test_every_case_changes_a_block_the_experiment_has(experiment, overrides, message):
+    """A case whose override landed beside the experiment (a renamed step, a typo in a path)
+    would test nothing: each one's parent block must exist in the file as written."""
+    params = experiment_params(experiment)
+    for key in overrides:
+        block = params
+        for part in key.split(".")[:-1]:
+            assert isinstance(block, dict) and part in block, f"{key}: no '{part}'"
+            block = block[part]
 
 
 # --- Data files --------------------------------------------------------------------------------
 
 
 def test_data_that_is_not_utf8_names_the_file_and_line(tmp_path):
-    from catwalk_steps.tasks import PiqaTask, TaskDataError
+    from catwalk_steps.tasks.base import TaskDataError
+    from catwalk_steps.tasks.piqa import PiqaTask
 
     (tmp_path / "train.jsonl").write_bytes(
         b'{"goal": "a", "sol1": "b", "sol2": "c"}\n{"goal": "caf\xe9", "sol1": "b", "sol2": "c"}\n'
@@ -231,7 +240,8 @@ def test_data_that_is_not_utf8_names_the_file_and_line(tmp_path):
 
 
 def test_an_absurdly_long_line_is_skipped_with_a_warning_not_loaded(tmp_path, caplog):
-    from catwalk_steps.tasks import MAX_LINE_BYTES, PiqaTask
+    from catwalk_steps.tasks.piqa import PiqaTask
+    from catwalk_steps.tasks.reading import MAX_LINE_BYTES
 
     long_goal = "x" * (MAX_LINE_BYTES + 10)
     rows = [
@@ -247,8 +257,8 @@ def test_an_absurdly_long_line_is_skipped_with_a_warning_not_loaded(tmp_path, ca
 
 
 def test_a_long_context_is_cut_before_it_is_tokenized():
-    from catwalk_steps.data import SequenceEncoder
-    from catwalk_steps.tokenization import load_tokenizer
+    from catwalk_steps.scoring.sequences import SequenceEncoder
+    from catwalk_steps.scoring.tokenization import load_tokenizer
 
     encoder = SequenceEncoder(load_tokenizer("catwalk::byte_level"), max_length=16)
     started = time.monotonic()
@@ -264,11 +274,15 @@ def test_useless_settings_warn_with_what_to_do():
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model, TrainingEngine
 
-    from catwalk_steps.preflight import training_warnings
+    from catwalk_steps.steps.start_warnings import training_warnings
+    from catwalk_steps.training.components import lazy_config
 
     from .conftest import TINY_MODEL
 
-    engine = Lazy(TrainingEngine, Params({"type": "catwalk::fairscale"}))
+    def engine_of(type_name):
+        return lazy_config(Lazy(TrainingEngine, Params({"type": type_name})), TrainingEngine, "e")
+
+    engine = engine_of("catwalk::fairscale")
     model = Lazy(Model, Params(dict(TINY_MODEL)))
     [root_only, too_many] = training_warnings(engine, model, "cpu", 64)
     assert root_only == (
@@ -277,16 +291,13 @@ def test_useless_settings_warn_with_what_to_do():
         "modules_to_wrap: ['transformer\\.h\\.[0-9]+'])"
     )
     assert too_many.startswith("train.device_count: 64 CPU processes on ")
-    assert (
-        training_warnings(Lazy(TrainingEngine, Params({"type": "catwalk::torch"})), model, "cpu", 1)
-        == []
-    )
+    assert training_warnings(engine_of("catwalk::torch"), model, "cpu", 1) == []
 
 
 def test_answers_that_max_length_cuts_are_counted():
-    from catwalk_steps.preflight import answers_cut
-    from catwalk_steps.tasks import MultipleChoiceInstance
-    from catwalk_steps.tokenization import load_tokenizer
+    from catwalk_steps.scoring.tokenization import load_tokenizer
+    from catwalk_steps.steps.start_warnings import answers_cut
+    from catwalk_steps.tasks.base import MultipleChoiceInstance
 
     instances = [
         MultipleChoiceInstance("Q:", (" short", " " + "long" * 10), 0),
@@ -301,26 +312,35 @@ def test_answers_that_max_length_cuts_are_counted():
 def test_a_workspace_that_cannot_be_written_is_one_line_naming_it(tmp_path):
     from tango.common.exceptions import ConfigurationError
 
-    from catwalk_steps.workspace import SharedLocalWorkspace as LocalWorkspace
+    from catwalk_steps.steps.workspace import SharedLocalWorkspace
 
     blocked = tmp_path / "ws"
     blocked.mkdir()
     (blocked / "cache").write_text("a file where the cache directory should be")
     with pytest.raises(ConfigurationError) as error:
-        LocalWorkspace(blocked)
+        SharedLocalWorkspace(blocked)
     assert str(error.value).startswith(f"workspace cache {blocked / 'cache'}: cannot write there")
+
+
+def test_a_read_only_workspace_is_one_line_naming_it(tmp_path):
+    from tango.common.exceptions import ConfigurationError
+
+    from catwalk_steps.steps.workspace import SharedLocalWorkspace
+
     read_only = tmp_path / "read_only"
     read_only.mkdir()
-    if subprocess.run(["chattr", "+i", str(read_only)], capture_output=True).returncode == 0:
-        try:  # immutable: not writable even by root
-            with pytest.raises(ConfigurationError) as error:
-                LocalWorkspace(read_only)
-            assert str(error.value) == (
-                f"workspace {read_only}: cannot write there (Operation not permitted); choose "
-                "another directory (-w, or workspace.dir in tango.yml) or make it writable"
-            )
-        finally:
-            subprocess.run(["chattr", "-i", str(read_only)])
+    made = subprocess.run(["chattr", "+i", str(read_only)], capture_output=True, text=True)
+    if made.returncode != 0:  # immutable: not writable even by root; chattr needs root
+        pytest.skip(f"chattr +i is not allowed here ({made.stderr.strip()[:80]})")
+    try:
+        with pytest.raises(ConfigurationError) as error:
+            SharedLocalWorkspace(read_only)
+        assert str(error.value) == (
+            f"workspace {read_only}: cannot write there (Operation not permitted); choose "
+            "another directory (-w, or workspace.dir in tango.yml) or make it writable"
+        )
+    finally:
+        subprocess.run(["chattr", "-i", str(read_only)])
 
 
 # --- Through `tango run` --------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tango.integrations.torch import TrainConfig
 
-from catwalk_steps.callbacks import HISTORY_FILE, RunMetrics
+from catwalk_steps.training.callbacks import HISTORY_FILE, RunMetrics
 
 from .distributed import run_distributed
 

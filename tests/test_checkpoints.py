@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from catwalk_steps.checkpoints import check_full_weights, tied_parameter_names
-from catwalk_steps.models import RankClassifier
+from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.training.checkpoints.weights import check_full_weights, tied_parameter_names
 
 from .conftest import TINY_GPT2
 
@@ -38,8 +38,8 @@ def three_shards(rank, world_size, port, directory):
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model, Optimizer
 
-    from catwalk_steps.engines import CatwalkTorchFSDPEngine
-    from catwalk_steps.train_config import NodeAwareTrainConfig
+    from catwalk_steps.training.engines.torch_fsdp_engine import CatwalkTorchFSDPEngine
+    from catwalk_steps.training.train_config import NodeAwareTrainConfig
 
     from .conftest import TINY_MODEL
 
@@ -60,7 +60,8 @@ def test_three_sharded_ranks_consolidate_into_the_whole_model(tmp_path, model):
     """Shards are found through the checkpoint's metadata, not in file-system order."""
     import torch
 
-    from catwalk_steps.checkpoints import DCP_MODEL_DIR, full_model_state
+    from catwalk_steps.training.checkpoints.layout import DCP_MODEL_DIR
+    from catwalk_steps.training.checkpoints.weights import full_model_state
 
     from .distributed import run_distributed
 
@@ -72,3 +73,64 @@ def test_three_sharded_ranks_consolidate_into_the_whole_model(tmp_path, model):
     assert consolidated.keys() == expected.keys()
     for name, value in expected.items():
         assert torch.equal(consolidated[name], value), name
+
+
+# --- Complete only when the manifest says so ---------------------------------------------------
+
+
+def fake_checkpoint(work_dir: Path, step: int, files: dict[str, bytes]) -> Path:
+    from catwalk_steps.training.checkpoints.layout import checkpoint_dir
+    from catwalk_steps.training.checkpoints.manifest import mark_complete
+
+    directory = checkpoint_dir(work_dir, step)
+    directory.mkdir(parents=True)
+    for name, content in files.items():
+        (directory / name).write_bytes(content)
+    mark_complete(directory, {"step": step})
+    return directory
+
+
+def test_a_checkpoint_without_its_manifest_or_with_a_missing_file_is_not_used(tmp_path):
+    from catwalk_steps.training.checkpoints import complete_checkpoints, problem_with
+
+    files = {"model.pt": b"m" * 10, "optimizer.pt": b"o" * 20, "trainer.pt": b"t"}
+    step4 = fake_checkpoint(tmp_path, 4, files)
+    step8 = fake_checkpoint(tmp_path, 8, files)
+    assert problem_with(step8) is None
+    (step8 / "optimizer.pt").unlink()
+    assert problem_with(step8) == f"{step8 / 'optimizer.pt'}: missing"
+    (step4 / "COMPLETE.json").unlink()
+    assert "incomplete (no COMPLETE.json" in problem_with(step4)
+    assert complete_checkpoints(tmp_path) == [step8]
+    (step8 / "model.pt").write_bytes(b"m" * 4)
+    assert (
+        problem_with(step8) == f"{step8 / 'model.pt'}: 4 bytes, 10 expected (truncated or changed)"
+    )
+
+
+@pytest.mark.slow
+def test_a_damaged_checkpoint_is_skipped_with_a_warning_naming_the_file(tmp_path, caplog):
+    """The run resumes from the checkpoint before the damaged one and ends where it had ended."""
+    import logging
+
+    import torch
+
+    from catwalk_steps.launch import run_training
+    from catwalk_steps.training.checkpoints import checkpoint_dir, problem_with
+    from catwalk_steps.training.checkpoints.layout import MODEL_FILE
+
+    from .training import job, weights
+
+    damaged = job(tmp_path / "dmg", device_count=1, keep_checkpoints=True)
+    run_training(damaged)
+    finished = weights(damaged.work_dir)
+    latest = checkpoint_dir(damaged.work_dir, 8)
+    model_file = latest / MODEL_FILE
+    model_file.write_bytes(model_file.read_bytes()[:1000])  # truncated
+    assert problem_with(latest).startswith(f"{model_file}: 1000 bytes,")
+    with caplog.at_level(logging.WARNING, logger="catwalk_steps.training.checkpoints.saving"):
+        run_training(damaged)
+    assert f"Skipping checkpoint: {model_file}: 1000 bytes" in caplog.text
+    assert "Resumed from" in caplog.text or checkpoint_dir(damaged.work_dir, 4).exists()
+    for key, value in finished.items():
+        assert torch.equal(weights(damaged.work_dir)[key], value), key

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from torch.utils.data import DataLoader
 
-from catwalk_steps.data import (
-    EpochSampler,
-    MultipleChoiceCollator,
-    PaddedDataset,
-    Padding,
-    ShardedDataLoader,
-)
-from catwalk_steps.tasks import SyntheticTask
+from catwalk_steps.scoring.sequences import MultipleChoiceCollator, Padding
+from catwalk_steps.tasks.synthetic import SyntheticTask
+from catwalk_steps.training.loaders import EpochSampler, PaddedDataset, ShardedDataLoader
 
 
 def rank_batches(dataset, world_size, batch_size, epochs=2, shuffle=True):

@@ -6,7 +6,7 @@ import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.devices import DevicePlan, evaluation_device, plan_devices
+from catwalk_steps.distributed.devices import DevicePlan, evaluation_device, plan_devices
 
 
 @pytest.mark.parametrize(

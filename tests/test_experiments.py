@@ -14,8 +14,15 @@ from .conftest import EXPERIMENTS, experiment_params
 EXPERIMENT_FILES = sorted(EXPERIMENTS.glob("*.jsonnet"))
 
 
-def test_there_are_experiments():
-    assert {"demo.jsonnet", "piqa_torch.jsonnet"} <= {path.name for path in EXPERIMENT_FILES}
+def test_the_readme_lists_every_experiment_and_only_those():
+    import re
+
+    from .conftest import REPO
+
+    listed = set(
+        re.findall(r"^\| `experiments/(\w+\.jsonnet)` \|", (REPO / "README.md").read_text(), re.M)
+    )
+    assert listed == {path.name for path in EXPERIMENT_FILES}
 
 
 @pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: p.name)
@@ -28,7 +35,7 @@ def test_experiment_starts_with_the_command_that_runs_it(path: Path):
 def test_experiment_steps_are_registered_and_references_resolve(path: Path):
     steps = experiment_params(path)["steps"]
     for name, step in steps.items():
-        assert Step.resolve_class_name(step["type"]), name
+        assert issubclass(Step.resolve_class_name(step["type"])[0], Step), name
     for reference in find_references(steps):
         assert reference in steps, f"{path.name}: reference to unknown step {reference!r}"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from catwalk_steps.engines import fairscale_cpu
+from catwalk_steps.training.engines import fairscale_cpu
 
 from .distributed import run_distributed
 
@@ -28,17 +28,28 @@ def test_reduce_scatter_of_a_stacked_input_works_on_gloo(tmp_path):
         torch.testing.assert_close(output, rows[rank] * 3)
 
 
+@pytest.fixture(autouse=True)
+def worker_device_restored(monkeypatch):
+    """The layer's patches stay installed in this process, but inert once the worker device is
+    unset again (as in a process that never trained with FairScale)."""
+    monkeypatch.setattr(fairscale_cpu, "_worker_device", fairscale_cpu._worker_device)
+
+
 def test_the_layer_follows_the_worker_device():
     fake_torch = fairscale_cpu._TorchWithCpuCuda()
     fairscale_cpu.use_worker_device("cpu")
     assert fake_torch.cuda.is_available() is False
-    stream = fake_torch.cuda.current_stream()
-    assert stream is fake_torch.cuda.Stream() and stream.wait_stream(stream) is None
-    with fake_torch.cuda.stream(stream):
-        pass
+    # FSDP checks that the current stream is its own post-backward stream: one CPU stream.
+    assert fake_torch.cuda.current_stream() is fake_torch.cuda.Stream()
+    assert fake_torch.cuda.synchronize is not torch.cuda.synchronize
+    assert fake_torch.cuda.get_device_name is torch.cuda.get_device_name  # the rest is real
     fairscale_cpu.use_worker_device("cuda:0")
     assert fake_torch.cuda is torch.cuda  # on a CUDA worker FairScale sees the real thing
-    fairscale_cpu.use_worker_device("cpu")
+
+
+def test_without_a_worker_device_the_layer_steps_aside():
+    fairscale_cpu._worker_device = None
+    assert fairscale_cpu._TorchWithCpuCuda().cuda is torch.cuda
 
 
 def test_default_compute_device_is_the_worker_device():

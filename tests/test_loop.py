@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import pytest
 from tango.common.exceptions import ConfigurationError
+from tango.step_info import StepState
 
-from catwalk_steps.engines import NonFiniteLossError
-from catwalk_steps.launch import run_training
-from catwalk_steps.steps import TrainRankClassifier
+from catwalk_steps.launch.launcher import run_training
+from catwalk_steps.steps.train import TrainRankClassifier
+from catwalk_steps.steps.workspace import SharedLocalWorkspace
+from catwalk_steps.training.engines.base import NonFiniteLossError
 
 from .training import dataset, engine, history, job, loader, model_spec
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_stops_training_with_one_clear_line(tmp_path):
     blow_up = engine(optimizer={"type": "torch::AdamW", "lr": 1e9}, max_grad_norm=1.0)
     with pytest.raises(NonFiniteLossError) as error:
@@ -21,6 +24,7 @@ def test_a_non_finite_loss_stops_training_with_one_clear_line(tmp_path):
     assert "loss is nan (the usual cause is a learning rate too high" in message
 
 
+@pytest.mark.slow
 def test_history_holds_every_logged_step_and_validation(tmp_path):
     run_training(job(tmp_path / "w", device_count=1, train_steps=8, validate_every=4))
     logged = history(tmp_path / "w")
@@ -41,12 +45,14 @@ def test_a_missing_split_fails_before_training(tmp_path):
         validation_split="dev",
         train_steps=2,
     )
+    workspace = SharedLocalWorkspace(tmp_path / "ws")
     with pytest.raises(ConfigurationError) as error:
-        step.result()
+        step.result(workspace)
     assert str(error.value) == (
         "train: split 'dev' is not in the dataset (splits: train, validation)"
     )
-    assert not (tmp_path / "w").exists()
+    assert workspace.step_info(step).state == StepState.FAILED
+    assert list((workspace.step_dir(step) / "work").iterdir()) == []  # nothing was started
 
 
 def test_a_finished_worker_leaves_with_code_0_and_its_output_flushed():
@@ -55,7 +61,8 @@ def test_a_finished_worker_leaves_with_code_0_and_its_output_flushed():
     import sys
 
     leave = (
-        "import atexit, sys; from catwalk_steps.launch import leave_finished_worker; "
+        "import atexit, sys; "
+        "from catwalk_steps.launch.worker_process import leave_finished_worker; "
         "atexit.register(lambda: print('finalized')); "
         "sys.stdout.write('last line, unflushed'); leave_finished_worker()"
     )
@@ -68,20 +75,30 @@ def test_a_worker_that_fails_while_the_launcher_looks_is_a_failure():
     before it can be reaped): the launcher reports a failure, never "all finished"."""
     import os
 
-    from catwalk_steps.launch import wait_for
+    import torch.multiprocessing as torch_mp
+
+    from catwalk_steps.launch.launcher import watch
 
     class FailsWhileLookedAt:
         def __init__(self, sentinel: int):
-            self.sentinel, self.looks = sentinel, 0
+            self.sentinel, self.looks, self.pid = sentinel, 0, 1
 
         @property
         def exitcode(self) -> int | None:
             self.looks += 1
             return None if self.looks == 1 else 1
 
+        def join(self, timeout=None):
+            pass
+
+        def is_alive(self):
+            return False
+
     read, write = os.pipe()
     os.close(write)  # the sentinel is ready, as when the worker has exited
     try:
-        assert wait_for([FailsWhileLookedAt(read)]) is True
+        context = torch_mp.ProcessContext([FailsWhileLookedAt(read)], ["/nonexistent"])
+        with pytest.raises(torch_mp.ProcessExitedException):
+            watch(context)
     finally:
         os.close(read)

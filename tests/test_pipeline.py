@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from catwalk_steps.evaluation import metrics_from_scores, score_choices
-from catwalk_steps.models import RankClassifier
-from catwalk_steps.tasks import SyntheticTask
+from catwalk_steps.scoring.evaluation import metrics_from_scores, score_choices
+from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.tasks.synthetic import SyntheticTask
 
 from .conftest import EXPERIMENTS, run_tango, step_result
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.engines.base import CatwalkEngineMixin, NonFiniteLossError
-from catwalk_steps.precision import Precision
+from catwalk_steps.scoring.precision import Precision
+from catwalk_steps.training.engines.base import CatwalkEngineMixin, NonFiniteLossError
 
 
 def test_precision_names_and_errors():

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.models import RankClassifier
-from catwalk_steps.steps import Evaluate, LoadTask, MetricsReport
-from catwalk_steps.tasks import SyntheticTask
+from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.steps.evaluate import Evaluate
+from catwalk_steps.steps.load_task import LoadTask
+from catwalk_steps.steps.report import MetricsReport
+from catwalk_steps.tasks.synthetic import SyntheticTask
 
 from .conftest import TINY_GPT2
 

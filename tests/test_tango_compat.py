@@ -1,13 +1,21 @@
-"""The two fixes to Tango 1.3.2's run metadata, each on its own."""
+"""The named fixes to Tango 1.3.2: run metadata that records without failing, and the patch
+mechanism itself (applied once, refused on a Tango it was not checked against)."""
 
 from __future__ import annotations
 
 import subprocess
+import types
 from importlib import metadata
 
+import pytest
 from tango.step_info import EnvironmentMetadata
 
-from catwalk_steps.tango_compat import git_metadata_or_none, installed_packages
+from catwalk_steps.steps import patching
+from catwalk_steps.steps.run_metadata import (
+    git_metadata_or_none,
+    installed_packages,
+    record_environment_without_failures,
+)
 
 
 def test_a_repository_without_commits_records_no_git_metadata(tmp_path, monkeypatch):
@@ -24,9 +32,36 @@ def test_packages_are_read_without_pkg_resources():
     assert dict(EnvironmentMetadata().packages)["torch"] == packages["torch"]
 
 
-def test_the_patch_is_applied_once():
-    import catwalk_steps.tango_compat as compat
-
+def test_a_patch_is_applied_once():
     patched = EnvironmentMetadata.__init__
-    compat.record_environment_without_failures()
+    record_environment_without_failures()
     assert EnvironmentMetadata.__init__ is patched
+
+
+def test_a_patch_refuses_another_tango_version_in_one_line(monkeypatch):
+    monkeypatch.setattr(patching.metadata, "version", lambda name: "1.4.0")
+    owner = types.SimpleNamespace(f=lambda: 1)
+    with pytest.raises(patching.TangoChanged) as error:
+        patching.patch(owner, "f", "a_fix", lambda original: original)
+    assert str(error.value) == (
+        "catwalk_steps: the patch 'a_fix' was checked against ai2-tango 1.3.2, but 1.4.0 is "
+        "installed; install ai2-tango==1.3.2 (as pyproject.toml pins it) or check the patch "
+        "against the new code"
+    )
+
+
+def test_a_patch_of_something_tango_no_longer_has_says_so():
+    owner = types.ModuleType("tango_somewhere")
+    with pytest.raises(patching.TangoChanged, match="replaces tango_somewhere.gone, which"):
+        patching.patch(owner, "gone", "a_fix", lambda original: original)
+
+
+def test_a_patched_classmethod_stays_a_classmethod():
+    class Owner:
+        @classmethod
+        def name(cls):
+            return cls.__name__
+
+    patching.patch(Owner, "name", "shout", lambda f: lambda cls: f(cls).upper())
+    assert Owner.name() == "OWNER"
+    assert isinstance(vars(Owner)["name"], classmethod)

@@ -8,13 +8,9 @@ import pytest
 from tango.common.det_hash import det_hash
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.tasks import (
-    MultipleChoiceInstance,
-    PiqaTask,
-    SyntheticTask,
-    TaskDataError,
-    read_piqa_files,
-)
+from catwalk_steps.tasks.base import MultipleChoiceInstance, TaskDataError
+from catwalk_steps.tasks.piqa import PiqaTask, read_piqa_files
+from catwalk_steps.tasks.synthetic import SyntheticTask
 
 from .conftest import PIQA_LABELS, PIQA_ROWS, write_piqa
 

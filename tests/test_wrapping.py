@@ -7,8 +7,8 @@ import torch
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
-from catwalk_steps.models import RankClassifier
-from catwalk_steps.wrapping import checkpoint_activations, match_modules, wrap_modules
+from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.training.wrapping import checkpoint_activations, match_modules, wrap_modules
 
 from .conftest import TINY_GPT2
 

@@ -1,0 +1,121 @@
+"""Where each worker runs, decided once from `device_count` and the visible GPUs.
+
+Everything that places a tensor (the engines' models and FSDP units, the batches, evaluation)
+follows the worker's device from here. Nothing else asks "is CUDA available?": a machine with
+one GPU and `device_count: 2` runs two CPU processes, and the FairScale FSDP units, the model
+and the batches of those processes all live on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tango.common.exceptions import ConfigurationError
+
+DEVICE_KINDS = ("cpu", "cuda")
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process may use (after `CUDA_VISIBLE_DEVICES`); 0 on a CPU-only build."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """One device per local worker: a CUDA index, or -1 for a CPU process (Tango's convention).
+
+    :ivar note: why the workers are CPU processes although GPUs are visible, to be logged once.
+    """
+
+    devices: tuple[int, ...]
+    note: str | None = None
+
+    @property
+    def device_type(self) -> str:
+        return "cpu" if self.devices[0] < 0 else "cuda"
+
+    def device(self, local_rank: int) -> torch.device:
+        index = self.devices[local_rank]
+        return torch.device("cpu") if index < 0 else torch.device("cuda", index)
+
+    @property
+    def count(self) -> int:
+        return len(self.devices)
+
+    def describe(self) -> str:
+        count = self.count
+        if self.device_type == "cuda":
+            return f"{count} GPU{'s' if count > 1 else ''}"
+        return f"{count} CPU process{'es' if count > 1 else ''}"
+
+
+def plan_devices(
+    device_count: int,
+    visible_gpus: int | None = None,
+    requested: str | None = None,
+    field: str = "device",
+) -> DevicePlan:
+    """Devices for `device_count` local workers.
+
+    :param visible_gpus: defaults to :func:`visible_gpu_count`; a parameter so the decision can
+        be tested for any machine.
+    :param requested: "cuda" (fail unless there are enough GPUs), "cpu" (CPU processes even
+        where GPUs exist), or None: GPUs when there are at least `device_count`, else CPU
+        processes, with a note saying why.
+    """
+    if isinstance(device_count, bool) or not isinstance(device_count, int) or device_count < 1:
+        raise ConfigurationError(f"device_count: must be a whole number >= 1, got {device_count!r}")
+    if requested is not None and requested not in DEVICE_KINDS:
+        raise ConfigurationError(
+            f"{field}: expected one of {', '.join(DEVICE_KINDS)} (or leave it out), "
+            f"got {requested!r}"
+        )
+    gpus = visible_gpu_count() if visible_gpus is None else visible_gpus
+    if requested == "cpu":
+        return DevicePlan((-1,) * device_count)
+    if gpus >= device_count:
+        return DevicePlan(tuple(range(device_count)))
+    if requested == "cuda":
+        raise ConfigurationError(
+            f"{field}: cuda asks for {device_count} GPU{'s' if device_count > 1 else ''} "
+            f"(device_count), but {gpus} {'is' if gpus == 1 else 'are'} visible; "
+            "lower device_count or set device: cpu"
+        )
+    note = None
+    if gpus > 0:
+        note = (
+            f"device_count {device_count} exceeds the {gpus} visible "
+            f"GPU{'s' if gpus > 1 else ''}: training on {device_count} CPU processes instead "
+            f"(set device_count: {gpus} to use the GPU{'s' if gpus > 1 else ''})"
+        )
+    return DevicePlan((-1,) * device_count, note)
+
+
+def evaluation_device(
+    requested: str | None = None, visible_gpus: int | None = None, field: str = "device"
+) -> torch.device:
+    """Where a single process evaluates: `requested`, else the first GPU if any, else the CPU.
+
+    `requested` may name an index ("cuda:1"); asking for a GPU that is not visible is an error.
+    """
+    gpus = visible_gpu_count() if visible_gpus is None else visible_gpus
+    if requested is None:
+        return torch.device("cuda", 0) if gpus > 0 else torch.device("cpu")
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError):
+        raise ConfigurationError(
+            f"{field}: not a device: {requested!r} (use cpu, cuda or cuda:N)"
+        ) from None
+    if device.type not in DEVICE_KINDS:
+        raise ConfigurationError(f"{field}: expected cpu, cuda or cuda:N, got {requested!r}")
+    if device.type == "cuda":
+        index = device.index or 0
+        if index >= gpus:
+            raise ConfigurationError(
+                f"{field}: {requested} asked for, but {gpus} GPU{'' if gpus == 1 else 's'} "
+                f"{'is' if gpus == 1 else 'are'} visible"
+            )
+        return torch.device("cuda", index)
+    return device

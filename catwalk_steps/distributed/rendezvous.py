@@ -1,0 +1,74 @@
+"""How the workers of every node find each other: node 0's rendezvous store and its settings.
+
+Ports are bound once: the launcher holds the rendezvous store (a `TCPStore` server on port 0,
+or on the port a multi-node launch names), so no port is picked first and bound later by
+someone else.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass
+
+import torch.distributed as dist
+from tango.common.exceptions import ConfigurationError
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """How the workers of all nodes find each other: node 0's store, and the time limits."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    num_nodes: int = 1
+    join_timeout_s: float = 300.0
+    collective_timeout_s: float = 1800.0
+
+
+def rendezvous_settings(
+    num_nodes: int, address: str | None, port: int | None, timeout_s: float
+) -> Rendezvous:
+    """Where the nodes meet. One node listens on 127.0.0.1 on a port the OS picks; several take
+    the address and port from the config or the standard `MASTER_ADDR` / `MASTER_PORT`."""
+    if num_nodes == 1:
+        return Rendezvous(host=address or "127.0.0.1", port=port or 0, join_timeout_s=timeout_s)
+    address = address or os.environ.get("MASTER_ADDR")
+    port = port or (int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else None)
+    if not address or not port:
+        raise ConfigurationError(
+            "train.master_addr / train.master_port: num_nodes > 1 needs node 0's address and a "
+            "port (set them, or MASTER_ADDR and MASTER_PORT as SLURM and torchrun do)"
+        )
+    return Rendezvous(host=address, port=port, num_nodes=num_nodes, join_timeout_s=timeout_s)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now. Racy by nature (someone may take it before it is
+    bound): prefer :func:`start_store`, which binds its port itself."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_store(
+    world_size: int, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 300.0
+) -> dist.TCPStore:
+    """The rendezvous store's server, held by the launcher; port 0 lets the OS choose one.
+
+    Workers connect with :func:`connect_store` to `store.port`.
+    """
+    return _tcp_store(host, port, world_size, timeout_s, is_master=True, wait_for_workers=False)
+
+
+def connect_store(host: str, port: int, world_size: int, timeout_s: float) -> dist.TCPStore:
+    """A client of the launcher's store (retries until `timeout_s` if it is not up yet)."""
+    return _tcp_store(host, port, world_size, timeout_s, is_master=False)
+
+
+def _tcp_store(
+    host: str, port: int, world_size: int, timeout_s: float, **kwargs: bool
+) -> dist.TCPStore:
+    timeout = datetime.timedelta(seconds=timeout_s)
+    return dist.TCPStore(host, port, world_size, timeout=timeout, use_libuv=True, **kwargs)

@@ -1,0 +1,8 @@
+"""Starting the workers of a training job: this node's processes (:mod:`.launcher`), what runs
+in each (:mod:`.worker_process`), and the other nodes of a multi-node job (:mod:`.nodes`,
+`catwalk-worker`)."""
+
+from .launcher import WorkerFailed, run_training
+from .worker_process import RendezvousError
+
+__all__ = ["RendezvousError", "WorkerFailed", "run_training"]

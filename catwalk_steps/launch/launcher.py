@@ -1,0 +1,201 @@
+"""Worker processes: started together, watched together, stopped together.
+
+- One worker in all (`device_count: 1` on one node) trains in this process, as Tango does.
+- Otherwise this process holds the rendezvous store (its port bound once), publishes the job
+  for the other nodes (:mod:`.nodes`), and starts one process per local device with
+  `torch.multiprocessing.start_processes`, whose `ProcessContext.join` watches them: it reaps a
+  worker before reading its exit code (so a worker that failed is never counted as finished)
+  and, when one fails, gives the others a grace period, then SIGTERM, then SIGKILL.
+
+What this module adds to torch's, and why torch's alone does not do it:
+
+- one line naming the cause: the failing rank's own error (the worker reports it before
+  exiting), or "rank 1 died: killed by SIGKILL" when a worker was killed; torch's exception
+  holds a traceback, or names the first failure it happened to look at, which after a kill may
+  be a peer that failed on the killed one's absence;
+- SIGINT or SIGTERM to this process stops the workers before it exits (torch's join leaves
+  them running), so no orphan keeps writing checkpoints and the step is marked failed only
+  once they are gone;
+- workers die by SIGKILL with this process (:func:`.worker_process.die_with_parent`; torch asks
+  for SIGINT, which a worker blocked in a collective does not act on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import pickle
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import torch.multiprocessing as torch_mp
+
+from ..distributed.groups import destroy_process_group_if_initialized
+from ..distributed.rendezvous import start_store
+from ..errors import one_line_error
+from ..training.job import TrainingJob, train_config_for
+from ..training.loop import Trainer
+from .worker_process import WorkerReport, worker_main
+
+logger = logging.getLogger(__name__)
+# Workers' tracebacks: to the run's log file; the terminal shows the one-line cause.
+TRACEBACKS = logging.getLogger("catwalk_steps.traceback")
+
+JOB_KEY = "catwalk/job"
+WORKER_FAILED = (torch_mp.ProcessExitedException, torch_mp.ProcessRaisedException)
+GRACE_S = 5.0  # for the other workers to fail on their own once one has, then for SIGTERM
+
+
+@one_line_error
+class WorkerFailed(RuntimeError):
+    """A worker process failed; the message names the rank and the cause."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, treated like Ctrl-C: stop the workers, then stop."""
+
+
+def run_training(job: TrainingJob, node_rank: int = 0) -> None:
+    """Trains `job` with this node's workers; returns when every worker has finished."""
+    job.work_dir.mkdir(parents=True, exist_ok=True)
+    if job.world_size == 1:
+        try:
+            Trainer(job, train_config_for(job, 0, 0)).run()
+        finally:
+            destroy_process_group_if_initialized()
+        return
+    store = None
+    if node_rank == 0:
+        rendezvous = job.rendezvous
+        store = start_store(
+            job.world_size, port=rendezvous.port, timeout_s=rendezvous.join_timeout_s
+        )
+        store.set(JOB_KEY, pickle.dumps(with_port(job, 0, workspace=None)))
+        job = with_port(job, store.port)
+        if rendezvous.num_nodes > 1:
+            logger.info(
+                "Waiting for %d more node(s) at port %d (catwalk-worker; see the README)",
+                rendezvous.num_nodes - 1,
+                store.port,
+            )
+    try:
+        start_workers(job, node_rank)
+    finally:
+        del store
+
+
+def with_port(job: TrainingJob, port: int, **changes: Any) -> TrainingJob:
+    return replace(job, rendezvous=replace(job.rendezvous, port=port), **changes)
+
+
+def start_workers(job: TrainingJob, node_rank: int) -> None:
+    """One process per local device, watched until all end; the first failure stops the rest."""
+    errors = multiprocessing.get_context("spawn").SimpleQueue()
+    with terminate_on_sigterm():
+        context = torch_mp.start_processes(
+            worker_main,
+            args=(job, node_rank, errors),
+            nprocs=job.local_world_size,
+            join=False,
+            start_method="spawn",
+        )
+        try:
+            watch(context)
+        except WORKER_FAILED as e:  # torch has stopped the others
+            codes = [process.exitcode for process in context.processes]
+            raise failure(job, node_rank, e.error_index, codes, drain(errors)) from None
+        except BaseException:  # Ctrl-C, SIGTERM: the workers go first
+            stop(context.processes)
+            raise
+
+
+def watch(context: torch_mp.ProcessContext) -> None:
+    """Until every worker has finished; raises one of :data:`WORKER_FAILED` for the first
+    failure, once the others are stopped (a grace period, SIGTERM, then SIGKILL)."""
+    while not context.join(timeout=1.0, grace_period=GRACE_S):
+        pass
+
+
+def stop(processes: list[multiprocessing.Process], grace_s: float = GRACE_S) -> None:
+    """SIGTERM to every live worker, SIGKILL to those still alive after `grace_s`; waits."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def drain(errors: Any) -> list[WorkerReport]:
+    reports = []
+    while not errors.empty():
+        reports.append(errors.get())
+    return reports
+
+
+def failure(
+    job: TrainingJob,
+    node_rank: int,
+    first: int,
+    exit_codes: list[int | None],
+    reports: list[WorkerReport],
+) -> BaseException:
+    """The exception that tells what went wrong first.
+
+    A worker killed by a signal (other than the SIGTERM that stops the rest) is the cause: the
+    others then fail on its absence. Else the error of the first worker that reported one; our
+    own error types are re-raised as they are, so they print as one line, and every traceback
+    goes to the log.
+    """
+    for report in reports:
+        TRACEBACKS.error("rank %d failed:\n%s", report.rank, report.traceback)
+    reported = {report.rank for report in reports}
+    base = node_rank * job.local_world_size
+    killed = [
+        local
+        for local, code in enumerate(exit_codes)
+        if code is not None and code < 0 and base + local not in reported
+    ]
+    killed.sort(key=lambda local: (local != first, exit_codes[local] == -signal.SIGTERM))
+    if killed:
+        name = signal.Signals(-exit_codes[killed[0]]).name
+        return WorkerFailed(
+            f"rank {base + killed[0]} died: killed by {name}; the other workers were stopped "
+            "(run the step again to resume from its last checkpoint)"
+        )
+    if reports:
+        first_report = reports[0]
+        if first_report.exception is not None:
+            with contextlib.suppress(Exception):
+                error = pickle.loads(first_report.exception)
+                if isinstance(error, BaseException):
+                    return error
+        return WorkerFailed(
+            f"rank {first_report.rank}: {first_report.error_type}: {first_report.message}"
+        )
+    return WorkerFailed(f"a worker exited without a report (exit codes by rank: {exit_codes})")
+
+
+@contextlib.contextmanager
+def terminate_on_sigterm() -> Iterator[None]:
+    """SIGTERM raises :class:`Interrupted` in this (main) thread, so workers are stopped."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,147 @@
+"""What runs inside each worker process: join the process group, train, and on failure tell the
+launcher in one line, then leave without the interpreter's shutdown."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from ..distributed.groups import destroy_process_group_if_initialized, init_process_group
+from ..distributed.rendezvous import connect_store
+from ..errors import first_line, one_line_error
+from ..training.job import TrainingJob, train_config_for
+from ..training.loop import Trainer
+
+
+@one_line_error
+class RendezvousError(RuntimeError):
+    """Not every node joined the process group in time; the message names the missing ones."""
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What a failing worker tells the launcher before it exits."""
+
+    rank: int
+    error_type: str
+    message: str
+    traceback: str
+    exception: bytes | None  # the pickled exception, re-raised by the launcher when it can be
+
+
+def worker_main(local_rank: int, job: TrainingJob, node_rank: int, errors: Any) -> None:
+    """A worker process (started by `torch.multiprocessing.start_processes`): joins the process
+    group, trains, reports a failure in one line."""
+    parent = os.getppid()
+    die_with_parent()
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+    rank = node_rank * job.local_world_size + local_rank
+    try:
+        prepare_worker(job, rank)
+        join_process_group(job, rank, local_rank)
+        Trainer(job, train_config_for(job, rank, local_rank)).run()
+        dist.barrier()  # every rank is done before any tears the group down (gloo aborts else)
+    except BaseException as e:  # Ctrl-C too: the launcher decides what happens next
+        errors.put(report_of(rank, e))
+        os._exit(1)  # no teardown, no interpreter shutdown: a peer may be gone mid-collective
+    destroy_process_group_if_initialized()
+    leave_finished_worker()
+
+
+def die_with_parent() -> None:
+    """Ask Linux to kill this process with SIGKILL when its parent dies. (torch's start_processes
+    asks for SIGINT, which a worker blocked inside a collective does not act on.)"""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def prepare_worker(job: TrainingJob, rank: int) -> None:
+    from tango.common.logging import initialize_worker_logging
+    from tango.common.util import import_extra_module
+
+    for package in job.include_package:
+        import_extra_module(package)
+    try:
+        initialize_worker_logging(rank)  # records go to `tango run`'s log server
+    except ValueError:  # started outside `tango run` (tests, notebooks): log here
+        logging.basicConfig(level=logging.WARNING, format=f"rank {rank}: %(message)s")
+
+
+def join_process_group(job: TrainingJob, rank: int, local_rank: int) -> None:
+    rendezvous = job.rendezvous
+    store = connect_store(
+        rendezvous.host, rendezvous.port, job.world_size, rendezvous.join_timeout_s
+    )
+    wait_for_everyone(store, job, rank)
+    device = job.devices.device(local_rank)
+    init_process_group(
+        device.type,
+        rank,
+        job.world_size,
+        dist.PrefixStore("pg", store),
+        rendezvous.collective_timeout_s,
+        device=device,
+    )
+
+
+def wait_for_everyone(store: dist.Store, job: TrainingJob, rank: int) -> None:
+    """Every rank checks in; after `join_timeout_s` the missing ranks and nodes are named."""
+    rendezvous = job.rendezvous
+    store.set(f"arrived/{rank}", "1")
+    store.add("arrived", 1)
+    deadline = time.monotonic() + rendezvous.join_timeout_s
+    while store.add("arrived", 0) < job.world_size:
+        if time.monotonic() > deadline:
+            missing = [r for r in range(job.world_size) if not store.check([f"arrived/{r}"])]
+            nodes = sorted({r // job.local_world_size for r in missing})
+            raise RendezvousError(
+                f"rendezvous at {rendezvous.host}:{rendezvous.port}: node "
+                f"{', '.join(map(str, nodes))} (rank {', '.join(map(str, missing))}) did not "
+                f"join within {rendezvous.join_timeout_s:g} s (rendezvous_timeout); start "
+                "`catwalk-worker` there with the same experiment, or lower num_nodes"
+            )
+        time.sleep(0.05)
+
+
+def leave_finished_worker() -> None:
+    """Exit 0 without interpreter finalization once the group is torn down.
+
+    Finalization destroys what still refers to the process group's C++ side (FSDP states, device
+    meshes, the store) in no set order; a gloo thread met that way aborts the process ("terminate
+    called without an active exception", SIGABRT), which failed a run that had finished and
+    written its last checkpoint. The worker has nothing left to do: flush its output and go.
+    """
+    logging.shutdown()  # the records still buffered for `tango run`'s log server
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def report_of(rank: int, error: BaseException) -> WorkerReport:
+    try:
+        pickled: bytes | None = pickle.dumps(error)
+        pickle.loads(pickled)
+    except Exception:
+        pickled = None
+    return WorkerReport(
+        rank=rank,
+        error_type=type(error).__name__,
+        message=first_line(error),
+        traceback="".join(traceback.format_exception(error)),
+        exception=pickled,
+    )

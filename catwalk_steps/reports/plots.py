@@ -1,0 +1,79 @@
+"""The sweep report's plots (matplotlib, PNG): validation accuracy over training steps per
+configuration, and the final accuracy per configuration with its spread over seeds."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from .tables import Report
+
+CURVES_PLOT = "validation_acc.png"
+FINAL_PLOT = "final_acc.png"
+
+
+def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
+    """Validation `metric` over training steps: per configuration the mean over seeds, with a
+    band of ± one standard deviation. False (nothing written) without histories."""
+    groups = {
+        group: [report.histories[r] for r in runs if report.histories.get(r)]
+        for group, runs in report.groups().items()
+    }
+    groups = {group: curves for group, curves in groups.items() if curves}
+    if not groups:
+        return False
+    figure, axes = _figure()
+    for group, curves in groups.items():
+        by_step: dict[int, list[float]] = {}
+        for curve in curves:
+            for point in curve:
+                by_step.setdefault(point["step"], []).append(point[metric])
+        steps = sorted(by_step)
+        means = [statistics.fmean(by_step[s]) for s in steps]
+        stds = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
+        line = axes.plot(steps, means, marker="o", label=f"{group} (n={len(curves)})")[0]
+        low = [m - s for m, s in zip(means, stds, strict=True)]
+        high = [m + s for m, s in zip(means, stds, strict=True)]
+        axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+    axes.set_xlabel("training step")
+    axes.set_ylabel(f"validation {metric}")
+    axes.set_title(f"{report.title}: validation {metric} (mean ± std over seeds)")
+    axes.legend(fontsize="small")
+    _save(figure, path)
+    return True
+
+
+def plot_final(report: Report, path: Path, metric: str = "acc") -> bool:
+    """Final `metric` per configuration, mean over seeds with ± one standard deviation."""
+    summaries = {g: m[metric] for g, m in report.summaries().items() if metric in m}
+    if not summaries:
+        return False
+    figure, axes = _figure()
+    names = list(summaries)
+    means = [summaries[n].mean for n in names]
+    errors = [summaries[n].std or 0.0 for n in names]
+    axes.bar(range(len(names)), means, yerr=errors, capsize=4, color="tab:blue", alpha=0.8)
+    axes.set_xticks(range(len(names)), [f"{n}\n(n={summaries[n].count})" for n in names])
+    axes.tick_params(axis="x", labelsize="small", labelrotation=20)
+    axes.set_ylabel(metric)
+    axes.set_title(f"{report.title}: {metric} per configuration (mean ± std over seeds)")
+    _save(figure, path)
+    return True
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(8, 5), dpi=100)
+
+
+def _save(figure: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)

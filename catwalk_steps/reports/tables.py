@@ -1,0 +1,234 @@
+"""Tables and plots of several runs' metrics; sweeps aggregated over seeds.
+
+A report has one row per run (`{run name: metrics}`). When the runs come from a sweep, each also
+has a configuration (`{"engine": "ddp", "lr": 0.001, "seed": 1}`) and its validation history;
+runs whose configurations differ only in `seed` are then summarised together: mean, standard
+deviation (over seeds, n - 1 in the denominator) and count per metric. The same report renders
+as markdown, CSV and JSON here; :mod:`.plots` draws it and :mod:`.files` stores and prints it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+LEADING_COLUMNS = ("acc", "acc_norm", "n")
+SEED = "seed"
+
+
+@dataclass
+class Summary:
+    """One metric over the seeds of a configuration."""
+
+    mean: float
+    std: float | None  # None with a single seed
+    count: int
+    whole: bool = False  # every value was the same whole number (a count such as `n`)
+
+    @classmethod
+    def of(cls, values: list[float]) -> Summary:
+        std = statistics.stdev(values) if len(values) > 1 else None
+        whole = all(float(v).is_integer() for v in values) and len(set(values)) == 1
+        return cls(statistics.fmean(values), std, len(values), whole)
+
+    def text(self) -> str:
+        if self.whole:
+            return str(int(self.mean))
+        if self.std is None:
+            return f"{self.mean:.4f}"
+        return f"{self.mean:.4f} ± {self.std:.4f}"
+
+
+@dataclass
+class Report:
+    """Rows of metrics, one per named run, with the columns in a stable order.
+
+    :ivar configs: each run's configuration in a sweep (none for a plain comparison).
+    :ivar histories: each run's validation history (`[{step, acc, ...}]`), for the curves.
+    """
+
+    rows: dict[str, dict[str, Any]]
+    title: str = "Metrics"
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    histories: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def columns(self) -> list[str]:
+        seen = {key for row in self.rows.values() for key in row}
+        leading = [c for c in LEADING_COLUMNS if c in seen]
+        return leading + sorted(seen - set(leading))
+
+    @property
+    def aggregated(self) -> bool:
+        return bool(self.configs)
+
+    def configuration(self, run: str) -> str:
+        """The run's configuration without its seed: the group it is summarised in."""
+        config = {k: v for k, v in self.configs.get(run, {}).items() if k != SEED}
+        if not config:
+            return run
+        return ", ".join(f"{key}={config_value(value)}" for key, value in sorted(config.items()))
+
+    def groups(self) -> dict[str, list[str]]:
+        """Configuration -> its runs (one per seed), in the order the runs are given."""
+        grouped: dict[str, list[str]] = {}
+        for run in self.rows:
+            grouped.setdefault(self.configuration(run), []).append(run)
+        return grouped
+
+    def summaries(self) -> dict[str, dict[str, Summary]]:
+        """Configuration -> metric -> mean, std and count over its seeds."""
+        out = {}
+        for group, runs in self.groups().items():
+            metrics = {}
+            for column in self.columns:
+                values = [self.rows[r][column] for r in runs if is_number(self.rows[r].get(column))]
+                if values:
+                    metrics[column] = Summary.of([float(v) for v in values])
+            out[group] = metrics
+        return out
+
+    # --- Text -------------------------------------------------------------------------------
+
+    def table_rows(self) -> tuple[list[str], list[list[str]]]:
+        """Header and rows of the table people read: per configuration in a sweep."""
+        if not self.aggregated:
+            header = ["run", *self.columns]
+            body = [
+                [name, *(format_value(row.get(c)) for c in self.columns)]
+                for name, row in self.rows.items()
+            ]
+            return header, body
+        header = ["configuration", "seeds", *self.columns]
+        body = []
+        groups = self.groups()
+        for group, metrics in self.summaries().items():
+            seeds = len(groups[group])
+            cells = [metrics[c].text() if c in metrics else "" for c in self.columns]
+            body.append([group, str(seeds), *cells])
+        return header, body
+
+    def markdown(self) -> str:
+        header, body = self.table_rows()
+        lines = [
+            "| " + " | ".join(header) + " |",
+            "|"
+            + "|".join(["---"] * (len(header) - len(self.columns)) + ["---:"] * len(self.columns))
+            + "|",
+        ]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        text = "\n".join(lines) + "\n"
+        if self.aggregated:
+            text += "\nMean ± standard deviation over seeds.\n\n## Runs\n\n" + self.runs_markdown()
+        return text
+
+    def runs_markdown(self) -> str:
+        keys = self.config_keys()
+        header = ["run", *keys, *self.columns]
+        lines = [
+            "| " + " | ".join(header) + " |",
+            "|" + "|".join(["---"] * (1 + len(keys)) + ["---:"] * len(self.columns)) + "|",
+        ]
+        for name, row in self.rows.items():
+            config = self.configs.get(name, {})
+            cells = [name, *(config_value(config[k]) if k in config else "" for k in keys)]
+            cells += [format_value(row.get(c)) for c in self.columns]
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def config_keys(self) -> list[str]:
+        return sorted({key for config in self.configs.values() for key in config})
+
+    def csv(self) -> str:
+        """Per configuration in a sweep (mean, std, count of each metric); else per run."""
+        if not self.aggregated:
+            return self.runs_csv()
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        stats = [f"{c}_{s}" for c in self.columns for s in ("mean", "std", "count")]
+        writer.writerow(["configuration", *stats])
+        for group, metrics in self.summaries().items():
+            row: list[Any] = [group]
+            for column in self.columns:
+                summary = metrics.get(column)
+                row += [summary.mean, summary.std, summary.count] if summary else ["", "", ""]
+            writer.writerow(["" if v is None else v for v in row])
+        return out.getvalue()
+
+    def runs_csv(self) -> str:
+        keys = self.config_keys()
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["run", *keys, *self.columns])
+        for name, row in self.rows.items():
+            config = self.configs.get(name, {})
+            writer.writerow(
+                [name, *(config.get(k, "") for k in keys), *(row.get(c, "") for c in self.columns)]
+            )
+        return out.getvalue()
+
+    def as_json(self) -> dict[str, Any]:
+        summaries = {
+            group: {metric: vars(summary) for metric, summary in metrics.items()}
+            for group, metrics in self.summaries().items()
+        }
+        return {
+            "title": self.title,
+            "rows": self.rows,
+            "configs": self.configs,
+            "histories": self.histories,
+            "summaries": summaries if self.aggregated else {},
+        }
+
+
+def config_value(value: Any) -> str:
+    """A grid value as written in an experiment: 0.001, not 0.0010."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def format_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:g}"
+    return str(value)
+
+
+def build_report(
+    metrics: Mapping[str, Mapping[str, Any]],
+    title: str = "Metrics",
+    configs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Report:
+    """A report from `{run name: {metric: value}}`; non-scalar values are left out, except the
+    validation history that `catwalk::evaluate` passes on from a trained model."""
+    rows = {
+        name: {
+            key: value
+            for key, value in run.items()
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool)
+        }
+        for name, run in metrics.items()
+    }
+    histories = {
+        name: list(run["training_history"]["validation"])
+        for name, run in metrics.items()
+        if isinstance(run.get("training_history"), Mapping)
+    }
+    return Report(
+        rows=rows,
+        title=title,
+        configs={name: dict(config) for name, config in (configs or {}).items()},
+        histories=histories,
+    )
+
+
+# --- Plots ----------------------------------------------------------------------------------

@@ -1,0 +1,20 @@
+"""How a causal LM answers a multiple-choice question: tokenizing (context, choice) pairs as
+lm-evaluation-harness does, the rank classifier over any Hugging Face causal LM, the float32
+arithmetic of log-probabilities and metrics, and scoring a whole split.
+
+Pure model-and-data code: nothing here knows of devices, ranks or process groups.
+"""
+
+from .evaluation import metrics_from_scores, score_choices
+from .precision import Precision
+from .rank_classifier import RankClassifier
+from .sequences import MultipleChoiceCollator, SequenceEncoder
+
+__all__ = [
+    "MultipleChoiceCollator",
+    "Precision",
+    "RankClassifier",
+    "SequenceEncoder",
+    "metrics_from_scores",
+    "score_choices",
+]

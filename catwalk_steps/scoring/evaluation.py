@@ -1,0 +1,87 @@
+"""Scoring a whole split fast: every (context, choice) sequence, batched by length.
+
+Sorting sequences by length before batching keeps padding (wasted compute) small; the longest
+batch comes first so an out-of-memory error shows at once, not at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+from tango.common import Tqdm
+
+from ..tasks import MultipleChoiceInstance
+from .logprobs import choice_metrics
+from .precision import Precision
+from .rank_classifier import RankClassifier
+from .sequences import SequenceEncoder, answer_chars, pad_sequences
+
+FP32 = Precision("fp32")
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module):
+    """Eval mode and no autograd for the block, restoring the previous mode after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
+
+
+def score_choices(
+    model: RankClassifier,
+    instances: Sequence[MultipleChoiceInstance],
+    batch_size: int = 32,
+    max_length: int = 256,
+    device: torch.device | str = "cpu",
+    precision: Precision = FP32,
+    progress: bool = True,
+) -> list[list[float]]:
+    """Each instance's per-choice scores (summed continuation log-probs), in input order.
+
+    The model must already be on `device`; `precision` sets autocast (scores stay float32).
+    """
+    encoder = SequenceEncoder(model.tokenizer, max_length)
+    sequences = encoder.sequences(instances)
+    order = sorted(range(len(sequences)), key=lambda k: -len(sequences[k].token_ids))
+    scores = [[0.0] * len(instance.choices) for instance in instances]
+    autocast = precision.autocast(torch.device(device).type)
+    with evaluating(model), autocast:
+        batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+        for batch in Tqdm.tqdm(batches, desc="Scoring", disable=not progress):
+            chosen = [sequences[k] for k in batch]
+            tensors = pad_sequences(chosen, model.tokenizer.pad_token_id)
+            batch_scores = model.score_sequences(
+                tensors["input_ids"].to(device),
+                tensors["attention_mask"].to(device),
+                tensors["continuation_mask"].to(device),
+                tensors["logits_from"],
+            ).tolist()
+            for s, value in zip(chosen, batch_scores, strict=True):
+                scores[s.instance][s.choice] = value
+    return scores
+
+
+def metrics_from_scores(
+    instances: Sequence[MultipleChoiceInstance], scores: Sequence[Sequence[float]]
+) -> dict[str, float | int]:
+    """`acc`, `acc_norm` (score per answer character) and `n` over all instances."""
+    width = max(len(instance.choices) for instance in instances)
+    padded = torch.full((len(instances), width), float("-inf"), dtype=torch.float64)
+    chars = torch.ones((len(instances), width), dtype=torch.float64)
+    for i, (instance, row) in enumerate(zip(instances, scores, strict=True)):
+        padded[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
+        chars[i, : len(row)] = torch.tensor([answer_chars(c) for c in instance.choices])
+    labels = torch.tensor([instance.label for instance in instances])
+    counts = choice_metrics(padded, labels, chars, torch.ones(len(instances), dtype=torch.float64))
+    n = int(counts["count"])
+    return {
+        "acc": float(counts["correct"]) / n,
+        "acc_norm": float(counts["correct_norm"]) / n,
+        "n": n,
+    }

@@ -1,0 +1,226 @@
+"""Rank classification over any Hugging Face causal LM.
+
+A multiple-choice instance becomes one sequence per choice: context tokens followed by the
+choice's (continuation) tokens. A choice's score is the sum of its continuation tokens'
+log-probabilities; the predicted answer is the highest score (`acc`) or the highest score per
+character (`acc_norm`, lm-evaluation-harness's definition). One `forward` serves training,
+validation and prediction, so every rank of a sharded engine runs the same root forward.
+
+Model code knows nothing of distribution or devices: batches arrive on the right device.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.torch import Model
+
+from ..errors import first_line
+from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
+from .tokenization import load_tokenizer
+
+OBJECTIVES = ("lm", "rank")
+
+
+def build_causal_lm(
+    pretrained: str | None,
+    config: Mapping[str, Any] | None,
+    init_seed: int,
+    tokenizer=None,
+    skeleton: bool = False,
+) -> torch.nn.Module:
+    """Loads a causal LM by hub name / path, or builds one from a config dict with random init.
+
+    A config that leaves out the vocabulary size or special token ids takes them from
+    `tokenizer`. The caller (:class:`RankClassifier`) checks that exactly one is given. With
+    `skeleton`, the model is built on the meta device: its structure without any weights (a
+    sharded engine then materialises only its own shard).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if pretrained is not None:
+        try:
+            if skeleton:
+                with torch.device("meta"):
+                    hf_config = AutoConfig.from_pretrained(pretrained)
+                    return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+            return AutoModelForCausalLM.from_pretrained(pretrained, dtype=torch.float32)
+        except (OSError, ValueError) as e:
+            raise ConfigurationError(
+                f"model.pretrained '{pretrained}': cannot load it ({first_line(e)})"
+            ) from None
+    config = dict(config)
+    if tokenizer is not None:
+        config.setdefault("vocab_size", len(tokenizer))
+        for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            config.setdefault(field, getattr(tokenizer, field))
+    if "model_type" not in config:
+        raise ConfigurationError("model.config: missing field 'model_type' (e.g. \"gpt2\")")
+    try:
+        hf_config = AutoConfig.for_model(config.pop("model_type"), **config)
+    except (ValueError, KeyError) as e:
+        raise ConfigurationError(f"model.config: {e}") from None
+    if skeleton:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+    # Same weights on every rank and in every process, whatever the global RNG state.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(init_seed)
+        return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
+
+
+@Model.register("catwalk::rank_classifier")
+class RankClassifier(Model):
+    """Scores each choice of a multiple-choice instance with a causal LM.
+
+
+    :param pretrained: hub name or local directory of a causal LM (e.g. "gpt2").
+    :param config: instead of `pretrained`, a Hugging Face config dict (with `model_type`) for a
+        randomly initialised model, e.g. a tiny GPT-2 for tests.
+    :param tokenizer: hub name, path, or "catwalk::byte_level"; defaults to `pretrained`.
+    :param objective: "lm" trains on the right choice's continuation tokens (mean token NLL, as
+        catwalk trains rank classification); "rank" is cross-entropy over the choices' scores.
+    :param init_seed: seed for the random init of a `config` model.
+    :param skeleton: build the LM on the meta device, without weights (for sharded engines;
+        not part of the model's identity).
+
+    :ivar metrics_history: the training loss and validation history of the run that trained it
+        (set by `catwalk::train`, stored beside the weights); None for an untrained model.
+    """
+
+    metrics_history: dict[str, list[dict[str, Any]]] | None
+
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        config: dict[str, Any] | None = None,
+        tokenizer: str | None = None,
+        objective: str = "lm",
+        init_seed: int = 0,
+        skeleton: bool = False,
+    ):
+        super().__init__()
+        self.metrics_history = None
+        self.spec = {
+            "pretrained": pretrained,
+            "config": config,
+            "tokenizer": tokenizer,
+            "objective": objective,
+            "init_seed": init_seed,
+        }
+        if objective not in OBJECTIVES:
+            raise ConfigurationError(
+                f"model.objective: expected one of {OBJECTIVES}, got {objective!r}"
+            )
+        if (pretrained is None) == (config is None):
+            raise ConfigurationError("model: give exactly one of 'pretrained' or 'config'")
+        if tokenizer is None and pretrained is None:
+            raise ConfigurationError(
+                "model.tokenizer: required when the model is built from 'config'"
+            )
+        field = "model.tokenizer" if tokenizer else "model.pretrained"
+        self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
+        self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
+        self.objective = objective
+        self.wrapping_root = (
+            "lm"  # modules_to_wrap may name `transformer.h.0` for `lm.transformer.h.0`
+        )
+        self.supports_logits_to_keep = (
+            "logits_to_keep" in inspect.signature(self.lm.forward).parameters
+        )
+
+    def det_hash_object(self) -> Any:
+        """Tango cache identity: the constructor arguments, not the (large) weights."""
+        return (type(self).__qualname__, self.spec)
+
+    @classmethod
+    def from_directory(cls, directory: str | Path, objective: str = "lm") -> RankClassifier:
+        """Loads a model saved by :meth:`save_pretrained` (weights and tokenizer)."""
+        return cls(pretrained=str(directory), objective=objective)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Writes a standard Hugging Face directory: `from_pretrained` loads it outside Tango."""
+        self.lm.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+
+    def score_sequences(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        continuation_mask: torch.Tensor,
+        logits_from: int = 1,
+    ) -> torch.Tensor:
+        """Each sequence's summed continuation log-probability (float32)."""
+        return continuation_log_probs(
+            self.lm,
+            input_ids,
+            attention_mask,
+            continuation_mask,
+            logits_from,
+            self.supports_logits_to_keep,
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        continuation_mask: torch.Tensor,
+        instance_index: torch.Tensor,
+        choice_index: torch.Tensor,
+        choice_chars: torch.Tensor,
+        labels: torch.Tensor,
+        weights: torch.Tensor,
+        logits_from: int = 1,
+        num_choices: int | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Loss and metrics for a batch of instances, each with all its choices.
+
+        Sequences are flattened: sequence `s` is choice `choice_index[s]` of instance
+        `instance_index[s]`. In training with the "lm" objective only the right choices are run,
+        since the wrong ones do not enter the loss; otherwise every choice is scored.
+        """
+        # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
+        weights = weights.float()
+        right = choice_index == labels[instance_index]
+        right_instances = instance_index[right]
+        if self.training and self.objective == "lm":
+            right_scores = self.score_sequences(
+                input_ids[right], attention_mask[right], continuation_mask[right], logits_from
+            )
+            return {
+                "loss": lm_loss(
+                    right_scores, continuation_mask[right], right_instances, labels, weights
+                )
+            }
+        num_choices = num_choices or int(choice_index.max()) + 1
+        sequence_scores = self.score_sequences(
+            input_ids, attention_mask, continuation_mask, logits_from
+        )
+        scores = torch.full(
+            (labels.size(0), num_choices), float("-inf"), device=sequence_scores.device
+        ).index_put((instance_index, choice_index), sequence_scores)
+        chars = torch.ones_like(scores).index_put(
+            (instance_index, choice_index), choice_chars.to(scores.dtype)
+        )
+        with torch.no_grad():
+            counts = choice_metrics(scores.detach(), labels, chars, weights)
+        if self.objective == "rank":
+            loss = weighted_mean(F.cross_entropy(scores, labels, reduction="none"), weights)
+        else:
+            loss = lm_loss(
+                sequence_scores[right], continuation_mask[right], right_instances, labels, weights
+            )
+        count = counts["count"].clamp(min=1.0)
+        return {
+            "loss": loss,
+            "scores": scores.detach(),
+            "acc": counts["correct"] / count,
+            "acc_norm": counts["correct_norm"] / count,
+            **counts,
+        }

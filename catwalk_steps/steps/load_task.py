@@ -1,0 +1,36 @@
+"""`catwalk::load_task`: a task's splits, loaded once and cached."""
+
+from __future__ import annotations
+
+from tango import Step
+from tango.common import DatasetDict
+
+from ..tasks import Task
+
+
+@Step.register("catwalk::load_task")
+class LoadTask(Step[DatasetDict]):
+    """Loads the named splits of a multiple-choice task into a DatasetDict of instances.
+
+    :param task: e.g. `{type: "catwalk::piqa", data_dir: "..."}` or `{type: "catwalk::synthetic"}`.
+    :param splits: split names to load (default train and validation); each must exist and be
+        non-empty.
+    :param max_instances: keep only the first N instances of each split (quick runs).
+    """
+
+    VERSION = "001"
+    DETERMINISTIC = True
+    CACHEABLE = True
+
+    def run(  # type: ignore[override]
+        self,
+        task: Task,
+        splits: list[str] | None = None,
+        max_instances: int | None = None,
+    ) -> DatasetDict:
+        loaded = task.load(splits or ["train", "validation"])
+        if max_instances is not None:
+            loaded = {name: instances[:max_instances] for name, instances in loaded.items()}
+        for name, instances in loaded.items():
+            self.logger.info("Split %s: %d instances", name, len(instances))
+        return DatasetDict(splits=loaded, metadata={"task": type(task).__name__})

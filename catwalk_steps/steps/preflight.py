@@ -1,0 +1,270 @@
+"""Checks of a `catwalk::train` config that run before any work: when Tango builds the step
+graph, nothing has loaded, evaluated or spawned yet. (Warnings about settings that work but are
+probably not what was meant come when training starts: :mod:`.start_warnings`.)
+
+Each error is one line that names the key, as the user wrote it, and what would be right. The
+engines, loaders and optimizer are lazy in the config (they are built inside the workers); here
+their `type` and keys are read without building them, against the constructors' signatures.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.torch import (
+    DataCollator,
+    DataLoader,
+    LRScheduler,
+    Model,
+    Optimizer,
+    TrainingEngine,
+)
+
+from ..distributed.rendezvous import rendezvous_settings
+from ..scoring.precision import Precision
+from ..training.components import lazy_config, registered_name, resolve_config
+from ..training.wrapping import compile_patterns, match_modules
+
+logger = logging.getLogger(__name__)
+
+SHARDED_ENGINES = ("catwalk::fairscale", "catwalk::torch_fsdp")
+# Keys a Tango component receives from the training loop rather than from the config.
+SUPPLIED = {
+    "training_engine": {"train_config", "model"},
+    "optimizer": {"params"},
+    "lr_scheduler": {"optimizer"},
+    "train_dataloader": {"dataset"},
+    "validation_dataloader": {"dataset"},
+}
+
+
+def whole(value: Any, key: str, minimum: int = 1, optional: bool = False) -> None:
+    """`key` must be a whole number >= `minimum` (or absent, when optional)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{key}: must be a whole number >= {minimum}, got {value!r}")
+
+
+def check_schedule(kwargs: Mapping[str, Any]) -> None:
+    """The training loop's numbers; `grad_accum: 0` used to hang forever, `train_steps: 0`
+    cached an untrained model as trained."""
+    steps, epochs = kwargs.get("train_steps"), kwargs.get("train_epochs")
+    if (steps is None) == (epochs is None):
+        raise ConfigurationError("train.train_steps / train.train_epochs: give exactly one of them")
+    if steps == 0:
+        raise ConfigurationError(
+            "train.train_steps: 0 trains nothing (the 'trained' model would be the untrained "
+            "one); give at least 1"
+        )
+    whole(steps, "train.train_steps", optional=True)
+    whole(epochs, "train.train_epochs", optional=True)
+    for key in ("grad_accum", "log_every", "checkpoint_every", "device_count", "num_nodes"):
+        whole(kwargs.get(key, 1), f"train.{key}")
+    whole(kwargs.get("validate_every"), "train.validate_every", optional=True)
+    whole(kwargs.get("validation_steps"), "train.validation_steps", optional=True)
+    whole(kwargs.get("seed", 0), "train.seed", minimum=0)
+    validate_every, checkpoint_every = (
+        kwargs.get("validate_every"),
+        kwargs.get("checkpoint_every", 100),
+    )
+    if validate_every and checkpoint_every % validate_every and validate_every % checkpoint_every:
+        raise ConfigurationError(
+            f"train.checkpoint_every: {checkpoint_every} must be a multiple or a divisor of "
+            f"validate_every ({validate_every}), so that the best checkpoint is one that exists"
+        )
+    if validate_every and kwargs.get("validation_split", "validation") is None:
+        raise ConfigurationError(
+            "train.validate_every: set, but validation_split is null; give a validation split"
+        )
+    timeout = kwargs.get("rendezvous_timeout", 300.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigurationError(f"train.rendezvous_timeout: seconds > 0, got {timeout!r}")
+    device = kwargs.get("device")
+    if device not in (None, "cpu", "cuda"):
+        raise ConfigurationError(f"train.device: cpu or cuda (or leave it out), got {device!r}")
+    port = kwargs.get("master_port") or kwargs.get("distributed_port")
+    rendezvous_settings(kwargs.get("num_nodes", 1), kwargs.get("master_addr"), port, timeout)
+    metric = kwargs.get("val_metric_name", "acc")
+    if metric not in ("acc", "acc_norm", "loss"):
+        raise ConfigurationError(
+            f"train.val_metric_name: one of acc, acc_norm, loss, got {metric!r}"
+        )
+
+
+# --- Lazy components: their type and keys, without building them ---------------------------
+
+
+def accepted_keys(constructor: Any) -> set[str] | None:
+    """The keyword parameters a constructor takes; None when it takes any (`**kwargs` that go
+    nowhere we can see)."""
+    keys: set[str] = set()
+    targets = [constructor.__init__] if inspect.isclass(constructor) else [constructor]
+    if inspect.isclass(constructor):
+        # A subclass passing **kwargs on takes its bases' keys too (ShardedDataLoader -> torch's).
+        targets += [base.__init__ for base in constructor.__mro__[1:] if "__init__" in vars(base)]
+    for target in targets:
+        try:
+            parameters = inspect.signature(target).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        keys |= {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            return keys - {"self"}
+    return None
+
+
+def check_keys(constructor: Any, params: Mapping[str, Any], key: str) -> None:
+    """Every key in the config is one the constructor takes, or one the loop supplies."""
+    accepted = accepted_keys(constructor)
+    if accepted is None:
+        return
+    accepted -= SUPPLIED.get(key.split(".")[-1], set())
+    for name in params:
+        if name not in accepted:
+            close = difflib.get_close_matches(name, sorted(accepted), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            kind = getattr(constructor, "__name__", str(constructor))
+            raise ConfigurationError(
+                f"{key}.{name}: {kind} has no such key; {hint}(it takes "
+                f"{', '.join(sorted(accepted))})"
+            )
+
+
+def check_engine(lazy: Any) -> dict[str, Any]:
+    """The engine's type, keys, precision, regexes, and its optimizer and LR scheduler."""
+    key = "training_engine"
+    engine, params = lazy_config(lazy, TrainingEngine, key)
+    check_keys(engine, params, key)
+    Precision.parse(params.get("precision", "fp32"), f"{key}.precision")
+    patterns = params.get("modules_to_wrap") or []
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise ConfigurationError(f"{key}.modules_to_wrap: a list of regexes, got {patterns!r}")
+    compile_patterns(patterns, f"{key}.modules_to_wrap")
+    checkpointing = params.get("activation_checkpointing", False)
+    if checkpointing and not patterns:
+        raise ConfigurationError(
+            f"{key}.activation_checkpointing: name the modules to recompute in 'modules_to_wrap'"
+        )
+    name = registered_name(TrainingEngine, engine)
+    if name == "catwalk::torch" and patterns and not checkpointing:
+        raise ConfigurationError(
+            f"{key}.modules_to_wrap: DDP wraps no inner modules; set activation_checkpointing "
+            "or use catwalk::fairscale / catwalk::torch_fsdp"
+        )
+    if name == "catwalk::torch_fsdp":
+        from ..training.engines.torch_fsdp_engine import offload_setting
+
+        offload_setting(dict(params.get("fsdp_config") or {}))
+    grad_norm = params.get("max_grad_norm")
+    if grad_norm is not None and not (is_number(grad_norm) and grad_norm > 0):
+        raise ConfigurationError(f"{key}.max_grad_norm: a number > 0, got {grad_norm!r}")
+    check_optimizer(params.get("optimizer"), f"{key}.optimizer")
+    if params.get("lr_scheduler") is not None:
+        scheduler, scheduler_params = resolve_config(
+            params["lr_scheduler"], LRScheduler, f"{key}.lr_scheduler"
+        )
+        check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
+    return {"name": name, "patterns": patterns, "precision": params.get("precision", "fp32")}
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_optimizer(config: Any, key: str) -> None:
+    if config is None:
+        raise ConfigurationError(f"{key}: missing (e.g. {{type: 'torch::AdamW', lr: 1e-4}})")
+    constructor, params = resolve_config(config, Optimizer, key)
+    name = registered_name(Optimizer, constructor)
+    if name in ("catwalk::zero", "catwalk::oss"):
+        from ..training.optim import optimizer_class
+
+        inner = optimizer_class(params.pop("optimizer", "torch::AdamW"), f"{key}.optimizer")
+        check_keys(inner, params, key)
+    else:
+        check_keys(constructor, params, key)
+    lr = params.get("lr")
+    if lr is not None and not (is_number(lr) and lr >= 0):
+        raise ConfigurationError(f"{key}.lr: a learning rate >= 0, got {lr!r}")
+    if lr == 0:
+        raise ConfigurationError(f"{key}.lr: 0 changes no weight; give a learning rate > 0")
+
+
+def check_loader(lazy: Any, key: str) -> dict[str, Any]:
+    """A data loader's type and keys, its batch size, and its collate function's."""
+    if lazy is None:
+        return {}
+    loader, params = lazy_config(lazy, DataLoader, key)
+    check_keys(loader, params, key)
+    whole(params.get("batch_size", 1), f"{key}.batch_size")
+    collate = params.get("collate_fn")
+    if collate is None:
+        return {}
+    collator, collate_params = resolve_config(collate, DataCollator, f"{key}.collate_fn")
+    check_keys(collator, collate_params, f"{key}.collate_fn")
+    if "max_length" in collate_params:
+        whole(collate_params["max_length"], f"{key}.collate_fn.max_length", minimum=2)
+    return collate_params
+
+
+# --- The model's structure: regexes that match, lengths that fit -----------------------------
+
+
+def model_skeleton(lazy: Any) -> Any:
+    """The rank classifier's structure on the meta device, or None when it cannot be built
+    without a download (then the real construction reports what is wrong)."""
+    from ..scoring.rank_classifier import RankClassifier
+
+    constructor, params = lazy_config(lazy, Model, "model")
+    check_keys(constructor, params, "model")
+    if not (inspect.isclass(constructor) and issubclass(constructor, RankClassifier)):
+        return None
+    try:
+        return RankClassifier(**params, skeleton=True)
+    except ConfigurationError as e:
+        if "cannot load it" in str(e):
+            return None  # not on this machine (yet): the step's own load will say so
+        raise
+
+
+def check_against_model(skeleton: Any, engine: dict[str, Any], collates: Iterable[Mapping]) -> None:
+    """Regexes that match nothing, and a max_length the model's positions cannot hold."""
+    if skeleton is None:
+        return
+    if engine["patterns"]:
+        match_modules(skeleton, engine["patterns"], "training_engine.modules_to_wrap")
+    positions = max_positions(skeleton)
+    for collate in collates:
+        length = collate.get("max_length")
+        if positions is not None and length is not None and length > positions:
+            raise ConfigurationError(
+                f"collate_fn.max_length: {length} tokens, but the model has {positions} "
+                f"positions; use max_length <= {positions}"
+            )
+
+
+def max_positions(model: Any) -> int | None:
+    config = getattr(getattr(model, "lm", None), "config", None)
+    for name in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def check_train_step(kwargs: Mapping[str, Any]) -> None:
+    """Everything that can be checked when the step graph is built (see the module docstring)."""
+    check_schedule(kwargs)
+    engine = check_engine(kwargs["training_engine"])
+    collates = [
+        check_loader(kwargs.get("train_dataloader"), "train_dataloader"),
+        check_loader(kwargs.get("validation_dataloader"), "validation_dataloader"),
+    ]
+    check_against_model(model_skeleton(kwargs["model"]), engine, collates)

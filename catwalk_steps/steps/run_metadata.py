@@ -1,0 +1,54 @@
+"""What Tango records about the environment of every step, without failing where it used to.
+
+Two default factories of Tango 1.3.2's `EnvironmentMetadata` fail in ordinary set-ups:
+
+- `git`: inside a git repository with no commit yet or no remote, `tango run` stops with
+  `ValueError: Reference at 'refs/heads/main' does not exist`. We record no git metadata there,
+  as Tango does outside a repository.
+- `packages`: Tango reads them with `pkg_resources`, which current setuptools no longer ships,
+  and logs an error with a traceback for every step. We read them with importlib.metadata.
+
+The factories were bound when the dataclass was defined, so both fields are passed explicitly.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import metadata
+
+from tango.step_info import EnvironmentMetadata, GitMetadata
+
+from .patching import patch
+
+
+def git_metadata_or_none() -> GitMetadata | None:
+    """Tango's git metadata, or None where Tango's own look-up raises."""
+    try:
+        return GitMetadata.check_for_repo()
+    except ValueError:  # no commit yet, or no remote named 'origin'
+        return None
+
+
+def installed_packages() -> list[tuple[str, str]]:
+    """(name, version) of every installed distribution, read with importlib.metadata."""
+    found = {
+        (d.metadata["Name"], d.version) for d in metadata.distributions() if d.metadata["Name"]
+    }
+    return sorted(found)
+
+
+def record_environment_without_failures() -> None:
+    def wrap(original):
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            if not args:
+                kwargs.setdefault("git", git_metadata_or_none())
+                kwargs.setdefault("packages", installed_packages())
+            original(self, *args, **kwargs)
+
+        return __init__
+
+    patch(EnvironmentMetadata, "__init__", "record_environment_without_failures", wrap)
+
+
+record_environment_without_failures()

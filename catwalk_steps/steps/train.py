@@ -1,0 +1,183 @@
+"""`catwalk::train`: plans a training job once, launches its workers, and returns the best
+checkpoint's model as a Hugging Face directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tango import Step
+from tango.common import DatasetDict, Lazy
+from tango.common.exceptions import ConfigurationError
+from tango.common.util import get_extra_imported_modules
+from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
+from tango.step import StepResources
+
+from ..distributed.devices import plan_devices
+from ..distributed.rendezvous import rendezvous_settings
+from ..launch import run_training
+from ..scoring.rank_classifier import RankClassifier
+from ..training.callbacks import RunMetrics
+from ..training.checkpoints import (
+    best_checkpoint,
+    check_resumable,
+    latest_checkpoint,
+    model_from_checkpoint,
+)
+from ..training.components import lazy_config
+from ..training.job import Schedule, TrainingJob
+from .formats import HFModelFormat
+from .preflight import check_train_step
+from .start_warnings import cut_answer_warnings, training_warnings
+
+
+@Step.register("catwalk::train")
+class TrainRankClassifier(Step[RankClassifier]):
+    """Trains a rank classifier with a Tango training engine; the result is a HF directory.
+
+    The keys are `torch::train`'s (`train_steps` or `train_epochs`, `validate_every`,
+    `checkpoint_every`, `grad_accum`, `log_every`, `device_count`, `seed`, ...), with these
+    differences: validation metrics (`acc` by default, maximised) are exact over the whole
+    split and all ranks (:mod:`~catwalk_steps.training.callbacks`); checkpoints resume bit for bit
+    after a crash and on another `device_count` (:mod:`~catwalk_steps.training.checkpoints`); the
+    best checkpoint's weights must fit the model exactly. And these keys:
+
+    :param device: "cuda" (fail unless `device_count` GPUs are visible), "cpu" (CPU processes
+        even on a GPU machine), or left out: GPUs when there are at least `device_count`, else
+        CPU processes, with one log line saying so (:mod:`~catwalk_steps.distributed.devices`).
+    :param num_nodes: machines taking part; `device_count` processes on each. Node 0 runs
+        `tango run`; the others run `catwalk-worker` (see the README).
+    :param master_addr: node 0's address (default: `MASTER_ADDR` when `num_nodes` > 1, else
+        127.0.0.1).
+    :param master_port: the rendezvous port (default: `MASTER_PORT` when `num_nodes` > 1, else
+        one the OS picks). `distributed_port` is the same key under Tango's name.
+    :param rendezvous_timeout: seconds to wait for every node to join before failing.
+    :param resume_from: a checkpoint (or a step's work directory) to start from when this step
+        has none of its own, e.g. one written with another `device_count`.
+    """
+
+    VERSION = "002"
+    DETERMINISTIC = True
+    CACHEABLE = True
+    FORMAT = HFModelFormat()
+    SKIP_ID_ARGUMENTS = {
+        "distributed_port",
+        "log_every",
+        "master_addr",
+        "master_port",
+        "rendezvous_timeout",
+        "resume_from",
+    }
+    METADATA = {"artifact_kind": "model"}
+
+    @property
+    def resources(self) -> StepResources:
+        return self.step_resources or StepResources(gpu_count=self.kwargs.get("device_count", 1))
+
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        # When the step graph is built: a bad setting fails before any step has run.
+        check_train_step(kwargs)
+        return kwargs
+
+    def run(  # type: ignore[override]
+        self,
+        model: Lazy[Model],
+        training_engine: Lazy[TrainingEngine],
+        dataset_dict: DatasetDict,
+        train_dataloader: Lazy[DataLoader],
+        *,
+        train_split: str = "train",
+        validation_split: str | None = "validation",
+        validation_dataloader: Lazy[DataLoader] | None = None,
+        seed: int = 42,
+        train_steps: int | None = None,
+        train_epochs: int | None = None,
+        validation_steps: int | None = None,
+        grad_accum: int = 1,
+        log_every: int = 10,
+        checkpoint_every: int = 100,
+        validate_every: int | None = None,
+        device_count: int = 1,
+        device: str | None = None,
+        num_nodes: int = 1,
+        master_addr: str | None = None,
+        master_port: int | None = None,
+        distributed_port: int | None = None,
+        rendezvous_timeout: float = 300.0,
+        val_metric_name: str = "acc",
+        minimize_val_metric: bool = False,
+        callbacks: list[Lazy[TrainCallback]] | None = None,
+        remove_stale_checkpoints: bool = True,
+        resume_from: str | None = None,
+    ) -> RankClassifier:
+        arguments = dict(locals())  # every key of the step, as given or defaulted
+        del arguments["self"]
+        run_training(plan_training(self, arguments))
+        return trained_model(model, self.work_dir)
+
+
+def plan_training(step: Step, arguments: dict[str, Any]) -> TrainingJob:
+    """Everything decided before a worker starts, each once: the schedule, the devices, the
+    engine's config, the rendezvous and the checkpoint to resume from; warnings are logged."""
+    schedule = Schedule.of(arguments)
+    dataset_dict = arguments["dataset_dict"]
+    check_splits(dataset_dict, schedule)
+    devices = plan_devices(
+        arguments["device_count"], requested=arguments["device"], field="train.device"
+    )
+    engine = lazy_config(arguments["training_engine"], TrainingEngine, "training_engine")
+    warnings = [devices.note] if devices.note else []
+    warnings += training_warnings(engine, arguments["model"], devices.device_type, devices.count)
+    loader = arguments["train_dataloader"]
+    splits = (schedule.train_split, schedule.validation_split)
+    warnings += cut_answer_warnings(dataset_dict, loader, splits)
+    for warning in warnings:
+        step.logger.warning(warning)
+    port = arguments["master_port"] or arguments["distributed_port"]
+    resume_from = arguments["resume_from"]
+    job = TrainingJob(
+        step_id=step.unique_id,
+        step_name=step.name,
+        work_dir=step.work_dir,
+        model=arguments["model"],
+        training_engine=arguments["training_engine"],
+        dataset_dict=dataset_dict,
+        train_dataloader=loader,
+        validation_dataloader=arguments["validation_dataloader"],
+        callbacks=[*(arguments["callbacks"] or []), Lazy(RunMetrics)],
+        schedule=schedule,
+        devices=devices,
+        rendezvous=rendezvous_settings(
+            arguments["num_nodes"], arguments["master_addr"], port, arguments["rendezvous_timeout"]
+        ),
+        include_package=tuple(get_extra_imported_modules()),
+        resume_from=Path(resume_from) if resume_from else None,
+        workspace=step.workspace,
+    )
+    check_resumable(job.work_dir, job.resume_from, engine[0].__name__, job.world_size)
+    nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
+    step.logger.info("Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
+    return job
+
+
+def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:
+    for split in (schedule.train_split, schedule.validation_split):
+        if split is not None and split not in dataset_dict:
+            raise ConfigurationError(
+                f"train: split '{split}' is not in the dataset "
+                f"(splits: {', '.join(dataset_dict.keys())})"
+            )
+
+
+def trained_model(model: Lazy[Model], work_dir: Path) -> RankClassifier:
+    """The model built afresh with the best checkpoint's weights (which must fit it exactly)
+    and the whole run's metric history (the last checkpoint's)."""
+    trained = model.construct()
+    if not isinstance(trained, RankClassifier):
+        raise ConfigurationError(
+            f"catwalk::train: model must be a catwalk::rank_classifier, got {type(trained)}"
+        )
+    return model_from_checkpoint(
+        best_checkpoint(work_dir), trained, history_from=latest_checkpoint(work_dir)
+    )

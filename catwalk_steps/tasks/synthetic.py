@@ -1,0 +1,99 @@
+"""The embedded default task: generated from a seed, learnable from scratch, no download."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+from tango.common.exceptions import ConfigurationError
+
+from .base import MultipleChoiceInstance, Task, TaskDataError
+
+
+@Task.register("catwalk::synthetic")
+class SyntheticTask(Task):
+    """A multiple-choice task generated from a seed, learnable from scratch by a tiny model.
+
+    The seed draws `num_keys` made-up words and gives each a hidden attribute word. A question asks
+    for a key's attribute; the distractors are other attributes. Training and validation ask about
+    the same keys with other distractors and other orders, so a model that learns the mapping
+    generalises while chance stays at 1 / `num_choices`.
+    """
+
+    def __init__(
+        self,
+        seed: int = 0,
+        num_keys: int = 24,
+        num_attributes: int = 8,
+        num_choices: int = 4,
+        sizes: Mapping[str, int] | None = None,
+    ):
+        for field, value in (("num_keys", num_keys), ("num_attributes", num_attributes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(
+                    f"task.{field}: must be a whole number >= 1, got {value!r}"
+                )
+        if not 2 <= num_choices <= num_attributes:
+            raise ConfigurationError(
+                f"task.num_choices: must be between 2 and num_attributes ({num_attributes}), "
+                f"got {num_choices}"
+            )
+        if num_keys + num_attributes > MAX_WORDS:
+            raise ConfigurationError(
+                f"task.num_keys + task.num_attributes: at most {MAX_WORDS} distinct made-up "
+                f"words exist, got {num_keys} + {num_attributes}"
+            )
+        for split, size in (sizes or {}).items():
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise ConfigurationError(
+                    f"task.sizes.{split}: must be a whole number >= 0, got {size!r}"
+                )
+        self.seed = seed
+        self.num_keys = num_keys
+        self.num_attributes = num_attributes
+        self.num_choices = num_choices
+        self.sizes = dict(sizes or {"train": 2048, "validation": 256})
+        rng = random.Random(seed)
+        words = _made_up_words(rng, num_keys + num_attributes)
+        self.keys = words[:num_keys]
+        self.attributes = words[num_keys:]
+        self.answer = {key: rng.randrange(num_attributes) for key in self.keys}
+
+    def describe(self, split: str) -> str:
+        return f"synthetic task (seed {self.seed})"
+
+    def load_split(self, split: str) -> list[MultipleChoiceInstance]:
+        if split not in self.sizes:
+            raise TaskDataError(
+                f"synthetic task: unknown split '{split}' (known: {', '.join(sorted(self.sizes))})"
+            )
+        rng = random.Random(f"{self.seed}/{split}")  # str seeds are hashed deterministically
+        return [self._instance(rng) for _ in range(self.sizes[split])]
+
+    def _instance(self, rng: random.Random) -> MultipleChoiceInstance:
+        key = rng.choice(self.keys)
+        right = self.answer[key]
+        wrong = rng.sample(
+            [a for a in range(self.num_attributes) if a != right], self.num_choices - 1
+        )
+        options = [right, *wrong]
+        rng.shuffle(options)
+        return MultipleChoiceInstance(
+            context=f"Question: What goes with {key}?\nAnswer:",
+            choices=tuple(" " + self.attributes[a] for a in options),
+            label=options.index(right),
+        )
+
+
+CONSONANTS, VOWELS = "bdfgklmnprstvz", "aeiou"
+MAX_WORDS = (len(CONSONANTS) * len(VOWELS)) ** 2  # two consonant-vowel syllables
+
+
+def _made_up_words(rng: random.Random, count: int) -> list[str]:
+    """`count` distinct two-syllable words; `count` must not exceed :data:`MAX_WORDS`."""
+    consonants, vowels = CONSONANTS, VOWELS
+    words: dict[str, None] = {}  # insertion-ordered set
+    while len(words) < count:
+        word = "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(2))
+        words.setdefault(word)
+    return list(words)

@@ -1,0 +1,106 @@
+"""Exact validation metrics inside Tango's training loop, and the run's metric history.
+
+Tango averages the validation metric over batches and ranks, which is only exact when every
+batch holds the same number of instances. This callback keeps running sums of right answers,
+instance counts and loss across batches and ranks instead, and hands Tango the exact global
+value after each batch. Every rank joins the all-reduce, as every rank runs every batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.torch import TrainCallback
+
+from ..files import write_json_atomic
+
+HISTORY_FILE = "metrics_history.json"
+
+
+@TrainCallback.register("catwalk::run_metrics")
+class RunMetrics(TrainCallback):
+    """Turns per-batch counts into exact `acc`, `acc_norm` and `loss` over the whole split, and
+    keeps the history of the run: the training loss at every logged step (averaged over ranks by
+    Tango) and the metrics of every validation. The main process writes the history to
+    `metrics_history.json` in the step's work directory after each validation and at the end.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.totals: dict[str, float] | None = None
+        self.history: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
+
+    def log_batch(
+        self, step: int, epoch: int, batch_loss: float, batch_outputs: list[dict[str, Any]]
+    ) -> None:
+        self.history["train"].append({"step": step + 1, "loss": batch_loss})
+
+    def pre_val_batch(self, step: int, val_step: int, epoch: int, val_batch: Any) -> None:
+        if val_step == 0:
+            self.totals = None
+
+    def post_val_batch(self, step: int, val_step: int, epoch: int, val_batch_outputs: dict) -> None:
+        missing = {"correct", "correct_norm", "count", "loss"} - val_batch_outputs.keys()
+        if missing:
+            raise ConfigurationError(
+                f"catwalk::train: the model's forward returned no {sorted(missing)}; "
+                "use a catwalk::rank_classifier model"
+            )
+        count = val_batch_outputs["count"].detach().float()
+        batch = {
+            "correct": val_batch_outputs["correct"].detach().float(),
+            "correct_norm": val_batch_outputs["correct_norm"].detach().float(),
+            "count": count,
+            "loss_sum": val_batch_outputs["loss"].detach().float() * count,
+        }
+        batch = summed_over_ranks(batch) if self.train_config.is_distributed else batch
+        totals = self.totals or dict.fromkeys(batch, 0.0)
+        self.totals = {name: totals[name] + float(value) for name, value in batch.items()}
+        for name, value in self.metrics().items():
+            val_batch_outputs[name] = torch.tensor(value)
+
+    def metrics(self) -> dict[str, float]:
+        """Exact metrics over the batches validated so far."""
+        assert self.totals is not None
+        sums = self.totals
+        count = max(sums["count"], 1.0)
+        return {
+            "acc": sums["correct"] / count,
+            "acc_norm": sums["correct_norm"] / count,
+            "loss": sums["loss_sum"] / count,
+            "count": sums["count"],
+        }
+
+    def post_val_loop(
+        self, step: int, epoch: int, val_metric: float, best_val_metric: float
+    ) -> None:
+        entry = {"step": step + 1, **self.metrics()}
+        entry["count"] = int(entry["count"])
+        self.history["validation"].append(entry)
+        self.write_history()
+
+    def post_train_loop(self, step: int, epoch: int) -> None:
+        self.write_history()
+
+    def write_history(self) -> None:
+        if self.train_config.is_local_main_process:
+            write_json_atomic(self.train_config.work_dir / HISTORY_FILE, self.history)
+
+    def state_dict(self) -> dict[str, Any]:
+        # A copy: what is logged after the checkpoint must not leak into it.
+        return {"history": {key: list(entries) for key, entries in self.history.items()}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # A resumed run keeps what it logged before the checkpoint and nothing after it.
+        self.history = {key: list(entries) for key, entries in state_dict["history"].items()}
+
+
+def summed_over_ranks(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each named scalar summed over every rank, in one all-reduce (every rank must call)."""
+    names = sorted(values)
+    stacked = torch.stack([values[name].reshape(()) for name in names])
+    dist.all_reduce(stacked)
+    return dict(zip(names, stacked.unbind(), strict=True))

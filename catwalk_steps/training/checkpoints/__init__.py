@@ -1,0 +1,39 @@
+"""Checkpoints that survive a crash, and the model in them: the one home of the format.
+
+- :mod:`.layout`: the names of every file and directory, the pointers;
+- :mod:`.manifest`: complete only once `COMPLETE.json` lists every file;
+- :mod:`.discovery`: which checkpoint to resume from, which one is the result, which one a user
+  names;
+- :mod:`.state` and :mod:`.saving`: what the training loop writes and reads, on every rank;
+- :mod:`.weights`: the whole model out of any engine's checkpoint, and the model's own files.
+"""
+
+from .discovery import (
+    best_checkpoint,
+    check_resumable,
+    complete_checkpoints,
+    latest_checkpoint,
+    resolve_checkpoint,
+    resumable_checkpoints,
+    resume_candidates,
+)
+from .layout import CheckpointError, checkpoint_dir, checkpoints_root
+from .manifest import problem_with, read_manifest
+from .weights import full_model_state, model_from_checkpoint
+
+__all__ = [
+    "CheckpointError",
+    "best_checkpoint",
+    "check_resumable",
+    "checkpoint_dir",
+    "checkpoints_root",
+    "complete_checkpoints",
+    "full_model_state",
+    "latest_checkpoint",
+    "model_from_checkpoint",
+    "problem_with",
+    "read_manifest",
+    "resolve_checkpoint",
+    "resumable_checkpoints",
+    "resume_candidates",
+]

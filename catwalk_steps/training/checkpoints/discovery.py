@@ -1,0 +1,116 @@
+"""Which checkpoint a run resumes from, which one is its result, and which one a user means.
+
+The rules: a job resumes from its own newest complete checkpoint, else (when it has none yet)
+from `resume_from`'s; a checkpoint written by another engine is refused before any worker
+starts; the result is the best checkpoint (the latest, when none was validated); a user names a
+checkpoint directory, a step's work directory or its `checkpoints/` directory.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from tango.common.exceptions import ConfigurationError
+
+from .layout import (
+    BEST,
+    LATEST,
+    CheckpointError,
+    checkpoint_step,
+    checkpoints_root,
+    is_checkpoint_dir,
+    pointed,
+)
+from .manifest import has_manifest, problem_with, read_manifest
+
+logger = logging.getLogger(__name__)
+
+
+def complete_checkpoints(work_dir: Path) -> list[Path]:
+    """Checkpoint directories that have a manifest, newest first (not yet verified)."""
+    root = checkpoints_root(work_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step*") if p.is_dir() and has_manifest(p)]
+    return sorted(found, key=checkpoint_step, reverse=True)
+
+
+def resume_candidates(source: Path) -> list[Path]:
+    """Checkpoints to resume from in `source`: a step's work directory, its `checkpoints/`
+    directory, or one checkpoint directory."""
+    source = Path(source)
+    if has_manifest(source):
+        return [source]
+    if source.name == "checkpoints":
+        source = source.parent
+    return complete_checkpoints(source)
+
+
+def resumable_checkpoints(work_dir: Path, resume_from: Path | None) -> list[Path]:
+    """The checkpoints a job would resume from, newest first: its own, or when it has none yet,
+    those of `resume_from`."""
+    own = complete_checkpoints(work_dir)
+    if own or resume_from is None:
+        return own
+    return resume_candidates(resume_from)
+
+
+def check_resumable(work_dir: Path, resume_from: Path | None, engine: str, world_size: int) -> None:
+    """Before any worker starts: a checkpoint this job would resume from must be one it can
+    load (same engine class; any world size). One line otherwise."""
+    candidates = resumable_checkpoints(work_dir, resume_from)
+    if not candidates and resume_from is not None:
+        raise ConfigurationError(f"train.resume_from: no complete checkpoint in {resume_from}")
+    if not candidates:
+        return
+    manifest = read_manifest(candidates[0])
+    written_by = manifest.get("engine")
+    if written_by is not None and written_by != engine:
+        raise ConfigurationError(
+            f"{candidates[0]}: written by {written_by}, but this run trains with {engine}; "
+            "checkpoints resume with the engine that wrote them (export it with "
+            "catwalk::export_checkpoint and start from the weights instead)"
+        )
+    if manifest.get("world_size") != world_size:
+        logger.info(
+            "Resuming a %s-process checkpoint on %d processes",
+            manifest.get("world_size"),
+            world_size,
+        )
+
+
+def best_checkpoint(work_dir: Path) -> Path:
+    """A finished run's result: its best checkpoint (the latest, when none was validated)."""
+    best = pointed(work_dir, BEST) or pointed(work_dir, LATEST)
+    if best is None:
+        raise CheckpointError(f"{work_dir}: training ended without a checkpoint")
+    return best
+
+
+def latest_checkpoint(work_dir: Path) -> Path:
+    latest = pointed(work_dir, LATEST)
+    if latest is None:
+        raise CheckpointError(f"{work_dir}: training ended without a checkpoint")
+    return latest
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A usable checkpoint directory from what the user names; the latest whole one of a work
+    directory."""
+    path = Path(path)
+    if has_manifest(path) or is_checkpoint_dir(path):
+        problem = problem_with(path)
+        if problem:
+            raise CheckpointError(problem)
+        return path
+    work_dir = path.parent if path.name == "checkpoints" else path
+    latest = pointed(work_dir, LATEST)
+    candidates = ([latest] if latest else []) + complete_checkpoints(work_dir)
+    for candidate in candidates:
+        if problem_with(candidate) is None:
+            return candidate
+    raise CheckpointError(
+        f"{path}: no complete checkpoint (a step's work directory, or one of "
+        "its checkpoints/stepNNNNNNNNN directories)"
+    )

@@ -1,0 +1,162 @@
+"""Writing and resuming checkpoints from inside the training loop; every rank calls each method.
+
+Every rank writes its part (the engine's state, or its shard of it); rank 0 gathers every rank's
+random generators and callback state into `trainer.pt`, marks the directory complete only once
+all parts are on disk, then moves the pointers and removes stale checkpoints. Resuming takes the
+newest checkpoint that every rank can read: a partial or damaged one is skipped with a warning
+naming the file, and all ranks skip it together.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ...distributed.groups import barrier, distributed_position
+from ...files import torch_save_atomic
+from ..job import Schedule, TrainerState, TrainingJob
+from .discovery import resumable_checkpoints
+from .layout import (
+    BEST,
+    LATEST,
+    TRAINER_FILE,
+    CheckpointError,
+    checkpoint_dir,
+    point,
+    remove_partial,
+    remove_stale,
+)
+from .manifest import mark_complete, problem_with
+from .state import load_file, restore_rng_state, rng_state
+from .weights import write_model_files
+
+logger = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    """One worker's side of its job's checkpoints: the engine's state, the loop's state (`state`,
+    shared with the loop) and the callbacks' state."""
+
+    def __init__(self, job: TrainingJob, schedule: Schedule, engine: Any, callbacks: list[Any]):
+        self.job, self.schedule = job, schedule
+        self.engine, self.callbacks = engine, callbacks
+        self.rank, self.world_size = distributed_position()
+        self.device = engine.device
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def prepare(self) -> None:
+        """Before training: what a crash left half-written goes; the model's files are written."""
+        if self.main:
+            remove_partial(self.job.work_dir)
+            write_model_files(self.engine.model, self.job.work_dir)
+        barrier()
+
+    def save(self, state: TrainerState, validated: bool) -> None:
+        directory = checkpoint_dir(self.job.work_dir, state.step)
+        if self.main:
+            directory.mkdir(parents=True, exist_ok=True)
+        barrier()
+        self.engine.save_state(directory)
+        parts = self.gather_to_main(
+            {
+                "rng": rng_state(self.device),
+                "callbacks": [callback.state_dict() for callback in self.callbacks],
+            }
+        )
+        if self.main:
+            self.update_best(state, directory.name, validated)
+            trainer = {"state": asdict(state), "ranks": parts, "world_size": self.world_size}
+            torch_save_atomic(trainer, directory / TRAINER_FILE)
+        barrier()  # every rank's part is on disk
+        if self.main:
+            mark_complete(directory, self.manifest_info(state))
+            point(self.job.work_dir, LATEST, directory)
+            best_dir = directory.with_name(state.best_checkpoint or directory.name)
+            point(self.job.work_dir, BEST, best_dir)
+            if self.schedule.remove_stale_checkpoints:
+                remove_stale(self.job.work_dir, {directory, best_dir})
+        barrier()
+        self.broadcast_best(state)
+
+    def update_best(self, state: TrainerState, name: str, validated: bool) -> None:
+        """The best checkpoint has the best validation metric among validated checkpoints;
+        until one is validated, the most recent checkpoint counts as best (as in Tango)."""
+        if validated:
+            assert state.val_metric is not None
+            if self.schedule.better(state.val_metric, state.best_checkpoint_metric):
+                state.best_checkpoint, state.best_checkpoint_metric = name, state.val_metric
+        elif state.best_checkpoint_metric is None:
+            state.best_checkpoint = name
+
+    def broadcast_best(self, state: TrainerState) -> None:
+        """Only rank 0 decides which checkpoint is best; the others learn it for their state."""
+        if self.world_size == 1:
+            return
+        decided = [state.best_checkpoint, state.best_checkpoint_metric]
+        dist.broadcast_object_list(decided, src=0)
+        state.best_checkpoint, state.best_checkpoint_metric = decided
+
+    def manifest_info(self, state: TrainerState) -> dict[str, Any]:
+        return {
+            "step": state.step,
+            "world_size": self.world_size,
+            "engine": type(self.engine).__name__,
+            "format": getattr(self.engine, "checkpoint_format", "full"),
+            "step_id": self.job.step_id,
+        }
+
+    def gather_to_main(self, value: Any) -> list[Any] | None:
+        if self.world_size == 1:
+            return [value]
+        gathered: list[Any] | None = [None] * self.world_size if self.main else None
+        dist.gather_object(value, gathered, dst=0)
+        return gathered
+
+    def resume(self) -> TrainerState | None:
+        """Loads the newest usable checkpoint: this job's own, else `resume_from`'s; returns the
+        loop's state there, or None when there is nothing to resume."""
+        for directory in resumable_checkpoints(self.job.work_dir, self.job.resume_from):
+            problem = problem_with(directory)
+            trainer = None
+            if problem is None:
+                try:
+                    payload = self.engine.read_state(directory)
+                    trainer = load_file(directory / TRAINER_FILE)
+                except CheckpointError as e:
+                    problem = str(e)
+            if not self.everyone_agrees(problem is None):
+                if self.main:
+                    logger.warning("Skipping checkpoint: %s", problem or "damaged on another rank")
+                continue
+            self.engine.apply_state(payload)
+            state = self.restore(trainer)
+            if self.main:
+                logger.info("Resumed from %s at step %d", directory, state.step)
+            return state
+        return None
+
+    def everyone_agrees(self, ok: bool) -> bool:
+        if self.world_size == 1:
+            return ok
+        flag = torch.tensor(1 if ok else 0, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    def restore(self, trainer: dict[str, Any]) -> TrainerState:
+        state = TrainerState(**trainer["state"])
+        parts = trainer["ranks"]
+        if self.rank < len(parts):
+            restore_rng_state(parts[self.rank]["rng"], self.device)
+        # Callbacks keep their own rank's state; a rank the checkpoint did not have takes rank 0's.
+        mine = parts[self.rank] if self.rank < len(parts) else parts[0]
+        for callback, callback_state in zip(self.callbacks, mine["callbacks"], strict=False):
+            callback.load_state_dict(callback_state)
+        self.engine.steps_taken = state.step
+        return state

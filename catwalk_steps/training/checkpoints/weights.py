@@ -1,0 +1,145 @@
+"""The model out of any checkpoint: its whole weights (whatever the engine), the files that
+rebuild it without the hub, and the metric history it carries.
+
+One loader serves the trained result of `catwalk::train`, `catwalk::export_checkpoint` and
+`catwalk-export`: the weights of the checkpoint named, the history recorded in the checkpoint
+named for it (`history_from`), and strictly no weight missing or left over.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...files import write_json_atomic
+from ...scoring.rank_classifier import RankClassifier
+from .layout import (
+    DCP_MODEL_DIR,
+    MODEL_FILE,
+    MODEL_FILES,
+    MODEL_INFO,
+    TRAINER_FILE,
+    CheckpointError,
+    checkpoints_root,
+)
+from .state import load_file
+
+
+def tied_parameter_names(module: torch.nn.Module) -> set[str]:
+    """State-dict names that share storage with an earlier name (e.g. GPT-2's lm_head/wte)."""
+    seen: dict[int, str] = {}
+    tied = set()
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        pointer = tensor.data_ptr()
+        if pointer in seen and tensor.numel() > 0:
+            tied.add(name)
+        else:
+            seen.setdefault(pointer, name)
+    return tied
+
+
+def check_full_weights(model: torch.nn.Module, names: set[str], source: str) -> None:
+    """Fails unless the state-dict `names` fit the model exactly.
+
+    Only tied duplicates may be missing: they come back through the weight they share. (Tango
+    loads final weights with `strict=False`, which would silently keep random weights.)
+    """
+    expected = set(model.state_dict())
+    missing = expected - names - tied_parameter_names(model)
+    unexpected = names - expected
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{source}: weights do not fit the model "
+            f"(missing: {sorted(missing)[:5]}, unexpected: {sorted(unexpected)[:5]})"
+        )
+
+
+def full_model_state(directory: Path) -> dict[str, torch.Tensor]:
+    """The whole model's state dict from a checkpoint of any engine, on the CPU.
+
+    Engines that consolidate at save time wrote `model.pt`; FSDP2 wrote a sharded
+    torch.distributed.checkpoint directory, read here without a process group.
+    """
+    directory = Path(directory)
+    if (directory / MODEL_FILE).is_file():
+        return load_file(directory / MODEL_FILE)
+    if (directory / DCP_MODEL_DIR).is_dir():
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as scratch:
+            target = Path(scratch) / "model.pt"
+            dcp_to_torch_save(directory / DCP_MODEL_DIR, target)
+            state = torch.load(target, map_location="cpu", weights_only=True)
+        return state.get("model", state)
+    raise CheckpointError(f"{directory}: no model weights ({MODEL_FILE} or {DCP_MODEL_DIR}/)")
+
+
+# --- The model's own files: catwalk_model.json beside a config and a tokenizer ----------------
+
+
+def write_model_info(directory: Path, objective: str, history: dict | None) -> None:
+    """`catwalk_model.json`: what a Hugging Face directory does not say about a rank classifier
+    (its training objective) and the run's metric history (None before training)."""
+    write_json_atomic(
+        Path(directory) / MODEL_INFO, {"objective": objective, "metrics_history": history}
+    )
+
+
+def read_model_info(directory: Path) -> dict[str, Any]:
+    return json.loads((Path(directory) / MODEL_INFO).read_text())
+
+
+def write_model_files(model: torch.nn.Module, work_dir: Path) -> None:
+    """The rank classifier's config, tokenizer and objective, beside the checkpoints (rank 0,
+    when training starts), so that exporting needs neither the hub nor the experiment file."""
+    classifier = next((m for m in model.modules() if isinstance(m, RankClassifier)), None)
+    if classifier is None:
+        return  # not a rank classifier: checkpoints still resume, export is not offered
+    directory = checkpoints_root(work_dir) / MODEL_FILES
+    directory.mkdir(parents=True, exist_ok=True)
+    classifier.lm.config.save_pretrained(directory)
+    classifier.tokenizer.save_pretrained(directory)
+    write_model_info(directory, classifier.objective, None)
+
+
+def checkpoint_history(checkpoint: Path) -> dict[str, Any] | None:
+    """The metric history the run had recorded when it wrote this checkpoint."""
+    trainer = load_file(Path(checkpoint) / TRAINER_FILE)
+    for state in trainer["ranks"][0]["callbacks"]:
+        if isinstance(state, dict) and "history" in state:
+            return state["history"]
+    return None
+
+
+def model_from_checkpoint(
+    checkpoint: Path, model: RankClassifier | None = None, history_from: Path | None = None
+) -> RankClassifier:
+    """The rank classifier with the checkpoint's weights (every weight must fit).
+
+    :param model: the model to load into (built from the experiment's config); by default it
+        is rebuilt from the files written beside the checkpoints, without the hub.
+    :param history_from: the checkpoint whose metric history the model carries; by default
+        `checkpoint` itself (a run's result carries its last checkpoint's: the whole run).
+    """
+    checkpoint = Path(checkpoint)
+    if model is None:
+        model = skeleton_from_model_files(checkpoint.parent / MODEL_FILES)
+    weights = full_model_state(checkpoint)
+    check_full_weights(model, set(weights), str(checkpoint))
+    model.load_state_dict(weights, strict=False, assign=True)  # tied duplicates may be absent
+    model.lm.tie_weights()
+    model.metrics_history = checkpoint_history(history_from or checkpoint)
+    return model
+
+
+def skeleton_from_model_files(files: Path) -> RankClassifier:
+    if not (files / "config.json").is_file():
+        raise CheckpointError(
+            f"{files}: missing (written when training starts; not a rank classifier's checkpoint?)"
+        )
+    info = read_model_info(files)
+    return RankClassifier(pretrained=str(files), objective=info["objective"], skeleton=True)

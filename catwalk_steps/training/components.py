@@ -1,0 +1,47 @@
+"""What a lazy component (an engine, optimizer, loader or model given in jsonnet) will be built
+from, read from its config without building it: for checks before any work, and for the few
+decisions that depend on a component's type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tango.common import Lazy, Registrable
+from tango.common.exceptions import ConfigurationError
+
+
+def resolve_config(
+    config: Mapping[str, Any], base: type[Registrable], key: str
+) -> tuple[Any, dict[str, Any]]:
+    """The class (or factory) a config dict names with `type` (else `base`'s default), and its
+    other keys. An unknown type is a configuration error naming `key`."""
+    params = dict(config)
+    name = params.pop("type", getattr(base, "default_implementation", None))
+    if name is None:
+        return base, params
+    try:
+        constructor = base.resolve_class_name(name)[0]
+    except ConfigurationError as e:
+        raise ConfigurationError(f"{key}.type: {e}") from None
+    return constructor, params
+
+
+def lazy_config(lazy: Any, base: type[Registrable], key: str) -> tuple[Any, dict[str, Any]]:
+    """:func:`resolve_config` of a `Lazy` component; an object already built is its class.
+
+    Private: Tango 1.3.2's `Lazy` keeps its config in `_params`; this is the one place that
+    reads it.
+    """
+    if not isinstance(lazy, Lazy):
+        return type(lazy), {}
+    return resolve_config(lazy._params.as_dict(quiet=True), base, key)
+
+
+def registered_name(base: type[Registrable], constructor: Any) -> str | None:
+    """The name under which `constructor` is registered as a `base`."""
+    for name in base.list_available():
+        if base.resolve_class_name(name)[0] is constructor:
+            return name
+    return None

@@ -1,0 +1,231 @@
+"""FairScale FullyShardedDataParallel with regex-wrapped inner modules: `catwalk::fairscale`.
+
+Also the model constructors `catwalk::with_wrapped_modules` and (replacing Tango's own, with the
+same parameters) `fairscale::with_wrapped_modules`, for configs that wrap inside the model block.
+"""
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+
+import torch
+from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
+from fairscale.optim.grad_scaler import ShardedGradScaler
+from tango.common import Lazy
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.fairscale import FairScaleTrainingEngine, FSDPConfig
+from tango.integrations.torch import (
+    LRScheduler,
+    Model,
+    Optimizer,
+    TrainConfig,
+    TrainingEngine,
+)
+
+from ...distributed.groups import distributed_position
+from ...scoring.precision import Precision
+from ..wrapping import checkpoint_activations, match_modules, wrap_modules
+from .base import CatwalkEngineMixin
+from .fairscale_cpu import use_worker_device
+
+# FairScale 0.4.13 calls APIs that torch deprecates (TypedStorage, the private collectives);
+# every rank warned at every run, and there is nothing a user can do about it.
+for _message in (
+    "TypedStorage is deprecated",
+    r"`torch\.distributed\._(all_gather|reduce_scatter)_base`",
+):
+    warnings.filterwarnings("ignore", message=_message)
+
+
+@TrainingEngine.register("catwalk::fairscale")
+class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
+    """FairScale FSDP: parameters, gradients and optimizer state sharded across ranks.
+
+    :param precision: "fp32", "bf16" (FSDP computes in bf16; CPU or CUDA) or "fp16" (CUDA, with
+        FairScale's sharded grad scaler). Maps to autocast and to FSDP's mixed-precision flags.
+    :param modules_to_wrap: regexes of inner modules that become FSDP units of their own, e.g.
+        `["transformer\\.h\\.[0-9]+"]`. Only one unit's full parameters then exist at a time;
+        with the root alone, FSDP gathers the whole model for every forward and saves no memory.
+    :param activation_checkpointing: also recompute the wrapped modules' activations in backward.
+    :param fsdp_config: Tango's FSDP options (`reshard_after_forward`, `move_params_to_cpu`, ...);
+        leave its `mixed_precision` unset and use `precision`.
+    :param max_grad_norm: clip gradients to this global norm (computed across shards).
+    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks.
+
+    Every unit computes on the worker's device; on CPU workers (also on a GPU machine),
+    :mod:`~catwalk_steps.training.engines.fairscale_cpu` lets FSDP run with gloo. A single worker
+    (`device_count: 1`) gets a one-process group: FSDP on one GPU still gives mixed precision
+    and CPU offload.
+    """
+
+    needs_process_group = True
+
+    def __init__(
+        self,
+        train_config: TrainConfig,
+        model: Lazy[Model],
+        optimizer: Lazy[Optimizer],
+        *,
+        lr_scheduler: Lazy[LRScheduler] | None = None,
+        precision: str = "fp32",
+        modules_to_wrap: list[str] | None = None,
+        activation_checkpointing: bool = False,
+        fsdp_config: FSDPConfig | None = None,
+        max_grad_norm: float | None = None,
+        cpu_threads: int | None = None,
+    ) -> None:
+        if fsdp_config is not None and fsdp_config.mixed_precision:
+            raise ConfigurationError(
+                "training_engine.fsdp_config.mixed_precision: set 'precision' (fp16 or bf16) "
+                "on the engine instead; it sets FSDP's flags and autocast together"
+            )
+        # Before any FSDP unit exists: where units compute, and the CPU layer on CPU workers.
+        use_worker_device(train_config.worker_local_default_device)
+        self._configure(
+            train_config, precision, modules_to_wrap, activation_checkpointing, cpu_threads
+        )
+        self.fsdp_config = fsdp_config or FSDPConfig()
+        self.logger = logging.getLogger(type(self).__name__)
+        self._start(train_config, model, optimizer, lr_scheduler, max_grad_norm)
+        if self.precision.needs_grad_scaler:
+            self.grad_scaler = ShardedGradScaler()
+
+    def fsdp_kwargs(self) -> dict:
+        return {
+            **self.fsdp_config.as_kwargs(),
+            **self.precision.fairscale_fsdp_kwargs(),
+            "compute_device": self.train_config.worker_local_default_device,
+        }
+
+    def _construct_model(self, model: Model | Lazy[Model]) -> Model:
+        # Order matters. Activation checkpointing goes inside the FSDP units (in `_build_model`),
+        # so recomputation runs while the unit's full parameters are gathered. Inner units are
+        # wrapped children first, then the root, which keeps only what no unit claimed
+        # (embeddings, final norm): that is what lets sharding lower peak memory.
+        model = self._build_model(model)
+        check_inner_units_precision(model, self.precision)
+        if not self.fsdp_config.move_params_to_cpu:
+            model.to(self.train_config.worker_local_default_device)
+        if self.modules_to_wrap:
+            names = match_modules(model, self.modules_to_wrap)
+            wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
+        return FSDP(model, **self.fsdp_kwargs())
+
+    # Checkpoints hold the consolidated model and optimizer state (FairScale gathers them on
+    # every rank, rank 0 keeps them), so a run resumes on any device_count.
+
+    def full_model_state(self) -> dict[str, torch.Tensor] | None:
+        state = self.model.state_dict()  # collective: every rank gathers the full parameters
+        return state if distributed_position()[0] == 0 else None
+
+    def full_optimizer_state(self) -> dict | None:
+        with gather_buffers_at_world_size_one(self.model):
+            state = self.model.gather_full_optim_state_dict(self.optimizer)  # collective
+        restore_step_tensors(self.optimizer)
+        return state
+
+    def load_full_model_state(self, state: dict[str, torch.Tensor]) -> None:
+        initialize_fsdp_units(self.model)
+        self.model.load_state_dict(state)
+
+    def load_full_optimizer_state(self, state: dict) -> None:
+        initialize_fsdp_units(self.model)
+        self.optimizer.load_state_dict(self.model.get_shard_from_optim_state_dict(state))
+
+
+@contextlib.contextmanager
+def gather_buffers_at_world_size_one(model: torch.nn.Module) -> Iterator[None]:
+    """Let `gather_full_optim_state_dict` run in a one-process group.
+
+    FairScale 0.4.13 sizes its gather buffer like each flat parameter's `_full_param_padded`,
+    which it only creates for sharded parameters (world size > 1): at world size 1 the gather
+    fails with "'FlatParameter' object has no attribute '_full_param_padded'". An unsharded
+    parameter's full size is its own; a meta tensor of that size stands in (only its size is
+    read) for the duration of the gather.
+    """
+    added = []
+    for unit in model.modules():
+        if isinstance(unit, FSDP):
+            for param in unit.params:
+                if not hasattr(param, "_full_param_padded"):
+                    param._full_param_padded = torch.empty(param.numel(), device="meta")
+                    added.append(param)
+    try:
+        yield
+    finally:
+        for param in added:
+            del param._full_param_padded
+
+
+def restore_step_tensors(optimizer: torch.optim.Optimizer) -> None:
+    """Undo FairScale's in-place change of the live optimizer state while gathering it.
+
+    `gather_full_optim_state_dict` (fairscale 0.4.13) turns each parameter's `step` into a
+    Python float in the dicts it shares with `optimizer.state`; torch's Adam-family optimizers
+    (torch >= 1.12) then fail at the next step ("`state_steps` argument must contain a list of
+    singleton tensors"). The saved copy may keep floats: `load_state_dict` converts them.
+    """
+    for state in optimizer.state.values():
+        step = state.get("step")
+        if step is not None and not torch.is_tensor(step):
+            state["step"] = torch.tensor(float(step), dtype=torch.float32)
+
+
+def initialize_fsdp_units(model: torch.nn.Module) -> None:
+    """Sets up every FSDP unit's parameter buffers, as its first forward would.
+
+    FairScale 0.4.13 does this lazily, so resuming nested FSDP from a checkpoint (before any
+    forward) fails in `load_local_state_dict` with "'FlatParameter' object has no attribute
+    '_full_param_padded'". `_lazy_init` is private; checked against fairscale 0.4.13. The root
+    comes first in `modules()`: it marks the others as non-root and shares its streams.
+    """
+    for module in model.modules():
+        if isinstance(module, FSDP):
+            module._lazy_init()
+
+
+def check_inner_units_precision(model: torch.nn.Module, precision: Precision) -> None:
+    """FSDP units created by a model constructor must use the engine's precision."""
+    expected = precision.fairscale_fsdp_kwargs()
+    for name, module in model.named_modules():
+        if not isinstance(module, FSDP):
+            continue
+        compute = module.compute_dtype if module.mixed_precision else None
+        if module.mixed_precision != expected["mixed_precision"] or (
+            module.mixed_precision and compute != expected["compute_dtype"]
+        ):
+            raise ConfigurationError(
+                f"model: FSDP unit '{name}' was wrapped with mixed_precision="
+                f"{module.mixed_precision} ({compute}); the engine's precision is "
+                f"{precision.name}. Wrap with the engine's modules_to_wrap instead, or remove "
+                "fsdp_config.mixed_precision from the model block"
+            )
+
+
+def with_wrapped_modules(
+    model: Model,
+    modules_to_wrap: list[str],
+    fsdp_config: FSDPConfig | None = None,
+    activation_checkpointing: bool = False,
+) -> Model:
+    """Wraps inner modules of `model`, chosen by regex, at construction.
+
+    Same parameters as Tango's `fairscale::with_wrapped_modules`, with catwalk's matching: a
+    deterministic children-first order, an error listing the closest names for a pattern that
+    matches nothing, and non-reentrant activation checkpointing that works under autocast.
+    FSDP wrapping happens only inside a process group (as in Tango).
+    """
+    names = match_modules(model, modules_to_wrap)
+    if activation_checkpointing:
+        for name in names:
+            checkpoint_activations(model.get_submodule(name))
+    if fsdp_config is not None and torch.distributed.is_initialized():
+        # The units compute on the worker's device, which the engine has set (fairscale_cpu).
+        wrap_modules(model, names, fsdp_config.wrap)
+    return model
+
+
+Model.register("catwalk::with_wrapped_modules")(with_wrapped_modules)
+# Existing configs that name Tango's constructor get the same behaviour.
+Model.register("fairscale::with_wrapped_modules", exist_ok=True)(with_wrapped_modules)

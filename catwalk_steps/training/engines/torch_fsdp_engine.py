@@ -1,0 +1,275 @@
+"""PyTorch's native FSDP2 (`fully_shard`) behind FairScale's config: `catwalk::torch_fsdp`.
+
+Migrating from `catwalk::fairscale` means changing the engine's `type`: `precision`,
+`modules_to_wrap`, `activation_checkpointing`, `max_grad_norm`, `cpu_threads` and the
+`fsdp_config` keys that mean the same thing (`reshard_after_forward`, `move_params_to_cpu`) keep
+their names; a FairScale option with no FSDP2 counterpart fails with a line saying what to use.
+
+The model is built in the order torchtitan uses, for the reasons it gives:
+1. the structure on the meta device, no weights (`RankClassifier(skeleton=True)`), so the full
+   model never materialises on every rank;
+2. activation checkpointing on the matched modules, inside what becomes their FSDP unit, so
+   recomputation runs while the unit's parameters are gathered;
+3. `fully_shard` on each matched module, children first, then on the root, which keeps only
+   what no unit claimed (embeddings, final norm);
+4. each rank allocates its shard, and rank 0, which alone builds the whole model (random init
+   or pretrained weights, read once), scatters the weights shard by shard.
+Checkpoints are sharded torch.distributed.checkpoint (DCP) directories: each rank writes its own
+shard, nothing is gathered at save time, and DCP reshards when resuming on another device_count.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from tango.common import Lazy
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.torch import (
+    LRScheduler,
+    Model,
+    Optimizer,
+    TorchTrainingEngine,
+    TrainConfig,
+    TrainingEngine,
+)
+
+from ...distributed.groups import distributed_position
+from ...files import torch_save_atomic
+from ...scoring.rank_classifier import RankClassifier
+from ..checkpoints.layout import (
+    DCP_MODEL_DIR,
+    DCP_OPTIMIZER_DIR,
+    GRAD_SCALER_FILE,
+    LR_SCHEDULER_FILE,
+)
+from ..checkpoints.state import load_file
+from ..components import lazy_config
+from ..wrapping import match_modules
+from .base import CatwalkEngineMixin
+
+# FairScale `fsdp_config` keys: what each means under FSDP2.
+FSDP_CONFIG_KEYS = {"reshard_after_forward", "move_params_to_cpu", "move_grads_to_cpu"}
+NO_COUNTERPART = {
+    "mixed_precision": "set the engine's 'precision' (bf16 or fp16) instead",
+    "flatten_parameters": "FSDP2 shards each parameter on its own; leave it out",
+}
+
+
+def offload_setting(fsdp_config: dict[str, Any]) -> bool:
+    """FSDP2 offloads parameters, gradients and optimizer state together, or nothing."""
+    unknown = set(fsdp_config) - FSDP_CONFIG_KEYS - set(NO_COUNTERPART)
+    if unknown:
+        raise ConfigurationError(
+            f"training_engine.fsdp_config.{sorted(unknown)[0]}: not an FSDP2 option "
+            f"(FSDP2 takes {', '.join(sorted(FSDP_CONFIG_KEYS))})"
+        )
+    for key, instead in NO_COUNTERPART.items():
+        if fsdp_config.get(key):
+            raise ConfigurationError(
+                f"training_engine.fsdp_config.{key}: FSDP2 has no such option; {instead}"
+            )
+    params = bool(fsdp_config.get("move_params_to_cpu", False))
+    grads = fsdp_config.get("move_grads_to_cpu")
+    if grads is not None and bool(grads) != params:
+        raise ConfigurationError(
+            "training_engine.fsdp_config.move_grads_to_cpu: FSDP2 offloads parameters, "
+            "gradients and optimizer state together; set move_params_to_cpu alone"
+        )
+    return params
+
+
+@TrainingEngine.register("catwalk::torch_fsdp")
+class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
+    """PyTorch FSDP2: parameters, gradients and optimizer state sharded across ranks.
+
+    :param precision: "fp32", "bf16" or "fp16" (CUDA): FSDP2's `MixedPrecisionPolicy` (gathered
+        parameters in that dtype, gradients reduced in float32) and autocast.
+    :param modules_to_wrap: regexes of inner modules that become FSDP units of their own
+        (children first); the root is always one.
+    :param activation_checkpointing: recompute the wrapped modules' activations in backward.
+    :param fsdp_config: `reshard_after_forward` (default true: free each unit's gathered
+        parameters after its forward, gather again for backward) and `move_params_to_cpu`
+        (offload parameters, gradients and optimizer state to CPU memory: FSDP2's
+        `CPUOffloadPolicy`; the optimizer step then runs on the CPU).
+    :param max_grad_norm: clip gradients to this global norm (computed across shards).
+    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks.
+
+    Runs with NCCL on GPUs and gloo on CPU processes; one worker gets a one-process group.
+    """
+
+    needs_process_group = True
+    checkpoint_format = "dcp"
+
+    def __init__(
+        self,
+        train_config: TrainConfig,
+        model: Lazy[Model],
+        optimizer: Lazy[Optimizer],
+        *,
+        lr_scheduler: Lazy[LRScheduler] | None = None,
+        precision: str = "fp32",
+        modules_to_wrap: list[str] | None = None,
+        activation_checkpointing: bool = False,
+        fsdp_config: dict[str, Any] | None = None,
+        max_grad_norm: float | None = None,
+        cpu_threads: int | None = None,
+    ) -> None:
+        fsdp_config = dict(fsdp_config or {})
+        self.offload = offload_setting(fsdp_config)
+        self.reshard_after_forward = bool(fsdp_config.get("reshard_after_forward", True))
+        self._configure(
+            train_config, precision, modules_to_wrap, activation_checkpointing, cpu_threads
+        )
+        self._start(train_config, model, optimizer, lr_scheduler, max_grad_norm)
+        if self.precision.needs_grad_scaler:
+            # DTensor makes the inf check global across shards (torch >= 2.4).
+            self.grad_scaler = torch.amp.GradScaler("cuda")
+
+    def fully_shard_kwargs(self) -> dict[str, Any]:
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        kwargs: dict[str, Any] = {
+            "reshard_after_forward": self.reshard_after_forward,
+            "mp_policy": self.precision.fsdp2_policy(),
+        }
+        if self.offload:
+            # Pinned host memory needs an accelerator; on CPU workers offloading is a no-op.
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=self.device.type == "cuda")
+        return kwargs
+
+    def _construct_model(self, model: Model | Lazy[Model]) -> Model:
+        from torch.distributed.fsdp import fully_shard
+
+        skeleton = build_skeleton(model)
+        self._checkpoint_activations(skeleton)
+        kwargs = self.fully_shard_kwargs()
+        units = match_modules(skeleton, self.modules_to_wrap) if self.modules_to_wrap else []
+        for name in units:  # deepest first
+            fully_shard(skeleton.get_submodule(name), **kwargs)
+        fully_shard(skeleton, **kwargs)
+        # Offloaded shards live in CPU memory; FSDP2 moves them to the device for compute.
+        skeleton.to_empty(device="cpu" if self.offload else self.device)
+        materialise(skeleton, model, self.device)
+        return skeleton
+
+    # --- Checkpoints: sharded DCP directories -----------------------------------------------
+
+    def save_state(self, directory: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        dcp.save(get_model_state_dict(self.model), checkpoint_id=directory / DCP_MODEL_DIR)
+        optimizer_state = get_optimizer_state_dict(self.model, self.optimizer)
+        dcp.save(optimizer_state, checkpoint_id=directory / DCP_OPTIMIZER_DIR)
+        if distributed_position()[0] != 0:
+            return
+        if self.lr_scheduler is not None:
+            torch_save_atomic(self.lr_scheduler.state_dict(), directory / LR_SCHEDULER_FILE)
+        if self.grad_scaler is not None:
+            torch_save_atomic(self.grad_scaler.state_dict(), directory / GRAD_SCALER_FILE)
+
+    def read_state(self, directory: Path) -> dict[str, Any]:
+        # DCP reads inside the collective load; the manifest check has verified the files.
+        payload: dict[str, Any] = {"directory": directory}
+        for key, name in (("lr_scheduler", LR_SCHEDULER_FILE), ("grad_scaler", GRAD_SCALER_FILE)):
+            if (directory / name).is_file():
+                payload[key] = load_file(directory / name)
+        return payload
+
+    def apply_state(self, payload: dict[str, Any]) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        directory = payload["directory"]
+        model_state = get_model_state_dict(self.model)
+        dcp.load(model_state, checkpoint_id=directory / DCP_MODEL_DIR)
+        set_model_state_dict(self.model, model_state)
+        # Asking for the optimizer state also creates it (empty AdamW state) to load into.
+        optimizer_state = get_optimizer_state_dict(self.model, self.optimizer)
+        dcp.load(optimizer_state, checkpoint_id=directory / DCP_OPTIMIZER_DIR)
+        set_optimizer_state_dict(self.model, self.optimizer, optimizer_state)
+        if self.lr_scheduler is not None and "lr_scheduler" in payload:
+            self.lr_scheduler.load_state_dict(payload["lr_scheduler"])
+        if self.grad_scaler is not None and "grad_scaler" in payload:
+            self.grad_scaler.load_state_dict(payload["grad_scaler"])
+
+
+def build_skeleton(model: Model | Lazy[Model]) -> Model:
+    """The model's structure on the meta device: no memory for weights on any rank."""
+    if not isinstance(model, Lazy):
+        raise ConfigurationError("catwalk::torch_fsdp: the model must come from its config")
+    constructor, _ = lazy_config(model, Model, "model")
+    if isinstance(constructor, type) and issubclass(constructor, RankClassifier):
+        return model.construct(skeleton=True)
+    with torch.device("meta"):
+        return model.construct()
+
+
+def materialise(sharded: Model, model: Model | Lazy[Model], device: torch.device) -> None:
+    """Fills every rank's shard with the weights that rank 0 alone builds.
+
+    Rank 0 constructs the whole model (random init from its seed, or the pretrained weights,
+    read once) and sends each rank its shard of each parameter, freeing the parameter once it is
+    sent: the other ranks never hold more than their shards. Buffers, which FSDP2 does not
+    shard, are broadcast whole; those outside the state dict (rotary frequencies, say) too.
+    """
+    from torch.distributed.tensor import DTensor
+
+    rank, world_size = distributed_position()
+    whole = (model.construct() if isinstance(model, Lazy) else model) if rank == 0 else None
+    full = whole.state_dict() if whole is not None else {}
+    persistent = set(full)
+    extra = [{n: b for n, b in whole.named_buffers() if n not in persistent}] if whole else [{}]
+    for name, target in sharded.state_dict().items():
+        if rank == 0 and name not in full:
+            raise RuntimeError(f"materialise: the whole model has no '{name}'")
+        if isinstance(target, DTensor):
+            scatter_rows(full.get(name), target.to_local(), rank, world_size)
+        else:
+            whole_tensor = full[name].to(target) if rank == 0 else torch.empty_like(target)
+            dist.broadcast(whole_tensor, src=0)
+            target.copy_(whole_tensor)
+        if rank == 0:
+            _release(whole, name)  # the module's reference too: freed once sent
+            del full[name]
+    del whole
+    dist.broadcast_object_list(extra, src=0)
+    for name, buffer in extra[0].items():
+        owner_name, _, buffer_name = name.rpartition(".")
+        owner = sharded.get_submodule(owner_name) if owner_name else sharded
+        owner.register_buffer(buffer_name, buffer.to(device), persistent=False)
+
+
+def scatter_rows(whole: torch.Tensor | None, local: torch.Tensor, rank: int, world: int) -> None:
+    """Rank 0's `whole` tensor split along dim 0 as FSDP2 shards it (`torch.chunk`: the last
+    ranks may get fewer rows, or none); each rank receives its rows into `local`."""
+    if rank == 0:
+        assert whole is not None
+        chunks = list(torch.chunk(whole.detach(), world, dim=0))
+        for destination in range(1, world):
+            if destination < len(chunks) and chunks[destination].numel():
+                chunk = chunks[destination].to(device=local.device, dtype=local.dtype)
+                dist.send(chunk.contiguous(), dst=destination)
+        if local.numel():
+            local.copy_(chunks[0])
+    elif local.numel():
+        dist.recv(local, src=0)
+
+
+def _release(model: torch.nn.Module, name: str) -> None:
+    owner_name, _, attribute = name.rpartition(".")
+    owner = model.get_submodule(owner_name) if owner_name else model
+    for store in (owner._parameters, owner._buffers):
+        if attribute in store:
+            store[attribute] = None

@@ -1,0 +1,129 @@
+"""What a training job is: its schedule, everything a worker needs, and where training stands.
+
+The schedule is derived once, from the `catwalk::train` step's config, and every later view of it
+(Tango's `TrainConfig` for engines and callbacks) is computed from it, never copied by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from tango.common import DatasetDictBase, Lazy
+from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
+
+from ..distributed.devices import DevicePlan
+from ..distributed.rendezvous import Rendezvous
+from .train_config import NodeAwareTrainConfig
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When to step, log, validate and checkpoint (the keys of `catwalk::train`)."""
+
+    train_steps: int | None = None  # or train_epochs; resolved by the worker (loader length)
+    train_epochs: int | None = None
+    train_split: str = "train"
+    validation_split: str | None = "validation"
+    validation_steps: int | None = None
+    seed: int = 42
+    grad_accum: int = 1
+    log_every: int = 10
+    checkpoint_every: int = 100
+    validate_every: int | None = None
+    val_metric_name: str = "acc"
+    minimize_val_metric: bool = False
+    remove_stale_checkpoints: bool = True
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> Schedule:
+        """The schedule a step's config gives (its other keys are not the schedule's)."""
+        return cls(**{f.name: config[f.name] for f in fields(cls) if f.name in config})
+
+    def logs(self, step: int) -> bool:
+        """Step `step` (0-based) is logged: the first, every `log_every`-th, the last."""
+        return step == 0 or (step + 1) % self.log_every == 0 or step == self.train_steps - 1
+
+    def validates(self, step: int) -> bool:
+        if self.validation_split is None:
+            return False
+        every = self.validate_every is not None and (step + 1) % self.validate_every == 0
+        return every or step == self.train_steps - 1
+
+    def checkpoints(self, step: int) -> bool:
+        return (step + 1) % self.checkpoint_every == 0 or step == self.train_steps - 1
+
+    def better(self, value: float, than: float | None) -> bool:
+        """`value` is at least as good as `than` (ties go to the later one, as in Tango)."""
+        if than is None:
+            return True
+        return value <= than if self.minimize_val_metric else value >= than
+
+
+@dataclass
+class TrainingJob:
+    """Everything a worker needs to train; pickled to each local worker process."""
+
+    step_id: str
+    step_name: str
+    work_dir: Path
+    model: Lazy[Model]
+    training_engine: Lazy[TrainingEngine]
+    dataset_dict: DatasetDictBase
+    train_dataloader: Lazy[DataLoader]
+    validation_dataloader: Lazy[DataLoader] | None
+    callbacks: list[Lazy[TrainCallback]]
+    schedule: Schedule
+    devices: DevicePlan
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    include_package: tuple[str, ...] = ()
+    resume_from: Path | None = None
+    workspace: Any = None  # handed to callbacks, as Tango does
+
+    @property
+    def local_world_size(self) -> int:
+        return len(self.devices.devices)
+
+    @property
+    def world_size(self) -> int:
+        return self.local_world_size * self.rendezvous.num_nodes
+
+
+@dataclass
+class TrainerState:
+    """Where training stands; saved in every checkpoint."""
+
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0
+    batches_into_epoch: int = 0  # of `epoch`, consumed by the steps taken
+    val_metric: float | None = None
+    best_val_metric: float | None = None
+    best_checkpoint_metric: float | None = None
+    best_checkpoint: str | None = None  # directory name
+
+
+def train_config_for(job: TrainingJob, rank: int, local_rank: int) -> NodeAwareTrainConfig:
+    """Tango's view of the job for one worker: the schedule's keys that Tango's `TrainConfig`
+    also has, and where this worker stands among the others."""
+    config_keys = {f.name for f in fields(NodeAwareTrainConfig)}
+    schedule = {
+        f.name: getattr(job.schedule, f.name) for f in fields(Schedule) if f.name in config_keys
+    }
+    return NodeAwareTrainConfig(
+        step_id=job.step_id,
+        work_dir=job.work_dir,
+        step_name=job.step_name,
+        worker_id=rank,
+        is_distributed=job.world_size > 1,
+        distributed_address=job.rendezvous.host,
+        distributed_port=job.rendezvous.port,
+        auto_aggregate_val_metric=False,
+        world_size=job.world_size,
+        local_rank=local_rank,
+        local_world_size=job.local_world_size,
+        num_nodes=job.rendezvous.num_nodes,
+        device=str(job.devices.device(local_rank)),
+        **schedule,
+    )

@@ -1,0 +1,121 @@
+"""The data loader of training: each rank an equal share of the data, no instance repeated, and a
+resumed run back at its place in the data without collating what it skips."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.torch import DataCollator, DataLoader
+from torch.utils.data import Dataset, DistributedSampler
+
+from ..distributed.groups import distributed_position
+from ..scoring.sequences import Padding
+
+
+class PaddedDataset(Dataset):
+    """`dataset` followed by :class:`Padding` items up to a multiple of `multiple`."""
+
+    def __init__(self, dataset: Sequence, multiple: int):
+        self.dataset = dataset
+        self.length = math.ceil(len(dataset) / multiple) * multiple
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        if index < len(self.dataset):
+            return self.dataset[index]
+        return Padding(self.dataset[index % len(self.dataset)])
+
+
+class EpochSampler(DistributedSampler):
+    """A distributed sampler that also reshuffles every epoch in a single process.
+
+    Tango calls `set_epoch` only in distributed runs; counting iterations as well makes a
+    1-process run see the same global batches, in the same order, as an N-process run.
+    """
+
+    def __iter__(self):
+        indices = list(super().__iter__())
+        self.epoch += 1
+        return iter(indices)
+
+
+@DataLoader.register("catwalk::sharded")
+class ShardedDataLoader(DataLoader):
+    """A data loader giving each rank an equal share of the data, without repeating instances.
+
+    Every rank must run the same number of forwards (sharded engines gather parameters in each),
+    so the data is padded to a multiple of the world size with zero-weight :class:`Padding` items:
+    metrics and losses ignore them, so validation counts every instance exactly once.
+
+    :param batch_size: instances per batch on each rank (each instance brings all its choices).
+    :param shuffle: reshuffle every epoch with `seed`.
+    :param seed: the shuffling seed; left out, `catwalk::train` uses its own `seed`, so that one
+        seed (also one overridden with `-o`) drives data order, dropout and the rest.
+    """
+
+    def __init__(
+        self,
+        dataset: Sequence,
+        batch_size: int = 8,
+        shuffle: bool = False,
+        seed: int | None = None,
+        collate_fn: DataCollator | None = None,
+        **kwargs,
+    ):
+        if collate_fn is None:
+            raise ConfigurationError(
+                "train_dataloader.collate_fn: catwalk::sharded needs one "
+                "(e.g. {type: 'catwalk::multiple_choice', tokenizer: ...})"
+            )
+        rank, world_size = distributed_position()
+        padded = PaddedDataset(dataset, world_size)
+        self.seed = seed
+        sampler = EpochSampler(
+            padded,
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed or 0,
+            drop_last=False,
+        )
+        # Its own generator: starting an iteration draws a seed from the loader's generator,
+        # and from torch's global one when it has none, which would shift every dropout mask
+        # after a resume mid-epoch (see `epoch_batches`).
+        kwargs.setdefault("generator", torch.Generator().manual_seed(seed or 0))
+        super().__init__(
+            padded, batch_size=batch_size, collate_fn=collate_fn, sampler=sampler, **kwargs
+        )
+
+    def use_default_seed(self, seed: int) -> None:
+        """The training step's seed, unless the loader was given its own."""
+        if self.seed is None:
+            assert isinstance(self.sampler, EpochSampler)
+            self.sampler.seed = seed
+
+    def epoch_batches(self, epoch: int, skip: int = 0):
+        """The batches of `epoch` from the `skip`-th on, without collating the skipped ones: how
+        a resumed run gets back to its place in the data."""
+        sampler = self.sampler
+        assert isinstance(sampler, EpochSampler)
+        sampler.set_epoch(epoch)
+        indices = list(DistributedSampler.__iter__(sampler))  # this epoch, this rank
+        size = self.batch_size
+        assert size is not None
+        chunks = [indices[i : i + size] for i in range(skip * size, len(indices), size)]
+        if self.drop_last and chunks and len(chunks[-1]) < size:
+            chunks.pop()
+        return iter(
+            torch.utils.data.DataLoader(
+                self.dataset,
+                batch_sampler=chunks,
+                collate_fn=self.collate_fn,
+                num_workers=self.num_workers,
+                pin_memory=self.pin_memory,
+                generator=torch.Generator().manual_seed(epoch),  # never the global one
+            )
+        )

@@ -1,0 +1,262 @@
+"""The training loop every worker runs: Tango's engines, data loaders and callbacks, driven step
+by step, with checkpoints that survive a crash.
+
+What it does differently from Tango's `torch::train` loop, and why:
+
+- A checkpoint is complete-marked and resumable on any number of ranks (:mod:`.checkpoints`),
+  and it holds everything the next steps depend on: model, optimizer (consolidated when it is
+  sharded), LR scheduler, grad scaler, every rank's random generators, the data position, the
+  step, the best validation metric and the callbacks' state. A resumed run ends bit for bit
+  where an uninterrupted one ends (float32, CPU).
+- The data loader is fast-forwarded by position (epoch, batches into it) without collating the
+  skipped batches.
+- Validation callbacks run before the checkpoint of the same step, so the metric history that a
+  checkpoint holds includes its own validation.
+
+Each concern is one method of :class:`Trainer`; checkpoints are :mod:`.checkpoints.saving`'s, and
+:mod:`catwalk_steps.launch` starts the workers that run it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import replace
+from itertools import islice
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from more_itertools import chunked
+from tango.common import Tqdm
+from tango.integrations.torch import DataLoader, StopEarly, TrainCallback, TrainingEngine
+from torch.utils.data import DistributedSampler
+
+from ..distributed.groups import barrier, distributed_position
+from .checkpoints.saving import Checkpointer
+from .job import TrainerState, TrainingJob
+from .train_config import NodeAwareTrainConfig
+
+logger = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int, device: torch.device) -> None:
+    """The same start on every rank (as Tango): Python, NumPy, torch and the worker's GPU."""
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.manual_seed(seed)
+
+
+def epoch_batches(loader: DataLoader, epoch: int, skip: int) -> Iterator[Any]:
+    """The batches of `epoch` from the `skip`-th on. Loaders that can (`catwalk::sharded`) jump
+    there without collating the skipped batches; others are iterated through them."""
+    jump = getattr(loader, "epoch_batches", None)
+    if jump is not None:
+        return jump(epoch, skip)
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, DistributedSampler):
+        sampler.set_epoch(epoch)
+    return islice(iter(loader), skip, None)
+
+
+class Trainer:
+    """One worker's training: its engine, loaders and callbacks, step by step."""
+
+    def __init__(self, job: TrainingJob, config: NodeAwareTrainConfig):
+        self.job = job
+        self.schedule = job.schedule
+        self.config = config
+        self.rank, self.world_size = distributed_position()
+        self.device = config.worker_local_default_device
+        seed_everything(self.schedule.seed, self.device)
+        self.engine: TrainingEngine = job.training_engine.construct(
+            train_config=config, model=job.model
+        )
+        self.build_loaders(job, config)
+        self.callbacks: list[TrainCallback] = [
+            callback.construct(
+                workspace=job.workspace,
+                train_config=config,
+                training_engine=self.engine,
+                dataset_dict=job.dataset_dict,
+                train_dataloader=self.train_loader,
+                validation_dataloader=self.validation_loader,
+            )
+            for callback in job.callbacks
+        ]
+        self.state = TrainerState()
+        self.checkpoints = Checkpointer(job, self.schedule, self.engine, self.callbacks)
+
+    def build_loaders(self, job: TrainingJob, config: NodeAwareTrainConfig) -> None:
+        """The loaders of the two splits; `train_steps` from the loader's length when the
+        schedule gives epochs."""
+        data = job.dataset_dict
+        self.train_loader = job.train_dataloader.construct(dataset=data[self.schedule.train_split])
+        default_seed = getattr(self.train_loader, "use_default_seed", None)
+        if default_seed is not None:
+            default_seed(self.schedule.seed)
+        self.validation_loader = None
+        if self.schedule.validation_split is not None:
+            loader = job.validation_dataloader or job.train_dataloader
+            self.validation_loader = loader.construct(dataset=data[self.schedule.validation_split])
+        if self.schedule.train_steps is None:
+            steps = math.ceil(
+                len(self.train_loader)
+                * (self.schedule.train_epochs or 1)
+                / self.schedule.grad_accum
+            )
+            self.schedule = replace(self.schedule, train_steps=steps)
+            config.train_steps = steps
+        self.validation_steps = self.schedule.validation_steps
+        if self.validation_loader is not None and self.validation_steps is None:
+            self.validation_steps = len(self.validation_loader)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    # --- The loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Resumes if it can and trains to `train_steps`; the best checkpoint is the result."""
+        self.checkpoints.prepare()
+        self.state = self.checkpoints.resume() or self.state
+        barrier()
+        for callback in self.callbacks:
+            callback.pre_train_loop()
+        progress = Tqdm.tqdm(
+            total=self.schedule.train_steps,
+            initial=self.state.step,
+            desc=f"Training {self.job.step_name}",
+            disable=not self.main,
+        )
+        try:
+            for micro_batches in self.batches():
+                loss = self.train_step(micro_batches)
+                step = self.state.step - 1  # 0-based index of the step just taken
+                self.after_step(step, loss, progress)
+                if self.state.step >= self.schedule.train_steps:
+                    break
+            for callback in self.callbacks:
+                callback.post_epoch(self.state.step - 1, self.state.epoch)
+        except StopEarly:
+            if self.main:
+                logger.info("Stopping early at step %d", self.state.step)
+            self.checkpoints.save(self.state, validated=False)
+        finally:
+            progress.close()
+        for callback in self.callbacks:
+            callback.post_train_loop(self.state.step - 1, self.state.epoch)
+
+    def batches(self) -> Iterator[list[Any]]:
+        """Micro-batches of each optimizer step, from the saved position on; epochs restart the
+        grouping into `grad_accum` micro-batches, as in Tango."""
+        first_epoch = True
+        while True:
+            epoch = self.state.epoch
+            skip = self.state.batches_into_epoch if first_epoch else 0
+            if not first_epoch or skip == 0:
+                for callback in self.callbacks:
+                    callback.pre_epoch(self.state.step, epoch)
+            first_epoch = False
+            empty = True
+            for micro_batches in chunked(
+                epoch_batches(self.train_loader, epoch, skip), self.schedule.grad_accum
+            ):
+                empty = False
+                self.state.batches_into_epoch += len(micro_batches)
+                yield micro_batches
+            if empty and skip == 0:
+                raise RuntimeError(f"{self.schedule.train_split}: the data loader yields no batch")
+            for callback in self.callbacks:
+                callback.post_epoch(self.state.step - 1, epoch)
+            self.state.epoch += 1
+            self.state.batches_into_epoch = 0
+
+    def train_step(self, micro_batches: list[Any]) -> float:
+        """Forward and backward over the micro-batches, then one optimizer step."""
+        step = self.state.step
+        for callback in self.callbacks:
+            callback.pre_batch(step, self.state.epoch, micro_batches)
+        loss_sum = 0.0
+        outputs = []
+        for index, micro_batch in enumerate(micro_batches):
+            loss, micro_outputs = self.engine.forward_train(micro_batch, index, len(micro_batches))
+            loss_sum += loss.detach().item()
+            outputs.append(
+                {k: v.detach() if torch.is_tensor(v) else v for k, v in micro_outputs.items()}
+            )
+            self.engine.backward(loss)
+        for callback in self.callbacks:
+            callback.post_batch(step, self.state.epoch, loss_sum, outputs)
+        self.engine.step()
+        self.state.step += 1
+        return loss_sum
+
+    def after_step(self, step: int, loss: float, progress: Any) -> None:
+        """Logging, validation and checkpoint of the step just taken, in that order."""
+        validates = self.schedule.validates(step)
+        if self.schedule.logs(step) or validates:
+            loss = self.mean_over_ranks(loss)
+        if self.schedule.logs(step):
+            for callback in self.callbacks:
+                callback.log_batch(step, self.state.epoch, loss, [])
+            progress.set_postfix(**self.progress_metrics(loss))
+        progress.update(1)
+        if validates:
+            self.validate(step)
+            progress.set_postfix(**self.progress_metrics(loss))
+        if self.schedule.checkpoints(step):
+            self.checkpoints.save(self.state, validated=validates)
+
+    def mean_over_ranks(self, value: float) -> float:
+        if self.world_size == 1:
+            return value
+        tensor = torch.tensor(value, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor)
+        return tensor.item() / self.world_size
+
+    def progress_metrics(self, loss: float) -> dict[str, float]:
+        metrics = {"batch_loss": loss}
+        name = self.schedule.val_metric_name
+        if self.state.val_metric is not None:
+            metrics[f"val_{name}"] = self.state.val_metric
+            metrics[f"best_{name}"] = self.state.best_val_metric  # type: ignore[assignment]
+        return metrics
+
+    def validate(self, step: int) -> None:
+        """Every rank runs every validation batch (sharded engines need it); the callbacks
+        (`RunMetrics`) make the metric exact over the whole split and all ranks."""
+        assert self.validation_loader is not None
+        self.engine.model.eval()
+        metric: float | None = None
+        batches = islice(self.validation_loader, self.validation_steps)
+        with Tqdm.tqdm(
+            batches,
+            desc="Validating",
+            total=self.validation_steps,
+            leave=False,
+            disable=not self.main,
+        ) as progress:
+            for val_step, batch in enumerate(progress):
+                for callback in self.callbacks:
+                    callback.pre_val_batch(step, val_step, self.state.epoch, batch)
+                outputs = self.engine.forward_eval(batch)
+                for callback in self.callbacks:
+                    callback.post_val_batch(step, val_step, self.state.epoch, outputs)
+                value = outputs[self.schedule.val_metric_name]
+                metric = float(value.item() if torch.is_tensor(value) else value)
+        self.engine.model.train()
+        assert metric is not None, "the validation loader yielded no batch"
+        self.state.val_metric = metric
+        if self.schedule.better(metric, self.state.best_val_metric):
+            self.state.best_val_metric = metric
+        for callback in self.callbacks:
+            callback.post_val_loop(step, self.state.epoch, metric, self.state.best_val_metric)
+        self.engine.model.train()  # again, in case a callback changed it

@@ -1,0 +1,102 @@
+"""ZeRO-sharded optimizers for jsonnet, and the one helper that makes their state complete.
+
+`{type: "catwalk::zero", optimizer: "torch::AdamW", lr: 1e-4}` is torch's
+`ZeroRedundancyOptimizer`; `catwalk::oss` is FairScale's `OSS`. Either shards the optimizer state
+of any `torch.optim` optimizer across the ranks of a data-parallel (DDP) run. Outside a process
+group of several ranks they fall back to the plain optimizer, with one warning line.
+
+A sharded optimizer holds only its rank's part of the state, so a checkpoint needs every rank to
+take part in consolidating it first. :func:`full_optimizer_state` does that for any optimizer
+that has a `consolidate_state_dict` method (both of the above do), without knowing which one it
+is: the engines call it and never import FairScale for it.
+"""
+
+# No `from __future__ import annotations` here: Tango reads the factories' return annotations
+# to know what they build, and a string annotation breaks that (ai2-tango 1.3.2).
+
+import difflib
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.torch import Optimizer
+
+from ..distributed.groups import distributed_position
+
+logger = logging.getLogger(__name__)
+
+SHARDED_OPTIMIZERS = ("catwalk::zero", "catwalk::oss")
+
+
+def optimizer_class(name: str, field: str) -> type[torch.optim.Optimizer]:
+    """The registered optimizer class called `name` (e.g. "torch::AdamW")."""
+    available = sorted(n for n in Optimizer.list_available() if n not in SHARDED_OPTIMIZERS)
+    if name not in available:
+        close = difflib.get_close_matches(name, available, n=3)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise ConfigurationError(f"{field}: unknown optimizer {name!r}{hint}")
+    cls = Optimizer.resolve_class_name(name)[0]
+    assert isinstance(cls, type)
+    return cls
+
+
+def _sharded(kind: str, name: str, params: Iterable, kwargs: dict, wrap) -> torch.optim.Optimizer:
+    """`wrap(params, inner class, kwargs)` in a process group of several ranks; alone, the
+    inner optimizer itself (the same updates), with one warning line."""
+    inner = optimizer_class(name, "optimizer.optimizer")
+    rank, world_size = distributed_position()
+    if world_size > 1:
+        return wrap(params, inner, kwargs)
+    if rank == 0:
+        logger.warning(
+            "%s: one process, so nothing to shard: using %s itself (same updates)", kind, name
+        )
+    return inner(params, **kwargs)
+
+
+def _zero(params: Iterable, inner: type, kwargs: dict) -> torch.optim.Optimizer:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return ZeroRedundancyOptimizer(params, optimizer_class=inner, **kwargs)
+
+
+def _oss(params: Iterable, inner: type, kwargs: dict) -> torch.optim.Optimizer:
+    from fairscale.optim import OSS
+
+    return OSS(params, optim=inner, **kwargs)
+
+
+def _factory(kind: str, wrap, description: str):
+    """The jsonnet constructor of one sharded optimizer: `optimizer` names the inner one, the
+    other keys go to it."""
+
+    def build(
+        params: Iterable, optimizer: str = "torch::AdamW", **kwargs: Any
+    ) -> torch.optim.Optimizer:
+        return _sharded(kind, optimizer, params, kwargs, wrap)
+
+    build.__doc__ = f"{description} around `optimizer`; the other keys go to `optimizer`."
+    return build
+
+
+zero_redundancy_optimizer = _factory("catwalk::zero", _zero, "torch's `ZeroRedundancyOptimizer`")
+oss_optimizer = _factory("catwalk::oss", _oss, "FairScale's `OSS`")
+
+
+Optimizer.register("catwalk::zero")(zero_redundancy_optimizer)
+Optimizer.register("catwalk::oss")(oss_optimizer)
+
+
+def full_optimizer_state(optimizer: torch.optim.Optimizer, to_rank: int = 0) -> dict | None:
+    """The complete optimizer state on rank `to_rank` (None on the other ranks).
+
+    Every rank must call it. An optimizer that shards its state (it has `consolidate_state_dict`:
+    torch's `ZeroRedundancyOptimizer`, FairScale's `OSS`) first gathers it on `to_rank`; any
+    other optimizer already holds the whole state on every rank.
+    """
+    consolidate = getattr(optimizer, "consolidate_state_dict", None)
+    if consolidate is not None:
+        consolidate(to_rank)  # positional: ZeRO calls it `to`, OSS `recipient_rank`
+    return optimizer.state_dict() if distributed_position()[0] == to_rank else None
