@@ -6,6 +6,7 @@ runs never race for a port.
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,8 +45,13 @@ def run_distributed(
     out_dir = tmp_path / "results"
     out_dir.mkdir(exist_ok=True)
     store = start_store(world_size)
-    mp.spawn(
-        _worker, args=(world_size, store.port, fn, args, init, str(out_dir)), nprocs=world_size
+    # Forked from a server that imported torch and the package once, as the launcher's workers.
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["catwalk_steps"])
+    mp.start_processes(
+        _worker,
+        args=(world_size, store.port, fn, args, init, str(out_dir)),
+        nprocs=world_size,
+        start_method="forkserver",
     )
     del store
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(world_size)]

@@ -102,3 +102,26 @@ def test_a_worker_that_fails_while_the_launcher_looks_is_a_failure():
             watch(context)
     finally:
         os.close(read)
+
+
+def test_a_worker_dies_with_its_launcher_even_when_the_launcher_is_killed_outright():
+    """A forked worker's parent is the fork server, so the worker watches the launcher itself."""
+    import signal
+    import subprocess
+    import sys
+
+    launcher = subprocess.Popen(["sleep", "60"])
+    watch = (
+        "import sys, time; from catwalk_steps.launch.worker_process import die_with; "
+        f"die_with({launcher.pid}); print('watching', flush=True); time.sleep(60)"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", watch], stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline().strip() == "watching"
+        launcher.kill()
+        launcher.wait()
+        assert worker.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for process in (launcher, worker):
+            process.kill()
+            process.wait()

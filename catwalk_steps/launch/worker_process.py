@@ -3,13 +3,13 @@ launcher in one line, then leave without the interpreter's shutdown."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import os
 import pickle
+import select
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -40,13 +40,12 @@ class WorkerReport:
     exception: bytes | None  # the pickled exception, re-raised by the launcher when it can be
 
 
-def worker_main(local_rank: int, job: TrainingJob, node_rank: int, errors: Any) -> None:
+def worker_main(
+    local_rank: int, job: TrainingJob, node_rank: int, errors: Any, launcher: int
+) -> None:
     """A worker process (started by `torch.multiprocessing.start_processes`): joins the process
-    group, trains, reports a failure in one line."""
-    parent = os.getppid()
-    die_with_parent()
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
+    group, trains, reports a failure in one line; dies with `launcher` (its pid)."""
+    die_with(launcher)
     rank = node_rank * job.local_world_size + local_rank
     try:
         prepare_worker(job, rank)
@@ -60,14 +59,37 @@ def worker_main(local_rank: int, job: TrainingJob, node_rank: int, errors: Any) 
     leave_finished_worker()
 
 
-def die_with_parent() -> None:
-    """Ask Linux to kill this process with SIGKILL when its parent dies. (torch's start_processes
-    asks for SIGINT, which a worker blocked inside a collective does not act on.)"""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def die_with(launcher: int) -> None:
+    """SIGKILL this worker as soon as the launcher process is gone, even killed outright.
+
+    A forked worker's parent is the fork server, not the launcher, and the server lives as long
+    as its children do, so Linux's parent-death signal would never fire; a thread waits on a
+    pidfd of the launcher instead (Linux >= 5.3; elsewhere it checks once a second).
+    """
+
+    def wait_then_die() -> None:
+        try:
+            descriptor = os.pidfd_open(launcher)
+        except ProcessLookupError:
+            os.kill(os.getpid(), signal.SIGKILL)
+        except (AttributeError, OSError):  # no pidfd here: poll
+            while _alive(launcher):
+                time.sleep(1.0)
+        else:
+            select.select([descriptor], [], [])  # readable once the launcher has exited
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=wait_then_die, name="die-with-launcher", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def prepare_worker(job: TrainingJob, rank: int) -> None:
