@@ -11,6 +11,7 @@ import datetime
 import os
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import torch.distributed as dist
 from tango.common.exceptions import ConfigurationError
@@ -57,9 +58,43 @@ def start_store(
 ) -> dist.TCPStore:
     """The rendezvous store's server, held by the launcher; port 0 lets the OS choose one.
 
+    It listens on `host`'s interface only (loopback for a job on one machine), not on every
+    interface as a `TCPStore` server does by default: the socket is bound here and handed to it.
     Workers connect with :func:`connect_store` to `store.port`.
     """
-    return _tcp_store(host, port, world_size, timeout_s, is_master=True, wait_for_workers=False)
+    listener = listening_socket(host, port)
+    try:
+        return _tcp_store(
+            host,
+            listener.getsockname()[1],
+            world_size,
+            timeout_s,
+            is_master=True,
+            wait_for_workers=False,
+            master_listen_fd=listener.detach(),
+        )
+    finally:
+        listener.close()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on `host`'s address (this machine must have it) and `port`."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise ConfigurationError(f"train.master_addr: cannot resolve {host!r} ({e})") from None
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(address)
+        listener.listen()
+    except OSError as e:
+        listener.close()
+        raise ConfigurationError(
+            f"train.master_addr / master_port: cannot listen on {host}:{port} on this machine, "
+            f"node 0 ({e.strerror or e}); give node 0's own address and a free port"
+        ) from None
+    return listener
 
 
 def connect_store(host: str, port: int, world_size: int, timeout_s: float) -> dist.TCPStore:
@@ -68,7 +103,7 @@ def connect_store(host: str, port: int, world_size: int, timeout_s: float) -> di
 
 
 def _tcp_store(
-    host: str, port: int, world_size: int, timeout_s: float, **kwargs: bool
+    host: str, port: int, world_size: int, timeout_s: float, **kwargs: Any
 ) -> dist.TCPStore:
     timeout = datetime.timedelta(seconds=timeout_s)
     return dist.TCPStore(host, port, world_size, timeout=timeout, use_libuv=True, **kwargs)

@@ -81,7 +81,10 @@ def run_training(job: TrainingJob, node_rank: int = 0) -> None:
     if node_rank == 0:
         rendezvous = job.rendezvous
         store = start_store(
-            job.world_size, port=rendezvous.port, timeout_s=rendezvous.join_timeout_s
+            job.world_size,
+            host=rendezvous.host,
+            port=rendezvous.port,
+            timeout_s=rendezvous.join_timeout_s,
         )
         store.set(JOB_KEY, pickle.dumps(with_port(job, 0, workspace=None)))
         job = with_port(job, store.port)

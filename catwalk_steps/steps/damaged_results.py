@@ -1,19 +1,26 @@
-"""Cached results that cannot be read (a disk filled up, a copy cut short), and the command that
-clears one so the next run computes it again:
+"""Cached results that cannot be read (a disk filled up, a copy cut short, a file replaced):
+one line naming the step's directory and the command that clears it (:mod:`.clear_step`).
 
-    catwalk-clear-step STEP_DIR     # forget one step's cached result, so the next run recomputes it
+The workspace reads cached results through :class:`CheckedStepCache`: whatever goes wrong while
+a result is read becomes that line, and a result whose recorded format is not its step's own
+data format (someone replaced `cache-metadata.json` to make a JSON step's result be read as a
+pickle) is refused instead of being unpickled.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
+from typing import Any
 
-from tango.common.exceptions import ConfigurationError
+from tango.step import Step
+from tango.step_caches import LocalStepCache
+from tango.step_info import StepInfo
 
-from ..errors import command_line, first_line, one_line_error
-from .workspace import SharedLocalWorkspace
+from ..errors import first_line, one_line_error
+
+# Tango's formats that read plain data. (Its "dill" format unpickles; its "json" format imports
+# and calls whatever a file names under "_dataclass".)
+DATA_FORMATS = ("text",)
 
 
 @one_line_error
@@ -28,34 +35,32 @@ def damaged(directory: Path, error: BaseException) -> DamagedResultError:
     )
 
 
-def clear_step(step_dir: Path) -> str:
-    """Removes one step's cached result and its record from the workspace that holds it."""
-    step_dir = Path(step_dir).resolve()
-    if step_dir.parent.name != "cache":
-        raise ConfigurationError(
-            f"{step_dir}: not a step's directory in a workspace (<workspace>/cache/<step id>)"
-        )
-    workspace = SharedLocalWorkspace(step_dir.parent.parent)
-    try:
-        workspace.remove_step(step_dir.name)
-    except KeyError:
-        raise ConfigurationError(f"{step_dir}: the workspace has no such step") from None
-    return step_dir.name
+class CheckedStepCache(LocalStepCache):
+    """Tango's local step cache, with one-line errors for damaged results (see the module)."""
 
+    def __getitem__(self, step: Step | StepInfo) -> Any:
+        directory = self.step_dir(step)
+        try:
+            self._check_format(step, directory)
+            return super().__getitem__(step)
+        except (KeyError, DamagedResultError):
+            raise
+        except Exception as e:  # JSON, safetensors, dill, a missing file: the result is damaged
+            raise damaged(directory, e) from e
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="catwalk-clear-step",
-        description="Forget one step's cached result; the next `tango run` computes it again.",
-    )
-    parser.add_argument("step_dir", type=Path, help="<workspace>/cache/<step id>")
-    args = parser.parse_args(argv)
+    def _check_format(self, step: Step | StepInfo, directory: Path) -> None:
+        """A result of one of our steps is read only with a data format (never a pickle)."""
+        import json
 
-    def clear() -> str:
-        return f"cleared {clear_step(args.step_dir)}; the next run recomputes it"
-
-    return command_line("catwalk-clear-step", clear, ConfigurationError)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        own = getattr(step, "format", None) if isinstance(step, Step) else None
+        if own is None or not type(step).__module__.startswith("catwalk_steps"):
+            return
+        path = self._metadata_path(step)
+        if not path.exists():
+            return
+        recorded = json.loads(path.read_text()).get("format", {}).get("type")
+        if recorded not in DATA_FORMATS and not str(recorded).startswith("catwalk::"):
+            raise ValueError(
+                f"its metadata names the format {recorded!r}, which is not a data format of "
+                "catwalk_steps' results; it is not read"
+            )

@@ -8,13 +8,13 @@ from typing import Any
 from tango import Step
 from tango.common import DatasetDict
 from tango.common.exceptions import ConfigurationError
-from tango.format import JsonFormat
 from tango.integrations.torch import Model
 
 from ..distributed.devices import evaluation_device
 from ..scoring.evaluation import metrics_from_scores, score_choices
 from ..scoring.precision import Precision
 from ..scoring.rank_classifier import RankClassifier
+from .formats import PlainJsonFormat
 
 
 @Step.register("catwalk::evaluate")
@@ -27,10 +27,10 @@ class Evaluate(Step[dict]):
     :param device: "cpu", "cuda" or "cuda:N"; default: the first GPU if any, else the CPU.
     """
 
-    VERSION = "001"
+    VERSION = "002"  # 002: stored as plain JSON (PlainJsonFormat)
     DETERMINISTIC = True
     CACHEABLE = True
-    FORMAT = JsonFormat()
+    FORMAT = PlainJsonFormat()
 
     def run(  # type: ignore[override]
         self,

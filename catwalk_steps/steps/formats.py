@@ -1,15 +1,20 @@
-"""How step results are stored: a trained rank classifier as a Hugging Face directory."""
+"""How step results are stored, as data: a trained rank classifier as a Hugging Face directory,
+a task's instances as JSON."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
+from tango.common import DatasetDict
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
+from ..files import write_json_atomic
 from ..scoring.rank_classifier import RankClassifier
+from ..tasks import MultipleChoiceInstance
 from ..training.checkpoints.weights import read_model_info, write_model_info
-from .damaged_results import damaged
 
 
 @Format.register("catwalk::hf_model")
@@ -29,11 +34,57 @@ class HFModelFormat(Format[RankClassifier]):
         write_model_info(directory, artifact.objective, artifact.metrics_history)
 
     def read(self, dir: PathOrStr) -> RankClassifier:
-        directory = Path(dir)
-        try:
-            info = read_model_info(directory)
-            model = RankClassifier.from_directory(directory, objective=info["objective"])
-        except Exception as e:  # safetensors, JSON, a missing file: the result is damaged
-            raise damaged(directory, e) from e
+        directory = Path(dir)  # (what cannot be read is said in one line by the step cache)
+        info = read_model_info(directory)
+        model = RankClassifier.from_directory(directory, objective=info["objective"])
         model.metrics_history = info["metrics_history"]
         return model
+
+
+@Format.register("catwalk::instances")
+class InstancesFormat(Format[DatasetDict]):
+    """A task's splits of multiple-choice instances as one JSON file: data, never a pickle, so
+    a cached (or shared) `catwalk::load_task` result cannot run code when it is read."""
+
+    VERSION = "001"
+    FILE = "instances.json"
+
+    def write(self, artifact: DatasetDict, dir: PathOrStr) -> None:
+        payload = {
+            "metadata": artifact.metadata,
+            "splits": {
+                name: [asdict(instance) for instance in instances]
+                for name, instances in artifact.splits.items()
+            },
+        }
+        write_json_atomic(Path(dir) / self.FILE, payload)
+
+    def read(self, dir: PathOrStr) -> DatasetDict:
+        payload = json.loads((Path(dir) / self.FILE).read_text())
+        splits = {
+            name: [instance_from_dict(row) for row in rows]
+            for name, rows in payload["splits"].items()
+        }
+        return DatasetDict(splits=splits, metadata=payload["metadata"])
+
+
+def instance_from_dict(row: dict) -> MultipleChoiceInstance:
+    """JSON has lists where the instance has tuples."""
+    return MultipleChoiceInstance(
+        **{key: tuple(value) if isinstance(value, list) else value for key, value in row.items()}
+    )
+
+
+@Format.register("catwalk::json")
+class PlainJsonFormat(Format[dict]):
+    """A result as plain JSON. (Tango's own "json" format rebuilds objects named in the file,
+    importing any module it names, so a replaced file could run code when read.)"""
+
+    VERSION = "001"
+    FILE = "data.json"
+
+    def write(self, artifact: dict, dir: PathOrStr) -> None:
+        write_json_atomic(Path(dir) / self.FILE, artifact)
+
+    def read(self, dir: PathOrStr) -> dict:
+        return json.loads((Path(dir) / self.FILE).read_text())

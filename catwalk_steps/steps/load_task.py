@@ -6,6 +6,7 @@ from tango import Step
 from tango.common import DatasetDict
 
 from ..tasks import Task
+from .formats import InstancesFormat
 
 
 @Step.register("catwalk::load_task")
@@ -18,9 +19,10 @@ class LoadTask(Step[DatasetDict]):
     :param max_instances: keep only the first N instances of each split (quick runs).
     """
 
-    VERSION = "001"
+    VERSION = "002"  # 002: stored as JSON (InstancesFormat), no longer a pickle
     DETERMINISTIC = True
     CACHEABLE = True
+    FORMAT = InstancesFormat()
 
     def run(  # type: ignore[override]
         self,

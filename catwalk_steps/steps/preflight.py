@@ -65,7 +65,14 @@ def check_schedule(kwargs: Mapping[str, Any]) -> None:
         )
     whole(steps, "train.train_steps", optional=True)
     whole(epochs, "train.train_epochs", optional=True)
-    for key in ("grad_accum", "log_every", "checkpoint_every", "device_count", "num_nodes"):
+    for key in (
+        "grad_accum",
+        "log_every",
+        "checkpoint_every",
+        "device_count",
+        "num_nodes",
+        "keep_last_checkpoints",
+    ):
         whole(kwargs.get(key, 1), f"train.{key}")
     whole(kwargs.get("validate_every"), "train.validate_every", optional=True)
     whole(kwargs.get("validation_steps"), "train.validation_steps", optional=True)

@@ -54,6 +54,8 @@ class TrainRankClassifier(Step[RankClassifier]):
     :param rendezvous_timeout: seconds to wait for every node to join before failing.
     :param resume_from: a checkpoint (or a step's work directory) to start from when this step
         has none of its own, e.g. one written with another `device_count`.
+    :param keep_last_checkpoints: how many of the newest checkpoints to keep besides the best
+        (default 2: a damaged latest checkpoint falls back to the one before it).
     """
 
     VERSION = "002"
@@ -67,6 +69,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         "master_port",
         "rendezvous_timeout",
         "resume_from",
+        "keep_last_checkpoints",
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -109,6 +112,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         minimize_val_metric: bool = False,
         callbacks: list[Lazy[TrainCallback]] | None = None,
         remove_stale_checkpoints: bool = True,
+        keep_last_checkpoints: int = 2,
         resume_from: str | None = None,
     ) -> RankClassifier:
         arguments = dict(locals())  # every key of the step, as given or defaulted

@@ -26,6 +26,7 @@ from tango.workspaces import LocalWorkspace
 
 from ..errors import first_line
 from ..files import write_json_atomic
+from .damaged_results import CheckedStepCache
 from .patching import check_tango
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class SharedLocalWorkspace(LocalWorkspace):
         check_writable(directory / "cache", "workspace cache")
         _write_settings_once(directory)
         super().__init__(directory)
+        self.cache = CheckedStepCache(self.dir / "cache")  # damaged results: one line each
         self._records_lock = FileLock(self.dir / self.RECORDS_LOCK)
 
     def __getstate__(self):

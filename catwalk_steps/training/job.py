@@ -36,6 +36,9 @@ class Schedule:
     val_metric_name: str = "acc"
     minimize_val_metric: bool = False
     remove_stale_checkpoints: bool = True
+    keep_last_checkpoints: int = (
+        2  # besides the best: a damaged latest falls back to the one before
+    )
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> Schedule:

@@ -36,15 +36,25 @@ def complete_checkpoints(work_dir: Path) -> list[Path]:
     return sorted(found, key=checkpoint_step, reverse=True)
 
 
+def checkpoint_dirs(work_dir: Path) -> list[Path]:
+    """Every checkpoint directory, complete or not, newest first."""
+    root = checkpoints_root(work_dir)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.glob("step*") if p.is_dir() and is_checkpoint_dir(p)]
+    return sorted(found, key=checkpoint_step, reverse=True)
+
+
 def resume_candidates(source: Path) -> list[Path]:
-    """Checkpoints to resume from in `source`: a step's work directory, its `checkpoints/`
-    directory, or one checkpoint directory."""
+    """Checkpoints to resume from in `source` (a step's work directory, its `checkpoints/`
+    directory, or one checkpoint directory), newest first: incomplete ones too, so that
+    skipping them is said."""
     source = Path(source)
-    if has_manifest(source):
+    if has_manifest(source) or is_checkpoint_dir(source):
         return [source]
     if source.name == "checkpoints":
         source = source.parent
-    return complete_checkpoints(source)
+    return checkpoint_dirs(source)
 
 
 def resumable_checkpoints(work_dir: Path, resume_from: Path | None) -> list[Path]:
@@ -59,7 +69,7 @@ def resumable_checkpoints(work_dir: Path, resume_from: Path | None) -> list[Path
 def check_resumable(work_dir: Path, resume_from: Path | None, engine: str, world_size: int) -> None:
     """Before any worker starts: a checkpoint this job would resume from must be one it can
     load (same engine class; any world size). One line otherwise."""
-    candidates = resumable_checkpoints(work_dir, resume_from)
+    candidates = [c for c in resumable_checkpoints(work_dir, resume_from) if has_manifest(c)]
     if not candidates and resume_from is not None:
         raise ConfigurationError(f"train.resume_from: no complete checkpoint in {resume_from}")
     if not candidates:

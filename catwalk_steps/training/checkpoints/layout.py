@@ -81,13 +81,17 @@ def remove_stale(work_dir: Path, keep: set[Path]) -> None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def remove_partial(work_dir: Path) -> None:
-    """Before training (rank 0): checkpoints a crash left half-written, and temporary files."""
+def remove_partial(work_dir: Path) -> list[Path]:
+    """Before training (rank 0): checkpoints a crash left half-written, and temporary files.
+    Returns the checkpoint directories removed."""
     root = checkpoints_root(work_dir)
     if not root.is_dir():
-        return
-    for directory in root.glob("step*"):
+        return []
+    removed = []
+    for directory in sorted(root.glob("step*")):
         if directory.is_dir() and not (directory / COMPLETE).is_file():
             shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
     for temporary in root.rglob("*.tmp"):
         temporary.unlink(missing_ok=True)
+    return removed

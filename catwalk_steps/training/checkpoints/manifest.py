@@ -1,9 +1,16 @@
-"""A checkpoint is complete only when its manifest says so: `COMPLETE.json`, written by rank 0
-after every rank's part is on disk, lists each file and its size. A directory without it, or
-whose files do not match it, is never loaded."""
+"""A checkpoint is complete only when its manifest says so, and whole only when every file still
+matches it: `COMPLETE.json`, written by rank 0 after every rank's part is on disk, lists each
+file with its size and SHA-256. A directory without it, or with a file that is missing, of
+another size or of other content, is never loaded.
+
+Checking content, not just sizes, matters twice: a file damaged in place (a bad sector, a copy
+that wrote zeros) keeps its size; and one part of an FSDP2 checkpoint (torch.distributed.
+checkpoint's `.metadata`) is a pickle, which may only be read once the manifest vouches for it.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -11,13 +18,23 @@ from ...errors import first_line
 from ...files import write_json_atomic
 from .layout import COMPLETE, CheckpointError
 
+CHUNK = 1 << 20
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
 
 def mark_complete(directory: Path, info: dict) -> None:
-    """Rank 0, after every rank has written its part: the manifest (each file and its size)
-    goes in last, so a directory without it is never loaded."""
+    """Rank 0, after every rank has written its part: the manifest (each file, its size and its
+    SHA-256) goes in last, so a directory without it is never loaded."""
     directory = Path(directory)
     files = {
-        str(path.relative_to(directory)): path.stat().st_size
+        str(path.relative_to(directory)): {"size": path.stat().st_size, "sha256": sha256_of(path)}
         for path in sorted(directory.rglob("*"))
         if path.is_file() and path.name != COMPLETE and not path.name.endswith(".tmp")
     }
@@ -31,13 +48,20 @@ def has_manifest(directory: Path) -> bool:
 def read_manifest(directory: Path) -> dict:
     path = Path(directory) / COMPLETE
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{path}: unreadable ({first_line(e)})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise CheckpointError(f"{path}: not a checkpoint manifest (no 'files')")
+    return manifest
 
 
-def problem_with(directory: Path) -> str | None:
-    """Why the checkpoint cannot be used (naming the file), or None if it is whole."""
+def problem_with(directory: Path, contents: bool = True) -> str | None:
+    """Why the checkpoint cannot be used (naming the file), or None if it is whole.
+
+    :param contents: also compare every file's SHA-256 (reads the whole checkpoint); without
+        it, only presence and sizes (for a rank that leaves the reading to another).
+    """
     directory = Path(directory)
     if not has_manifest(directory):
         return f"{directory}: incomplete (no {COMPLETE}; the run stopped while writing it)"
@@ -45,10 +69,15 @@ def problem_with(directory: Path) -> str | None:
         manifest = read_manifest(directory)
     except CheckpointError as e:
         return str(e)
-    for name, size in manifest["files"].items():
+    for name, expected in manifest["files"].items():
         path = directory / name
+        if not isinstance(expected, dict) or "sha256" not in expected:
+            return f"{path}: no checksum in {COMPLETE} (written by an older catwalk_steps)"
         if not path.is_file():
             return f"{path}: missing"
-        if path.stat().st_size != size:
-            return f"{path}: {path.stat().st_size} bytes, {size} expected (truncated or changed)"
+        size = path.stat().st_size
+        if size != expected["size"]:
+            return f"{path}: {size} bytes, {expected['size']} expected (truncated or changed)"
+        if contents and sha256_of(path) != expected["sha256"]:
+            return f"{path}: its content changed since it was written (SHA-256 differs)"
     return None

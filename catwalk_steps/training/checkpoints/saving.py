@@ -16,12 +16,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ...console import announce
 from ...distributed.groups import barrier, distributed_position
 from ...files import torch_save_atomic
 from ..job import Schedule, TrainerState, TrainingJob
-from .discovery import resumable_checkpoints
+from .discovery import complete_checkpoints, resumable_checkpoints
 from .layout import (
     BEST,
+    COMPLETE,
     LATEST,
     TRAINER_FILE,
     CheckpointError,
@@ -52,9 +54,11 @@ class Checkpointer:
         return self.rank == 0
 
     def prepare(self) -> None:
-        """Before training: what a crash left half-written goes; the model's files are written."""
+        """Before training: what a crash left half-written goes (said, never silently); the
+        model's files are written."""
         if self.main:
-            remove_partial(self.job.work_dir)
+            for directory in remove_partial(self.job.work_dir):
+                logger.warning("Removed incomplete checkpoint %s (no %s)", directory, COMPLETE)
             write_model_files(self.engine.model, self.job.work_dir)
         barrier()
 
@@ -81,7 +85,10 @@ class Checkpointer:
             best_dir = directory.with_name(state.best_checkpoint or directory.name)
             point(self.job.work_dir, BEST, best_dir)
             if self.schedule.remove_stale_checkpoints:
-                remove_stale(self.job.work_dir, {directory, best_dir})
+                kept = complete_checkpoints(self.job.work_dir)[
+                    : self.schedule.keep_last_checkpoints
+                ]
+                remove_stale(self.job.work_dir, {*kept, directory, best_dir})
         barrier()
         self.broadcast_best(state)
 
@@ -123,7 +130,8 @@ class Checkpointer:
         """Loads the newest usable checkpoint: this job's own, else `resume_from`'s; returns the
         loop's state there, or None when there is nothing to resume."""
         for directory in resumable_checkpoints(self.job.work_dir, self.job.resume_from):
-            problem = problem_with(directory)
+            # Rank 0 reads every file to check its content; the others check what they can see.
+            problem = problem_with(directory, contents=self.main)
             trainer = None
             if problem is None:
                 try:
@@ -138,7 +146,7 @@ class Checkpointer:
             self.engine.apply_state(payload)
             state = self.restore(trainer)
             if self.main:
-                logger.info("Resumed from %s at step %d", directory, state.step)
+                announce(logger, "Resumed from %s at step %d", directory, state.step)
             return state
         return None
 

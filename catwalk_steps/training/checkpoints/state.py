@@ -1,7 +1,13 @@
-"""Reading a checkpoint's files, and the random generators every rank saves in it."""
+"""Reading a checkpoint's files as data, and the random generators every rank saves in it.
+
+Every file is read with `torch.load(weights_only=True)`: tensors, numbers, strings and
+containers, never an arbitrary pickled object, so a planted file cannot run code. What we save
+is made of those only (NumPy's generator state goes in as a tensor, not an array).
+"""
 
 from __future__ import annotations
 
+import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -13,20 +19,33 @@ from .layout import CheckpointError
 
 
 def load_file(path: Path, map_location: str | torch.device = "cpu") -> Any:
-    """`torch.load` of a checkpoint file; a damaged file is a CheckpointError naming it."""
+    """A checkpoint file's content; a damaged file, or one holding anything but data, is a
+    CheckpointError naming it."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=False)
-    except (OSError, RuntimeError, EOFError, ValueError) as e:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            f"{path}: holds something other than tensors and plain data, which is not loaded "
+            f"({first_line(e)[:120]})"
+        ) from None
+    except (OSError, RuntimeError, EOFError, ValueError, TypeError) as e:
         raise CheckpointError(f"{path}: cannot be read ({first_line(e)})") from None
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
-    """Python's, NumPy's, torch's CPU generator and the worker's CUDA generator."""
+    """Python's, NumPy's, torch's CPU generator and the worker's CUDA generator, as data."""
     import numpy as np
 
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
         "torch": torch.get_rng_state(),
     }
     if device.type == "cuda":
@@ -37,8 +56,18 @@ def rng_state(device: torch.device) -> dict[str, Any]:
 def restore_rng_state(state: dict[str, Any], device: torch.device) -> None:
     import numpy as np
 
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    saved = state["numpy"]
+    np.random.set_state(
+        (
+            saved["name"],
+            saved["keys"].numpy().astype(np.uint32),
+            saved["position"],
+            saved["has_gauss"],
+            saved["cached_gaussian"],
+        )
+    )
     torch.set_rng_state(state["torch"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)

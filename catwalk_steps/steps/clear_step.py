@@ -1,0 +1,48 @@
+"""`catwalk-clear-step`: forget one step's cached result, so that the next run computes it again.
+
+catwalk-clear-step STEP_DIR     # <workspace>/cache/<step id>
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tango.common.exceptions import ConfigurationError
+
+from ..errors import command_line
+from .workspace import SharedLocalWorkspace
+
+
+def clear_step(step_dir: Path) -> str:
+    """Removes one step's cached result and its record from the workspace that holds it."""
+    step_dir = Path(step_dir).resolve()
+    if step_dir.parent.name != "cache":
+        raise ConfigurationError(
+            f"{step_dir}: not a step's directory in a workspace (<workspace>/cache/<step id>)"
+        )
+    workspace = SharedLocalWorkspace(step_dir.parent.parent)
+    try:
+        workspace.remove_step(step_dir.name)
+    except KeyError:
+        raise ConfigurationError(f"{step_dir}: the workspace has no such step") from None
+    return step_dir.name
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="catwalk-clear-step",
+        description="Forget one step's cached result; the next `tango run` computes it again.",
+    )
+    parser.add_argument("step_dir", type=Path, help="<workspace>/cache/<step id>")
+    args = parser.parse_args(argv)
+
+    def clear() -> str:
+        return f"cleared {clear_step(args.step_dir)}; the next run recomputes it"
+
+    return command_line("catwalk-clear-step", clear, ConfigurationError)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

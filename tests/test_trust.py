@@ -1,0 +1,163 @@
+"""A checkpoint is data, never code, and a damaged one costs one checkpoint, never the run.
+
+A planted pickle (a payload that would create a marker file when unpickled) is put where a run,
+`resume_from` or `catwalk-export` reads: it is refused in one line and the marker never appears.
+A checkpoint damaged in place (same size, other bytes) is skipped for the one before it, and the
+run still ends bit for bit where it had ended.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from catwalk_steps.launch import run_training
+from catwalk_steps.training.checkpoints import (
+    CheckpointError,
+    checkpoint_dir,
+    complete_checkpoints,
+    problem_with,
+)
+from catwalk_steps.training.checkpoints.layout import COMPLETE, TRAINER_FILE
+from catwalk_steps.training.checkpoints.manifest import mark_complete
+from catwalk_steps.training.checkpoints.state import load_file
+
+from .training import engine, history, job, weights
+
+
+class Payload:
+    """Unpickling this runs `touch marker`."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def plant(path: Path, marker: Path, rewrite_manifest: bool = False) -> None:
+    """Replaces `path` with a pickle that would create `marker`; optionally also rewrites the
+    checkpoint's manifest to vouch for it (an attacker who can write the whole directory)."""
+    if path.suffix == ".pt":
+        torch.save({"state": Payload(marker)}, path)
+    else:  # DCP's metadata: a plain pickle
+        path.write_bytes(pickle.dumps({"state": Payload(marker)}))
+    if rewrite_manifest:
+        directory = path.parent
+        while not (directory / COMPLETE).exists():
+            directory = directory.parent
+        info = json.loads((directory / COMPLETE).read_text())
+        info.pop("files")
+        mark_complete(directory, info)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished 12-step run (float32, CPU, dropout on), checkpoints at 4, 8 and 12."""
+    work_dir = tmp_path_factory.mktemp("trust") / "run"
+    run_training(job(work_dir, device_count=1, train_steps=12, dropout=True))
+    return work_dir
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    target = tmp_path / "copy"
+    shutil.copytree(run, target)
+    return target
+
+
+def test_the_newest_two_checkpoints_and_the_best_are_kept(finished):
+    kept = [d.name for d in complete_checkpoints(finished)]
+    assert kept[:2] == ["step000000012", "step000000008"]
+
+
+@pytest.mark.slow
+def test_a_latest_checkpoint_damaged_in_place_costs_one_checkpoint_not_the_run(
+    finished, tmp_path, caplog
+):
+    import logging
+
+    run = copy_of(finished, tmp_path)
+    latest = checkpoint_dir(run, 12)
+    trainer = latest / TRAINER_FILE
+    data = bytearray(trainer.read_bytes())
+    data[200:264] = bytes(64)  # 64 zero bytes: same size, other content
+    trainer.write_bytes(bytes(data))
+    assert (
+        problem_with(latest)
+        == f"{trainer}: its content changed since it was written (SHA-256 differs)"
+    )
+    with caplog.at_level(logging.INFO):
+        run_training(job(run, device_count=1, train_steps=12, dropout=True))
+    assert f"Skipping checkpoint: {trainer}: its content changed" in caplog.text
+    assert f"Resumed from {checkpoint_dir(run, 8)} at step 8" in caplog.text
+    assert history(run) == history(finished)
+    for name, value in weights(finished).items():
+        assert torch.equal(weights(run)[name], value), name
+
+
+def test_a_planted_trainer_state_is_refused_even_when_the_manifest_vouches_for_it(
+    finished, tmp_path
+):
+    run = copy_of(finished, tmp_path)
+    marker = tmp_path / "pwned"
+    planted = checkpoint_dir(run, 12) / TRAINER_FILE
+    plant(planted, marker)
+    assert planted.name in problem_with(planted.parent)  # caught by the manifest first
+    plant(planted, marker, rewrite_manifest=True)  # now the manifest says it is fine
+    assert problem_with(planted.parent) is None
+    with pytest.raises(CheckpointError) as error:
+        load_file(planted)
+    assert str(error.value).startswith(f"{planted}: holds something other than tensors")
+    assert "\n" not in str(error.value)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("how", ["rerun", "resume_from", "export"])
+def test_a_planted_pickle_never_runs_wherever_the_checkpoint_is_read(finished, tmp_path, how):
+    run = copy_of(finished, tmp_path)
+    marker = tmp_path / "pwned"
+    for step in (4, 8, 12):  # every checkpoint planted: nothing to fall back to
+        if checkpoint_dir(run, step).exists():
+            plant(checkpoint_dir(run, step) / TRAINER_FILE, marker, rewrite_manifest=True)
+    if how == "export":
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("catwalk-export")), str(run), str(tmp_path / "o")],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "holds something other than tensors" in done.stderr
+    else:
+        again = tmp_path / "again"
+        target = run if how == "rerun" else again
+        resume_from = None if how == "rerun" else run
+        run_training(job(target, device_count=1, train_steps=12, resume_from=resume_from))
+        assert history(target)["train"][0]["step"] == 1  # nothing was resumed: trained anew
+    assert not marker.exists()
+
+
+def test_a_planted_dcp_metadata_is_never_unpickled(tmp_path):
+    """FSDP2's checkpoint metadata is a pickle that torch.distributed.checkpoint reads itself:
+    it is read only once the manifest vouches for the file's content."""
+    from catwalk_steps.steps.export import export_checkpoint
+
+    run = tmp_path / "fsdp2"
+    run_training(
+        job(run, device_count=1, train_steps=2, engine_block=engine("catwalk::torch_fsdp"))
+    )
+    latest = checkpoint_dir(run, 2)
+    export_checkpoint(latest, tmp_path / "exported")  # whole, it exports
+    marker = tmp_path / "pwned"
+    plant(latest / "dcp_model" / ".metadata", marker)
+    with pytest.raises(CheckpointError, match=r"\.metadata: (its content changed|\d+ bytes)"):
+        export_checkpoint(latest, tmp_path / "again")
+    assert not marker.exists()
