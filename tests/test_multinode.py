@@ -56,7 +56,9 @@ def start(command: list[str], log: Path) -> Node:
     return Node(command, log)
 
 
-def worker_node(experiment: Path, overrides: dict, log: Path, step: str = "trained") -> Node:
+def worker_node(
+    experiment: Path, overrides: dict, log: Path, workspace: Path, step: str = "trained"
+) -> Node:
     import json
 
     command = [
@@ -72,6 +74,8 @@ def worker_node(experiment: Path, overrides: dict, log: Path, step: str = "train
         json.dumps(overrides),
         "-i",
         "tests.training",
+        "-w",
+        str(workspace),
     ]
     return start(command, log)
 
@@ -91,7 +95,7 @@ def test_two_nodes_train_like_two_processes_on_one_node(tmp_path, parity_run, en
     node0 = start(
         tango_command(PARITY, workspace, "nodes", overrides, "-s", engine), tmp_path / "0"
     )
-    node1 = worker_node(PARITY, overrides, tmp_path / "1", step=engine)
+    node1 = worker_node(PARITY, overrides, tmp_path / "1", workspace, step=engine)
     output1, output0 = node1.finish(), node0.finish()
     assert node0.returncode == 0, output0[-3000:]
     assert node1.returncode == 0, output1[-3000:]
@@ -150,7 +154,7 @@ def test_killing_the_worker_node_stops_node_0_and_a_rerun_of_both_resumes(tmp_pa
     overrides = tiny_demo(port, **{"steps.trained.callbacks": callbacks})
     experiment = EXPERIMENTS / "demo.jsonnet"
     node0 = start(tango_command(experiment, tmp_path / "ws", "first", overrides), tmp_path / "0")
-    node1 = worker_node(experiment, overrides, tmp_path / "1")
+    node1 = worker_node(experiment, overrides, tmp_path / "1", tmp_path / "ws")
     deadline = time.monotonic() + 120
     while not (pids / "held").exists():  # rank 1 is held after checkpoint 4 (test::faults)
         alive = node0.process.poll() is None
@@ -163,7 +167,7 @@ def test_killing_the_worker_node_stops_node_0_and_a_rerun_of_both_resumes(tmp_pa
     assert node0.returncode != 0
     assert time.monotonic() - killed < 60, output[-2000:]
     rerun0 = start(tango_command(experiment, tmp_path / "ws", "rerun", overrides), tmp_path / "r0")
-    rerun1 = worker_node(experiment, overrides, tmp_path / "r1")
+    rerun1 = worker_node(experiment, overrides, tmp_path / "r1", tmp_path / "ws")
     output1, output0 = rerun1.finish(), rerun0.finish()
     assert rerun0.returncode == 0, output0[-3000:]
     assert rerun1.returncode == 0, output1[-3000:]

@@ -1,11 +1,12 @@
 """Worker processes: started together, watched together, stopped together.
 
 - One worker in all (`device_count: 1` on one node) trains in this process, as Tango does.
-- Otherwise this process holds the rendezvous store (its port bound once), publishes the job
-  for the other nodes (:mod:`.nodes`), and starts one process per local device with
-  `torch.multiprocessing.start_processes`, whose `ProcessContext.join` watches them: it reaps a
-  worker before reading its exit code (so a worker that failed is never counted as finished)
-  and, when one fails, gives the others a grace period, then SIGTERM, then SIGKILL.
+- Otherwise this process holds the rendezvous store (its port bound once), publishes what the
+  other nodes need (`catwalk-worker`, :mod:`catwalk_steps.steps.worker_node`), and starts one
+  process per local device with `torch.multiprocessing.start_processes`, whose
+  `ProcessContext.join` watches them: it reaps a worker before reading its exit code (so a
+  worker that failed is never counted as finished) and, when one fails, gives the others a
+  grace period, then SIGTERM, then SIGKILL.
 - Workers fork from a server process (start method "forkserver") that imported torch,
   transformers, Tango and this package once; a spawned worker spent seconds importing them for
   every training step. The server imports no CUDA state, so forking from it is safe on GPUs.
@@ -28,14 +29,17 @@ What this module adds to torch's, and why torch's alone does not do it:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import multiprocessing
 import os
 import pickle
+import secrets
 import signal
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch.multiprocessing as torch_mp
@@ -43,6 +47,8 @@ import torch.multiprocessing as torch_mp
 from ..distributed.groups import destroy_process_group_if_initialized
 from ..distributed.rendezvous import start_store
 from ..errors import one_line_error
+from ..files import write_atomic
+from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob, train_config_for
 from ..training.loop import Trainer
 from .worker_process import WorkerReport, worker_main
@@ -52,6 +58,7 @@ logger = logging.getLogger(__name__)
 TRACEBACKS = logging.getLogger("catwalk_steps.traceback")
 
 JOB_KEY = "catwalk/job"
+RENDEZVOUS_TOKEN = "rendezvous_token"  # in the step's work directory, for the other nodes
 WORKER_FAILED = (torch_mp.ProcessExitedException, torch_mp.ProcessRaisedException)
 GRACE_S = 5.0
 START_METHOD = (
@@ -86,9 +93,9 @@ def run_training(job: TrainingJob, node_rank: int = 0) -> None:
             port=rendezvous.port,
             timeout_s=rendezvous.join_timeout_s,
         )
-        store.set(JOB_KEY, pickle.dumps(with_port(job, 0, workspace=None)))
         job = with_port(job, store.port)
         if rendezvous.num_nodes > 1:
+            publish(store, job)
             logger.info(
                 "Waiting for %d more node(s) at port %d (catwalk-worker; see the README)",
                 rendezvous.num_nodes - 1,
@@ -98,6 +105,23 @@ def run_training(job: TrainingJob, node_rank: int = 0) -> None:
         start_workers(job, node_rank)
     finally:
         del store
+
+
+def publish(store: Any, job: TrainingJob) -> None:
+    """What the other nodes need from node 0, as data: which step (they build the job from their
+    own copy of the experiment), the data's checksum (they read it from the shared workspace),
+    and a token that node 0 has just written into the step's work directory, where a store
+    impersonating node 0 cannot read it."""
+    token = secrets.token_hex(16)
+    path = Path(job.work_dir) / RENDEZVOUS_TOKEN
+    write_atomic(path, lambda p: (p.write_text(token), p.chmod(0o600)))
+    message = {
+        "step_id": job.step_id,
+        "token": token,
+        "dataset_sha256": dataset_fingerprint(job.dataset_dict),
+        "world_size": job.world_size,
+    }
+    store.set(JOB_KEY, json.dumps(message))
 
 
 def with_port(job: TrainingJob, port: int, **changes: Any) -> TrainingJob:

@@ -59,7 +59,8 @@ class CheckedStepCache(LocalStepCache):
         if not path.exists():
             return
         recorded = json.loads(path.read_text()).get("format", {}).get("type")
-        if recorded not in DATA_FORMATS and not str(recorded).startswith("catwalk::"):
+        ours = str(recorded).startswith(("catwalk::", "catwalk_steps."))
+        if recorded not in DATA_FORMATS and not ours:
             raise ValueError(
                 f"its metadata names the format {recorded!r}, which is not a data format of "
                 "catwalk_steps' results; it is not read"

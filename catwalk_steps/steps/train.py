@@ -3,6 +3,8 @@ checkpoint's model as a Hugging Face directory."""
 
 from __future__ import annotations
 
+import inspect
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from tango.common.util import get_extra_imported_modules
 from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
 from tango.step import StepResources
 
+from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
 from ..launch import run_training
@@ -122,6 +125,29 @@ class TrainRankClassifier(Step[RankClassifier]):
 
 
 def plan_training(step: Step, arguments: dict[str, Any]) -> TrainingJob:
+    """Node 0's job: the step's own identity, work directory and workspace."""
+    return build_job(
+        arguments, step.unique_id, step.name, step.work_dir, step.workspace, step.logger
+    )
+
+
+def step_arguments(step: Step, dataset_dict: DatasetDict) -> dict[str, Any]:
+    """The arguments `run` would get, from a step built from the config (on another node)."""
+    parameters = inspect.signature(type(step).run).parameters.values()
+    arguments = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    arguments.update(step.kwargs)
+    arguments["dataset_dict"] = dataset_dict
+    return arguments
+
+
+def build_job(
+    arguments: dict[str, Any],
+    step_id: str,
+    step_name: str,
+    work_dir: Path,
+    workspace: Any,
+    log: logging.Logger,
+) -> TrainingJob:
     """Everything decided before a worker starts, each once: the schedule, the devices, the
     engine's config, the rendezvous and the checkpoint to resume from; warnings are logged."""
     schedule = Schedule.of(arguments)
@@ -137,13 +163,13 @@ def plan_training(step: Step, arguments: dict[str, Any]) -> TrainingJob:
     splits = (schedule.train_split, schedule.validation_split)
     warnings += cut_answer_warnings(dataset_dict, loader, splits)
     for warning in warnings:
-        step.logger.warning(warning)
+        log.warning(warning)
     port = arguments["master_port"] or arguments["distributed_port"]
     resume_from = arguments["resume_from"]
     job = TrainingJob(
-        step_id=step.unique_id,
-        step_name=step.name,
-        work_dir=step.work_dir,
+        step_id=step_id,
+        step_name=step_name,
+        work_dir=Path(work_dir),
         model=arguments["model"],
         training_engine=arguments["training_engine"],
         dataset_dict=dataset_dict,
@@ -157,11 +183,11 @@ def plan_training(step: Step, arguments: dict[str, Any]) -> TrainingJob:
         ),
         include_package=tuple(get_extra_imported_modules()),
         resume_from=Path(resume_from) if resume_from else None,
-        workspace=step.workspace,
+        workspace=workspace,
     )
     check_resumable(job.work_dir, job.resume_from, engine[0].__name__, job.world_size)
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
-    step.logger.info("Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
+    announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
     return job
 
 

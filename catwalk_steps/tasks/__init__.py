@@ -6,7 +6,7 @@ local path validate data the same way, and bad data fails with one line that nam
 line and the field.
 """
 
-from .base import MultipleChoiceInstance, Task, TaskDataError
+from .base import MultipleChoiceInstance, Task, TaskDataError, dataset_fingerprint
 from .piqa import PiqaTask, piqa_instance, read_piqa_files
 from .synthetic import SyntheticTask
 
@@ -16,6 +16,7 @@ __all__ = [
     "SyntheticTask",
     "Task",
     "TaskDataError",
+    "dataset_fingerprint",
     "piqa_instance",
     "read_piqa_files",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,3 +62,14 @@ class Task(Registrable):
     def describe(self, split: str) -> str:
         """Where a split comes from, for error messages."""
         return f"{type(self).__name__} split '{split}'"
+
+
+def dataset_fingerprint(splits: Mapping[str, Sequence[MultipleChoiceInstance]]) -> str:
+    """SHA-256 of a dataset's splits (their names, instances and order): two nodes that built
+    the same data from the same config have the same fingerprint."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    payload = {name: [asdict(i) for i in instances] for name, instances in splits.items()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

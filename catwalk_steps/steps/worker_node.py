@@ -1,24 +1,27 @@
 """The command every node but node 0 runs to join a multi-node `catwalk::train` step.
 
     catwalk-worker EXPERIMENT --node-rank N [--step trained] [-o OVERRIDES] [--ext-var K=V]
-                   [--master-addr HOST] [--master-port PORT] [--timeout SECONDS]
+                   [-w WORKSPACE] [--master-addr HOST] [--master-port PORT] [--timeout SECONDS]
 
 Node 0 runs `tango run EXPERIMENT` as usual and owns the workspace. This command builds the same
-experiment's step graph (nothing is computed), connects to node 0's rendezvous (address and
-port from the flags, `MASTER_ADDR` / `MASTER_PORT`, or the step's `master_addr` / `master_port`;
-node rank from the flag, `NODE_RANK` or `SLURM_NODEID`), receives the training job from node
-0, checks that it is the same step (same config, so the same cache key), and starts this
-node's `device_count` workers. It never writes
-to the workspace; checkpoints go to the step's work directory, which must be on a filesystem
-every node sees at the same path.
+experiment's step graph (nothing is computed) and the training job from it, on this node: node 0
+sends no code and no pickle, only data (JSON): which step it trains, a checksum of its data, and a
+token that it wrote into the step's work directory. This node checks all three against its own
+copy of the experiment and its view of the shared workspace (the step's data is read from there,
+as data), refuses in one line if any differs, connects to node 0's rendezvous (address and port
+from the flags, `MASTER_ADDR` / `MASTER_PORT`, or the step's `master_addr` / `master_port`;
+node rank from the flag, `NODE_RANK` or `SLURM_NODEID`) and starts its `device_count` workers.
+It writes no step record; checkpoints go to the step's work directory, which must be on a
+filesystem every node sees at the same path.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
+import json
 import logging
 import os
-import pickle
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -27,9 +30,11 @@ from tango.common.exceptions import ConfigurationError
 
 from ..distributed.rendezvous import connect_store
 from ..errors import first_line
+from ..launch.launcher import JOB_KEY, RENDEZVOUS_TOKEN, WorkerFailed, start_workers
+from ..launch.worker_process import RendezvousError
+from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob
-from .launcher import JOB_KEY, WorkerFailed, start_workers
-from .worker_process import RendezvousError
+from .train import build_job, step_arguments
 
 logger = logging.getLogger("catwalk-worker")
 
@@ -54,6 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ext-var", action="append", default=[], help="KEY=VALUE, as tango's")
     parser.add_argument("-i", "--include-package", action="append", default=[])
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to reach node 0")
+    parser.add_argument("-w", "--workspace", default=None, help="as tango run's (or tango.yml)")
     args = parser.parse_args(argv)
     if args.node_rank is None:
         parser.error("missing --node-rank (or NODE_RANK, SLURM_NODEID)")
@@ -72,7 +78,7 @@ def training_step(args: argparse.Namespace):
     settings = TangoGlobalSettings.find_or_default()
     for package in {"catwalk_steps", *(settings.include_package or []), *args.include_package}:
         import_extra_module(package)
-    ext_vars = dict(item.split("=", 1) for item in args.ext_var)
+    ext_vars = {**(settings.environment or {}), **dict(i.split("=", 1) for i in args.ext_var)}
     params = Params.from_file(args.experiment, args.overrides or "", ext_vars=ext_vars)
     graph = StepGraph.from_params(params.pop("steps"))
     if args.step not in graph:
@@ -95,7 +101,21 @@ def rendezvous_address(args: argparse.Namespace, step) -> tuple[str, int]:
     return address, int(port)
 
 
-def fetch_job(args: argparse.Namespace) -> TrainingJob:
+def shared_workspace(args: argparse.Namespace):
+    """The workspace node 0 uses: `-w`, else tango.yml's."""
+    from tango.settings import TangoGlobalSettings
+    from tango.workspace import Workspace
+
+    if args.workspace:
+        return Workspace.from_url(args.workspace)
+    settings = TangoGlobalSettings.find_or_default()
+    if settings.workspace is None:
+        raise ConfigurationError("-w: give the workspace node 0 uses (or set it in tango.yml)")
+    return Workspace.from_params(dict(settings.workspace))
+
+
+def fetch_message(args: argparse.Namespace) -> dict:
+    """What node 0 published, as JSON (never unpickled)."""
     from datetime import timedelta
 
     store = connect_store(args.master_addr, args.master_port, 1, args.timeout)
@@ -107,21 +127,63 @@ def fetch_job(args: argparse.Namespace) -> TrainingJob:
             f"{args.master_addr}:{args.master_port}: node 0 published no training job within "
             f"{args.timeout:g} s ({first_line(e)}); is `tango run` running there?"
         ) from None
-    job = pickle.loads(payload)
+    try:
+        message = json.loads(payload)
+        return {key: message[key] for key in ("step_id", "token", "dataset_sha256")}
+    except (ValueError, TypeError, KeyError):
+        raise RendezvousError(
+            f"{args.master_addr}:{args.master_port}: what was published there is not a "
+            "catwalk training job; refusing it"
+        ) from None
+
+
+def check_message(message: dict, step, work_dir: Path, args: argparse.Namespace) -> None:
+    """The same step, and node 0 itself: it wrote the token into the shared work directory."""
+    if message["step_id"] != step.unique_id:
+        raise ConfigurationError(
+            f"{args.experiment}: step '{args.step}' here is {step.unique_id}, but node 0 trains "
+            f"{message['step_id']}; run the same experiment, overrides and ext vars on every node"
+        )
+    path = work_dir / RENDEZVOUS_TOKEN
+    token = path.read_text().strip() if path.is_file() else ""
+    if not hmac.compare_digest(token, str(message["token"])):
+        raise RendezvousError(
+            f"{args.master_addr}:{args.master_port}: the job's token does not match {path}; "
+            "refusing a job that node 0 of this workspace did not publish"
+        )
+
+
+def shared_dataset(step, workspace, message: dict):
+    """The step's data as node 0 computed it: read (as data) from the shared workspace."""
+    data_step = step.kwargs["dataset_dict"]
+    if data_step not in workspace.step_cache:
+        raise ConfigurationError(
+            f"{workspace.step_dir(data_step)}: the training data is not in the workspace; "
+            "catwalk-worker reads it from the workspace node 0 uses (-w)"
+        )
+    dataset = workspace.step_cache[data_step]
+    if dataset_fingerprint(dataset.splits) != message["dataset_sha256"]:
+        raise ConfigurationError(
+            f"{workspace.step_dir(data_step)}: this node's copy of the data differs from node 0's"
+        )
+    return dataset
+
+
+def local_job(args: argparse.Namespace) -> TrainingJob:
+    step = training_step(args)
+    workspace = shared_workspace(args)
+    work_dir = workspace.step_dir(step) / "work"
+    args.master_addr, args.master_port = rendezvous_address(args, step)
+    message = fetch_message(args)
+    check_message(message, step, work_dir, args)
+    arguments = step_arguments(step, shared_dataset(step, workspace, message))
+    job = build_job(arguments, step.unique_id, step.name, work_dir, None, logger)
     rendezvous = replace(job.rendezvous, host=args.master_addr, port=args.master_port)
-    return replace(job, rendezvous=rendezvous, workspace=None)
+    return replace(job, rendezvous=rendezvous)
 
 
 def run(args: argparse.Namespace) -> None:
-    step = training_step(args)
-    step_id = step.unique_id
-    args.master_addr, args.master_port = rendezvous_address(args, step)
-    job = fetch_job(args)
-    if job.step_id != step_id:
-        raise ConfigurationError(
-            f"{args.experiment}: step '{args.step}' here is {step_id}, but node 0 trains "
-            f"{job.step_id}; run the same experiment, overrides and ext vars on every node"
-        )
+    job = local_job(args)
     if args.node_rank >= job.rendezvous.num_nodes:
         raise ConfigurationError(
             f"--node-rank {args.node_rank}: the step has num_nodes {job.rendezvous.num_nodes} "
