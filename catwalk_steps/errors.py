@@ -17,21 +17,35 @@ _ONE_LINE: list[type[BaseException]] = [ConfigurationError]
 _NOISE = ("NoneType takes no arguments", "While constructing an argument of type")
 
 
+_REWRITES: list = []
+
+
+def rewrite_messages(rewrite) -> None:
+    """`rewrite(message) -> better message or None`, tried on each configuration error's first
+    line (the Tango face adds what only it knows, such as the keys a step takes)."""
+    _REWRITES.append(rewrite)
+
+
 def one_line_error(cls: type[BaseException]) -> type[BaseException]:
     """Class decorator: this error's message is complete; show it as one line."""
     _ONE_LINE.append(cls)
     return cls
 
 
-def command_line(prog: str, action, *errors: type[BaseException]) -> int:
-    """Runs a console command's `action`, printing what it returns; one of `errors` is one
-    line on stderr and exit status 1."""
+def command_line(prog: str, action) -> int:
+    """Runs a console command's `action`, printing what it returns. Any failure is one line on
+    stderr and exit status 1, as in `tango run` (the traceback with CATWALK_TRACEBACKS=1)."""
+    import os
     import sys
+    import traceback
 
     try:
         print(action())
-    except errors as e:
-        print(f"{prog}: {e}", file=sys.stderr)
+    except Exception as e:
+        if os.environ.get("CATWALK_TRACEBACKS") == "1":
+            traceback.print_exc()
+        line = one_line(e) or f"{type(e).__name__}: {first_line(e)}"
+        print(f"{prog}: {line}", file=sys.stderr)
         return 1
     return 0
 
@@ -59,10 +73,17 @@ def chain(error: BaseException) -> list[BaseException]:
 _TANGO_TYPE_ERROR = re.compile(r"Expected (\w+) to be (\w+), found (.*) \(<class '(\w+)'>\)\.?")
 
 
+# What a `catwalk: ...` error in our jsonnet library looks like once jsonnet has raised it.
+_JSONNET_ERROR = re.compile(r"runtime error: catwalk: (.*)", re.IGNORECASE)
+
+
 def one_line(error: BaseException) -> str | None:
     """`Type: message` for the innermost registered error in the chain, or None when the chain
     holds none (then the traceback is the best explanation there is)."""
     for link in chain(error):
+        ours = _JSONNET_ERROR.match(first_line(link))
+        if ours:
+            return f"ConfigurationError: {ours.group(1)}"
         wrong_type = _TANGO_TYPE_ERROR.fullmatch(str(link)) if isinstance(link, TypeError) else None
         if wrong_type:
             key, expected, value, actual = wrong_type.groups()
@@ -72,4 +93,9 @@ def one_line(error: BaseException) -> str | None:
     if not meaningful:
         return None
     cause = meaningful[-1]
-    return f"{type(cause).__name__}: {first_line(cause)}"
+    message = first_line(cause)
+    for rewrite in _REWRITES:
+        better = rewrite(message)
+        if better is not None:
+            return f"{type(cause).__name__}: {better}"
+    return f"{type(cause).__name__}: {message}"

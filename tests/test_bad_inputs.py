@@ -192,6 +192,98 @@ CASES = [
         {f"{T}.type": "catwalk::trian"},
         "UnknownTypeError: unknown step type 'catwalk::trian'; did you mean 'catwalk::train'?",
     ),
+    (
+        DEMO,
+        {"steps.data.type": "catwalk::nosuchstep"},
+        "UnknownTypeError: unknown step type 'catwalk::nosuchstep' (registered: ",
+    ),
+    (
+        DEMO,
+        {f"{T}.train_stpes": 10},
+        "ConfigurationError: catwalk::train: unknown key 'train_stpes'; did you mean 'train_steps'? (keys: ",
+    ),
+    # Found only when a step ran, before: now when the graph is built.
+    (
+        DEMO,
+        {f"{E}.precision": "fp16", f"{T}.device": "cpu"},
+        "ConfigurationError: training_engine.precision: fp16 needs CUDA",
+    ),
+    (
+        DEMO,
+        {f"{T}.device": "cuda", f"{T}.device_count": 64},
+        "ConfigurationError: train.device: cuda asks for 64 GPUs (device_count), but ",
+    ),
+    (
+        DEMO,
+        {f"{T}.resume_from": "/nonexistent/work"},
+        "ConfigurationError: train.resume_from: no complete checkpoint in /nonexistent/work",
+    ),
+    (
+        DEMO,
+        {f"{T}.keep_last_checkpoints": 0},
+        "ConfigurationError: train.keep_last_checkpoints: must be a whole number >= 1, got 0",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.batch_size": 0},
+        "ConfigurationError: evaluate.batch_size: must be a whole number >= 1, got 0",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.precision": "fp8"},
+        "ConfigurationError: evaluate.precision: expected one of fp32, bf16, fp16, got 'fp8'",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.precision": "fp16", "steps.eval_untrained.device": "cpu"},
+        "ConfigurationError: evaluate.precision: fp16 needs CUDA",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.max_length": 1},
+        "ConfigurationError: evaluate.max_length: must be a whole number >= 2, got 1",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.device": "tpu"},
+        "ConfigurationError: evaluate.device: not a device: 'tpu' (use cpu, cuda or cuda:N)",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.split": "test"},
+        "ConfigurationError: evaluate.split: 'test' is not loaded by the data step (splits: train, validation)",
+    ),
+    (
+        DEMO,
+        {"steps.report.metrics": {}},
+        "ConfigurationError: report.metrics: give at least one run",
+    ),
+    (
+        DEMO,
+        {"steps.report.configs": {"other": {"seed": 1}}},
+        "ConfigurationError: report.configs: no metrics for run 'other'",
+    ),
+]
+
+# Sweep variables from the command line (`--ext-var`), evaluated as `tango run` evaluates them.
+SWEEP = EXPERIMENTS / "sweep_demo.jsonnet"
+EXT_VAR_CASES = [
+    (
+        {"seeds": "one"},
+        "ConfigurationError: --ext-var seeds=one: one is not a number (give numbers separated by commas, e.g. seeds=1,2,3)",
+    ),
+    (
+        {"lrs": "fast"},
+        "ConfigurationError: --ext-var lrs=fast: fast is not a number (give numbers separated by commas, e.g. lrs=1,2,3)",
+    ),
+    (
+        {"seeds": '{"a":1}'},
+        'ConfigurationError: --ext-var seeds={"a":1}: {"a":1} is not a number',
+    ),
+    (
+        {"cell": "99"},
+        "ConfigurationError: --ext-var cell=99: no such cell; the grid has 4 cells (0 to 3, or names such as lr=0.001,seed=1)",
+    ),
 ]
 
 
@@ -199,12 +291,25 @@ CASES = [
 def test_a_bad_setting_fails_in_one_line_when_the_step_graph_is_built(
     experiment, overrides, message
 ):
+    started = time.monotonic()
     params = experiment_params(experiment, overrides)
     with pytest.raises(Exception) as failure:
         StepGraph.from_params(params["steps"])
+    assert time.monotonic() - started < 30  # when the graph is built: nothing has run
     line = one_line(failure.value)
     assert line is not None, failure.value
     assert line.startswith(message), line
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize(("ext_vars", "message"), EXT_VAR_CASES, ids=lambda v: str(v)[:40])
+def test_a_bad_sweep_variable_names_itself_in_one_line(ext_vars, message):
+    started = time.monotonic()
+    with pytest.raises(Exception) as failure:
+        experiment_params(SWEEP, **ext_vars)
+    assert time.monotonic() - started < 10
+    line = one_line(failure.value)
+    assert line is not None and line.startswith(message), line
     assert "\n" not in line
 
 
@@ -396,3 +501,81 @@ def test_through_tango_run_one_line_in_seconds_and_the_workspace_serves_the_next
     code, output = tango(workspace, "again", needs_trained)
     assert code == 0, output[-3000:]
     assert 'Starting step "trained"' in output  # computed again
+
+
+def test_every_damaged_cached_result_is_one_line_naming_its_directory(tmp_path):
+    """JSON cut short, a model's weights cut short, a format swapped for a pickle: each is one
+    line naming the step's directory and the command that clears it; nothing is unpickled."""
+    from tango.common import DatasetDict
+
+    from catwalk_steps.scoring.rank_classifier import RankClassifier
+    from catwalk_steps.steps.damaged_results import DamagedResultError
+    from catwalk_steps.steps.evaluate import Evaluate
+    from catwalk_steps.steps.load_task import LoadTask
+    from catwalk_steps.steps.workspace import SharedLocalWorkspace
+    from catwalk_steps.tasks import SyntheticTask
+
+    from .conftest import TINY_MODEL
+
+    task = SyntheticTask(seed=1, sizes={"train": 4, "validation": 4})
+    data = LoadTask(task=task)
+    model = RankClassifier(**{k: v for k, v in TINY_MODEL.items() if k != "type"})
+    metrics = Evaluate(model=model, dataset_dict=data)
+    writer = SharedLocalWorkspace(tmp_path / "ws")
+    writer.step_cache[data] = DatasetDict(splits=task.load(["train", "validation"]))
+    writer.step_cache[metrics] = {"acc": 0.5, "acc_norm": 0.5, "n": 4}
+
+    def damage_then_read(step, file: str, damage) -> str:
+        path = writer.step_dir(step) / file
+        damage(path)
+        with pytest.raises(DamagedResultError) as error:
+            _ = SharedLocalWorkspace(tmp_path / "ws").step_cache[step]
+        return str(error.value)
+
+    def cut(path):
+        path.write_text(path.read_text()[:20])
+
+    for step, file, damage in (
+        (data, "instances.json", cut),
+        (metrics, "data.json", cut),
+        (data, "cache-metadata.json", swap_format_for_dill),
+    ):
+        directory = writer.step_dir(step)
+        line = damage_then_read(step, file, damage)
+        assert line.startswith(f"{directory}: this cached step result cannot be read ("), line
+        assert line.endswith(
+            f"clear it with `catwalk-clear-step {directory}` and run again to recompute it"
+        )
+        assert "\n" not in line
+
+
+def swap_format_for_dill(path):
+    import json
+
+    metadata = json.loads(path.read_text())
+    metadata["format"] = {"type": "dill"}
+    path.write_text(json.dumps(metadata))
+
+
+@pytest.mark.parametrize(
+    ("command", "arguments", "message"),
+    [
+        (
+            "catwalk-export",
+            ["/nonexistent/run", "/tmp/out"],
+            "catwalk-export: CheckpointError: /nonexistent/run: no complete checkpoint",
+        ),
+        (
+            "catwalk-clear-step",
+            ["/tmp"],
+            "catwalk-clear-step: ConfigurationError: /tmp: not a step's directory in a workspace",
+        ),
+    ],
+)
+def test_console_commands_fail_in_one_line(command, arguments, message):
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name(command)), *arguments], capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(message), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -95,6 +95,11 @@ def _alive(pid: int) -> bool:
 def prepare_worker(job: TrainingJob, rank: int) -> None:
     from tango.common.logging import initialize_worker_logging
     from tango.common.util import import_extra_module
+    from tqdm import tqdm
+
+    # tqdm guards its bars with a multiprocessing lock (a named semaphore) unless it has one;
+    # a worker leaves without interpreter shutdown, so that semaphore would be reported leaked.
+    tqdm.set_lock(threading.RLock())
 
     for package in job.include_package:
         import_extra_module(package)

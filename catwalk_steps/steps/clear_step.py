@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     def clear() -> str:
         return f"cleared {clear_step(args.step_dir)}; the next run recomputes it"
 
-    return command_line("catwalk-clear-step", clear, ConfigurationError)
+    return command_line("catwalk-clear-step", clear)
 
 
 if __name__ == "__main__":

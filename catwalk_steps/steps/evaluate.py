@@ -14,6 +14,7 @@ from ..distributed.devices import evaluation_device
 from ..scoring.evaluation import metrics_from_scores, score_choices
 from ..scoring.precision import Precision
 from ..scoring.rank_classifier import RankClassifier
+from .evaluate_checks import check_evaluate_step
 from .formats import PlainJsonFormat
 
 
@@ -31,6 +32,12 @@ class Evaluate(Step[dict]):
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = PlainJsonFormat()
+
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        # When the step graph is built: a bad setting fails before any step has run.
+        check_evaluate_step(kwargs)
+        return kwargs
 
     def run(  # type: ignore[override]
         self,

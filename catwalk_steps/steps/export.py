@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     def export() -> str:
         return f"{export_checkpoint(args.checkpoint, args.out_dir)}: from_pretrained loads it"
 
-    return command_line("catwalk-export", export, CheckpointError)
+    return command_line("catwalk-export", export)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ their `type` and keys are read without building them, against the constructors' 
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import logging
 import math
@@ -30,6 +29,7 @@ from ..distributed.rendezvous import rendezvous_settings
 from ..scoring.precision import Precision
 from ..training.components import lazy_config, registered_name, resolve_config
 from ..training.wrapping import compile_patterns, match_modules
+from .registry import closest
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +135,8 @@ def check_keys(constructor: Any, params: Mapping[str, Any], key: str) -> None:
     accepted -= SUPPLIED.get(key.split(".")[-1], set())
     for name in params:
         if name not in accepted:
-            close = difflib.get_close_matches(name, sorted(accepted), n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
+            close = closest(name, sorted(accepted))
+            hint = f"did you mean '{close}'? " if close else ""
             kind = getattr(constructor, "__name__", str(constructor))
             raise ConfigurationError(
                 f"{key}.{name}: {kind} has no such key; {hint}(it takes "
@@ -270,8 +270,36 @@ def check_train_step(kwargs: Mapping[str, Any]) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
     check_schedule(kwargs)
     engine = check_engine(kwargs["training_engine"])
+    check_devices_and_precision(kwargs, engine["precision"])
+    check_resume_from(kwargs.get("resume_from"))
     collates = [
         check_loader(kwargs.get("train_dataloader"), "train_dataloader"),
         check_loader(kwargs.get("validation_dataloader"), "validation_dataloader"),
     ]
     check_against_model(model_skeleton(kwargs["model"]), engine, collates)
+
+
+def check_devices_and_precision(kwargs: Mapping[str, Any], precision: str) -> None:
+    """Where the workers will run is known now (this machine's GPUs); fp16 needs CUDA."""
+    from ..distributed.devices import plan_devices
+
+    plan = plan_devices(
+        kwargs.get("device_count", 1), requested=kwargs.get("device"), field="train.device"
+    )
+    Precision.parse(precision, "training_engine.precision").check_device(
+        plan.device_type, "training_engine.precision"
+    )
+
+
+def check_resume_from(resume_from: Any) -> None:
+    if resume_from is None:
+        return
+    from pathlib import Path
+
+    from ..training.checkpoints.discovery import resume_candidates
+    from ..training.checkpoints.manifest import has_manifest
+
+    if not isinstance(resume_from, str) or not any(
+        map(has_manifest, resume_candidates(Path(resume_from)))
+    ):
+        raise ConfigurationError(f"train.resume_from: no complete checkpoint in {resume_from}")

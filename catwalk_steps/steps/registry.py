@@ -16,6 +16,7 @@ import re
 from tango.common.exceptions import ConfigurationError
 from tango.common.registrable import Registrable
 
+from ..errors import rewrite_messages
 from .patching import patch
 
 
@@ -25,11 +26,55 @@ class UnknownTypeError(ConfigurationError):
 
 def unknown_type_message(cls: type, name: str, registered: list[str]) -> str:
     kind = re.sub(r"(?<!^)(?=[A-Z])", " ", cls.__name__).lower()
-    # Case-insensitively: 'torch::Adamw' is 'torch::AdamW', not 'torch::Adam'.
-    lowered = {r.lower(): r for r in registered}
-    close = [lowered[c] for c in difflib.get_close_matches(name.lower(), lowered, n=1, cutoff=0.6)]
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    close = closest(name, registered)
+    hint = f"; did you mean '{close}'?" if close else ""
     return f"unknown {kind} type '{name}'{hint} (registered: {', '.join(registered)})"
+
+
+def closest(name: str, candidates: list[str]) -> str | None:
+    """The candidate `name` was probably meant to be, or None when none is close.
+
+    Case-insensitively ('torch::Adamw' is 'torch::AdamW', not 'torch::Adam'), among the names of
+    the same namespace when there are any, and on the part after the namespace: every
+    `catwalk::` name shares that prefix, which made 'catwalk::nosuchstep' look like
+    'catwalk::evaluate'.
+    """
+
+    def key(text: str) -> str:
+        return text.lower().rpartition("::")[2]
+
+    namespace = name.lower().rpartition("::")[0]
+    same = [c for c in candidates if c.lower().rpartition("::")[0] == namespace]
+    by_key = {key(c): c for c in same or candidates}
+    found = difflib.get_close_matches(key(name), list(by_key), n=1, cutoff=0.75)
+    return by_key[found[0]] if found else None
+
+
+# Tango's message for a key that the component does not take.
+EXTRA_PARAMETERS = re.compile(r"Extra parameters passed to (\w+): \{'([^']+)'")
+
+
+def unknown_key_message(message: str) -> str | None:
+    """Tango's "Extra parameters passed to TrainRankClassifier: {'train_stpes': 10}" said as
+    "catwalk::train: unknown key 'train_stpes'; did you mean 'train_steps'? (keys: ...)"."""
+    import inspect
+
+    from tango import Step
+
+    match = EXTRA_PARAMETERS.match(message)
+    if match is None:
+        return None
+    class_name, key = match.groups()
+    for name in Step.list_available():
+        step_class = Step.resolve_class_name(name)[0]
+        if step_class.__name__ != class_name:
+            continue
+        parameters = inspect.signature(step_class.run).parameters
+        keys = sorted(p for p in parameters if p != "self")
+        close = closest(key, keys)
+        hint = f"did you mean '{close}'? " if close else ""
+        return f"{name}: unknown key '{key}'; {hint}(keys: {', '.join(keys)})"
+    return None
 
 
 def unknown_types_say_so() -> None:
@@ -51,3 +96,4 @@ def unknown_types_say_so() -> None:
 
 
 unknown_types_say_so()
+rewrite_messages(unknown_key_message)

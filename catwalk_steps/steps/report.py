@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from tango import Step
-from tango.common.exceptions import ConfigurationError
 
 from ..reports import Report, ReportFormat, build_report
+from .evaluate_checks import check_report_step
 
 
 @Step.register("catwalk::report")
@@ -20,7 +20,7 @@ class MetricsReport(Step[Report]):
         validation accuracy over training steps and the final accuracy per configuration.
 
     The table is printed at the end of every `tango run` that includes the step, cached or not,
-    also with `--parallelism` (:mod:`.tango_compat`).
+    also with `--parallelism` (:mod:`.run_command`).
     """
 
     VERSION = "002"
@@ -28,15 +28,15 @@ class MetricsReport(Step[Report]):
     CACHEABLE = True
     FORMAT = ReportFormat()
 
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        check_report_step(kwargs)
+        return kwargs
+
     def run(  # type: ignore[override]
         self,
         metrics: dict[str, dict[str, Any]],
         title: str = "Metrics",
         configs: dict[str, dict[str, Any]] | None = None,
     ) -> Report:
-        if not metrics:
-            raise ConfigurationError("report.metrics: give at least one run")
-        unknown = sorted(set(configs or {}) - set(metrics))
-        if unknown:
-            raise ConfigurationError(f"report.configs: no metrics for run '{unknown[0]}'")
         return build_report(metrics, title, configs)

@@ -240,7 +240,13 @@ class SharedLocalWorkspace(LocalWorkspace):
     # --- Whole-workspace changes ----------------------------------------------------------------
 
     def register_run(self, targets: Iterable[Step], name: str | None = None) -> Run:
-        """One registration at a time: its records, its name and the `latest` link."""
+        """One registration at a time: its records, its name and the `latest` link. A run or step
+        name that would make Tango write outside the workspace is refused first."""
+        targets = list(targets)
+        if name is not None:
+            check_path_name(name, "run name (-n)")
+        for step in targets:
+            check_path_name(step.name, "step name")
         with self._records_lock:
             return super().register_run(targets, name)
 
@@ -252,6 +258,16 @@ class SharedLocalWorkspace(LocalWorkspace):
             )
         with self._records_lock:
             super().remove_step(step_unique_id)
+
+
+def check_path_name(name: str, what: str) -> None:
+    """Tango makes a run's name a directory and each step's name a link inside it: a name that
+    is a path would be written elsewhere (`-n ../../x`)."""
+    if name in ("", ".", "..") or any(c in name for c in ("/", "\\", "\0")):
+        raise ConfigurationError(
+            f"{what} {name!r}: Tango would write it outside the workspace's runs directory; "
+            "use a name without '/', '\\' or '..'"
+        )
 
 
 def remove_partial_result(step_dir: Path) -> None:

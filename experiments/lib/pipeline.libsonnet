@@ -13,7 +13,7 @@ local training_defaults = {
   batch_size: 16,  // instances per rank and step; each brings all its choices
   eval_batch_size: 32,
   max_length: 128,  // tokens of context + choice; contexts are cut on the left
-  train_steps: 300,
+  train_steps: 200,  // the demo reaches 1.00 by step 150
   validate_every: 100,
   // Checkpoints are written when validating, so the best checkpoint (by validation accuracy)
   // is one that exists; `checkpoint_every` must divide `validate_every` or be a multiple of it.
@@ -58,6 +58,21 @@ local eval_step(model, t, data) = {
   dataset_dict: ref(data),
   max_length: t.max_length,
 };
+
+// A JSON number, as --ext-var gives it: optional '-', digits with at most one '.', optional
+// exponent ('1e-4'). Checked before std.parseJson, whose own error names no variable.
+local all_digits(s) = std.length(s) > 0 && std.all([std.member('0123456789', c) for c in std.stringChars(s)]);
+local is_decimal(s) =
+  local parts = std.split(s, '.');
+  std.length(parts) <= 2 && all_digits(parts[0]) && (std.length(parts) == 1 || all_digits(parts[1]));
+local is_unsigned(s) =
+  local lower = std.asciiLower(s);
+  local parts = std.split(lower, 'e');
+  std.length(parts) <= 2 && is_decimal(parts[0]) && (
+    std.length(parts) == 1
+    || all_digits(if std.startsWith(parts[1], '-') || std.startsWith(parts[1], '+') then std.substr(parts[1], 1, std.length(parts[1]) - 1) else parts[1])
+  );
+local is_number(s) = std.isString(s) && is_unsigned(if std.startsWith(s, '-') then std.substr(s, 1, std.length(s) - 1) else s);
 
 // A grid cell's name: its keys and values, e.g. 'engine=fsdp,lr=0.001,seed=2'.
 local cell_name(cell) = std.join(',', [k + '=' + cell[k] for k in std.objectFields(cell)]);
@@ -121,13 +136,18 @@ local cells(grid) = std.foldl(
   // Untrained models are evaluated once per distinct init and shared by the cells using it.
   sweep(task, grid, engines, models, training={}, only=[], title='Sweep'):: {
     local all_cells = cells(grid),
-    local kept = [
+    local kept_cells = [
       c
       for c in all_cells
       if std.length(only) == 0
          || std.member(only, cell_name(c))
          || std.member(only, std.toString(std.find(c, all_cells)[0]))
     ],
+    // `--ext-var cell=99` on a grid of 8 cells would train nothing and exit 0: say so instead.
+    local kept = if std.length(kept_cells) > 0 then kept_cells else error (
+      'catwalk: --ext-var cell=%s: no such cell; the grid has %d cells (0 to %d, or names such as %s)'
+      % [std.join(',', only), std.length(all_cells), std.length(all_cells) - 1, cell_name(all_cells[0])]
+    ),
     local pick(blocks, cell, key) =
       if std.objectHas(cell, key) then blocks[cell[key]] else blocks[std.objectFields(blocks)[0]],
     local model_key(cell) = if std.objectHas(cell, 'model') then cell.model else std.objectFields(models)[0],
@@ -185,8 +205,13 @@ local cells(grid) = std.foldl(
 
   // Grid values from the command line: `--ext-var name=1,2,3` (tango.yml declares the names,
   // empty by default, so that a file can give its own defaults).
-  ext_list(name, default, parse=function(s) s)::
+  // A value that does not parse fails naming the variable and the value (`catwalk: ...` errors
+  // are shown as one line).
+  ext_list(name, default, parse=function(name, value, item) item)::
     local value = std.extVar(name);
-    if value == '' then default else [parse(v) for v in std.split(value, ',')],
-  ext_numbers(name, default):: self.ext_list(name, default, std.parseJson),
+    if value == '' then default else [parse(name, value, v) for v in std.split(value, ',')],
+  ext_numbers(name, default):: self.ext_list(name, default, function(name, value, item)
+    if is_number(item) then std.parseJson(item)
+    else error 'catwalk: --ext-var %s=%s: %s is not a number (give numbers separated by commas, e.g. %s=1,2,3)'
+               % [name, value, std.toString(item), name]),
 }
