@@ -161,3 +161,54 @@ def test_a_planted_dcp_metadata_is_never_unpickled(tmp_path):
     with pytest.raises(CheckpointError, match=r"\.metadata: (its content changed|\d+ bytes)"):
         export_checkpoint(latest, tmp_path / "again")
     assert not marker.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("published", ["pickle", "wrong token"])
+def test_a_store_impersonating_node_0_gets_no_code_run_and_is_refused_in_one_line(
+    tmp_path, published
+):
+    """catwalk-worker reads node 0's message as JSON and checks its token against the one node 0
+    wrote into the shared work directory: a fake store gets a refusal, never an unpickling."""
+    from catwalk_steps.distributed.rendezvous import start_store
+    from catwalk_steps.launch.launcher import JOB_KEY
+
+    from .conftest import EXPERIMENTS, REPO, TANGO_ENV
+
+    marker = tmp_path / "pwned"
+    store = start_store(2, port=0)
+    overrides = {
+        "steps.trained.num_nodes": 2,
+        "steps.trained.device_count": 1,
+        "steps.trained.master_addr": "127.0.0.1",
+        "steps.trained.master_port": store.port,
+    }
+    if published == "pickle":
+        store.set(JOB_KEY, pickle.dumps(Payload(marker)))
+    else:
+        from catwalk_steps.steps.worker_node import parse_args, training_step
+
+        arguments = [str(EXPERIMENTS / "demo.jsonnet"), "--node-rank", "1"]
+        step_id = training_step(parse_args([*arguments, "-o", json.dumps(overrides)])).unique_id
+        message = {"step_id": step_id, "token": "guessed", "dataset_sha256": "0" * 64}
+        store.set(JOB_KEY, json.dumps(message))
+    worker = [
+        str(Path(sys.executable).with_name("catwalk-worker")),
+        str(EXPERIMENTS / "demo.jsonnet"),
+        "--node-rank",
+        "1",
+        "--timeout",
+        "20",
+        "-w",
+        str(tmp_path / "ws"),
+        "-o",
+        json.dumps(overrides),
+    ]
+    done = subprocess.run(worker, capture_output=True, text=True, cwd=REPO, env=TANGO_ENV)
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("catwalk-worker:")]
+    assert done.returncode == 1 and len(refusal) == 1, done.stderr[-2000:]
+    if published == "pickle":
+        assert "is not a catwalk training job; refusing it" in refusal[0]
+    else:
+        assert "the job's token does not match" in refusal[0]
+    assert not marker.exists()
