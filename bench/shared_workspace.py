@@ -7,7 +7,8 @@ workspace, each one cell of a small sweep (`--ext-var cell=i`), repeated R times
 Each round uses a fresh workspace and checks that every job exits 0, that every step the cells
 share (the task's data, each seed's untrained evaluation) was computed exactly once across all
 jobs, and that a final `tango run` of the whole sweep trains and evaluates nothing (it only
-writes the report, which no cell's job includes) and prints the report. Results go to bench/results/shared_workspace.{md,json}.
+writes the report, which no cell's job includes) and prints the report. Results go to
+bench/results/shared_workspace.{md,json}.
 """
 
 from __future__ import annotations
