@@ -18,7 +18,8 @@ class HFModelFormat(Format[RankClassifier]):
 
     The step's result directory loads with `AutoModelForCausalLM.from_pretrained` and
     `AutoTokenizer.from_pretrained` outside Tango. `catwalk_model.json` beside the weights keeps
-    the objective and the run's metric history (training loss, validation metrics).
+    the objective, the run's metric history (training loss, learning rate, throughput, memory,
+    validation metrics) and its run card (config, versions, git commit, host, wall time).
     """
 
     VERSION = "001"
@@ -26,7 +27,7 @@ class HFModelFormat(Format[RankClassifier]):
     def write(self, artifact: RankClassifier, dir: PathOrStr) -> None:
         directory = Path(dir)
         artifact.save_pretrained(directory)
-        write_model_info(directory, artifact.objective, artifact.metrics_history)
+        write_model_info(directory, artifact.objective, artifact.metrics_history, artifact.run_card)
 
     def read(self, dir: PathOrStr) -> RankClassifier:
         directory = Path(dir)
@@ -36,4 +37,5 @@ class HFModelFormat(Format[RankClassifier]):
         except Exception as e:  # safetensors, JSON, a missing file: the result is damaged
             raise damaged(directory, e) from e
         model.metrics_history = info["metrics_history"]
+        model.run_card = info.get("run_card")  # absent in models trained before run cards
         return model

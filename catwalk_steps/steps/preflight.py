@@ -30,6 +30,7 @@ from ..distributed.rendezvous import rendezvous_settings
 from ..scoring.precision import Precision
 from ..training.components import lazy_config, registered_name, resolve_config
 from ..training.wrapping import compile_patterns, match_modules
+from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
 
@@ -268,3 +269,4 @@ def check_train_step(kwargs: Mapping[str, Any]) -> None:
         check_loader(kwargs.get("validation_dataloader"), "validation_dataloader"),
     ]
     check_against_model(model_skeleton(kwargs["model"]), engine, collates)
+    check_trackers(kwargs, engine["name"])
