@@ -23,6 +23,7 @@ import contextlib
 import json
 import netrc
 import os
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -80,7 +81,10 @@ def offline_steps_on_disk(wandb_dir: Path, run_id: str) -> int:
     from wandb.sdk.internal import datastore
 
     last = 0
-    for path in sorted(wandb_dir.glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")):
+    # offline-run-<time>-<id>, with "-1", "-2", ... when two segments start in the same second
+    segment = re.compile(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-\d+)?")
+    paths = [p for p in wandb_dir.glob(f"offline-run-*/run-{run_id}.wandb")]
+    for path in sorted(p for p in paths if segment.fullmatch(p.parent.name)):
         store = datastore.DataStore()
         try:
             store.open_for_scan(str(path))
