@@ -25,7 +25,7 @@ from ..training.trackers import TRACKER_ALIASES, TensorBoardTracker, Tracker, Wa
 from ..training.trackers.wandb import OFFLINE_MODES, wandb_api_key_found, wandb_mode
 
 SHARDED_ENGINES = ("catwalk::fairscale", "catwalk::torch_fsdp")
-INSTALL = "pip install 'catwalk_steps[trackers]'"
+INSTALL = "pip install 'catwalk_steps[trackers]' (or {package})"
 
 
 def tracker_names() -> set[str]:
@@ -44,7 +44,7 @@ def type_name(callback: Any) -> str | None:
 
 def split_trackers(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The step's kwargs with its trackers moved from `callbacks` to `trackers` (an emptied
-    `callbacks` goes too, so that a step with trackers has the id of the same step without)."""
+    `callbacks` becomes None, so that a step with trackers has the id of the step without)."""
     callbacks = kwargs.get("callbacks") or []
     names = tracker_names()
     trackers = [c for c in callbacks if type_name(c) in names]
@@ -53,10 +53,7 @@ def split_trackers(kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs = dict(kwargs)
     kwargs["trackers"] = [*(kwargs.get("trackers") or []), *trackers]
     others = [c for c in callbacks if type_name(c) not in names]
-    if others:
-        kwargs["callbacks"] = others
-    else:
-        kwargs.pop("callbacks")
+    kwargs["callbacks"] = others or None  # the default: ids as if the trackers were not there
     return kwargs
 
 
@@ -96,7 +93,9 @@ def check_trackers(kwargs: Mapping[str, Any], engine_name: str | None) -> None:
 
 def check_wandb(params: Mapping[str, Any], key: str, engine_name: str | None) -> None:
     if importlib.util.find_spec("wandb") is None:
-        raise ConfigurationError(f"{key}: the wandb package is not installed; {INSTALL}")
+        raise ConfigurationError(
+            f"{key}: the wandb package is not installed; " + INSTALL.format(package="wandb")
+        )
     mode = wandb_mode(params.get("mode"))
     if mode not in ("online", "offline", "dryrun", "disabled", "shared"):
         raise ConfigurationError(f"{key}.mode: online, offline or disabled, got {mode!r}")
@@ -114,7 +113,10 @@ def check_wandb(params: Mapping[str, Any], key: str, engine_name: str | None) ->
 
 def check_tensorboard(params: Mapping[str, Any], key: str) -> None:
     if importlib.util.find_spec("tensorboard") is None:
-        raise ConfigurationError(f"{key}: the tensorboard package is not installed; {INSTALL}")
+        raise ConfigurationError(
+            f"{key}: the tensorboard package is not installed; "
+            + INSTALL.format(package="tensorboard")
+        )
     log_dir = params.get("log_dir")
     if log_dir is None:
         return  # the step's work directory, checked with the workspace
