@@ -16,6 +16,7 @@ from catwalk_steps.steps.trackers import tracker_callbacks
 from catwalk_steps.training.components import lazy_config
 from catwalk_steps.training.trackers import TensorBoardTracker, WandbTracker
 
+from . import training  # noqa: F401  (registers test::faults)
 from .conftest import EXPERIMENTS, experiment_params
 
 DEMO, FSDP = EXPERIMENTS / "demo.jsonnet", EXPERIMENTS / "demo_fsdp.jsonnet"
@@ -120,7 +121,6 @@ def test_trackers_are_not_part_of_the_step_id_other_callbacks_are(tmp_path):
     assert trained_id([WANDB, TENSORBOARD]) == plain
     assert trained_id([TENSORBOARD | {"log_dir": str(tmp_path)}]) == plain
     faults = {"type": "test::faults", "pid_dir": str(tmp_path)}
-    pytest.importorskip("tests.training")  # registers test::faults
     assert trained_id([faults]) != plain
     assert trained_id([faults, WANDB]) == trained_id([faults])
 
