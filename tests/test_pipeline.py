@@ -84,7 +84,9 @@ def test_saved_model_reloads_outside_tango_with_the_same_scores(demo_run: Path):
 def test_report_is_written_as_markdown_and_csv(demo_run: Path):
     report = step_result(demo_run, "first", "report")
     markdown = (report / "report.md").read_text()
-    assert "| run | acc | acc_norm | n |" in markdown and "| trained |" in markdown
+    assert "| run | acc | acc_norm | n | peak MiB | tokens/s |" in markdown
+    assert "| trained |" in markdown
+    assert markdown.index("## Run card") > markdown.index("| trained |")  # under the table
     csv_lines = (report / "report.csv").read_text().splitlines()
-    assert csv_lines[0] == "run,acc,acc_norm,n"
+    assert csv_lines[0] == "run,acc,acc_norm,n,peak MiB,tokens/s"
     assert {line.split(",")[0] for line in csv_lines[1:]} == {"untrained", "trained"}

@@ -38,6 +38,9 @@ class ReportFormat(Format[Report]):
             title=payload["title"],
             configs=payload.get("configs", {}),
             histories=payload.get("histories", {}),
+            run_cards=payload.get("run_cards", {}),
+            environment=payload.get("environment", {}),
+            step_times=payload.get("step_times", []),
         )
 
 

@@ -71,4 +71,6 @@ class Evaluate(Step[dict]):
         if model.metrics_history is not None:
             # Passed on to reports, which plot it; the model is loaded here anyway.
             metrics["training_history"] = model.metrics_history
+        if model.run_card is not None:
+            metrics["run_card"] = model.run_card
         return metrics

@@ -30,6 +30,7 @@ from ..scoring.precision import Precision
 from ..training.components import lazy_config, registered_name, resolve_config
 from ..training.wrapping import compile_patterns, match_modules
 from .registry import closest
+from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
 
@@ -277,6 +278,7 @@ def check_train_step(kwargs: Mapping[str, Any]) -> None:
         check_loader(kwargs.get("validation_dataloader"), "validation_dataloader"),
     ]
     check_against_model(model_skeleton(kwargs["model"]), engine, collates)
+    check_trackers(kwargs, engine["name"])
 
 
 def check_devices_and_precision(kwargs: Mapping[str, Any], precision: str) -> None:

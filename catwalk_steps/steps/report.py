@@ -7,6 +7,7 @@ from typing import Any
 from tango import Step
 
 from ..reports import Report, ReportFormat, build_report
+from ..reports.run_card import environment
 from .evaluate_checks import check_report_step
 
 
@@ -19,11 +20,15 @@ class MetricsReport(Step[Report]):
         that differ only in `seed` are summarised together (mean, std, count), and the plots show
         validation accuracy over training steps and the final accuracy per configuration.
 
+    Under the table, the run card: each trained run's devices, world size, wall time, versions,
+    git commit and host (as recorded by `catwalk::train`), the wall time of every step the
+    report depends on, and each training step's resolved config.
+
     The table is printed at the end of every `tango run` that includes the step, cached or not,
     also with `--parallelism` (:mod:`.run_command`).
     """
 
-    VERSION = "002"
+    VERSION = "003"
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = ReportFormat()
@@ -39,4 +44,24 @@ class MetricsReport(Step[Report]):
         title: str = "Metrics",
         configs: dict[str, dict[str, Any]] | None = None,
     ) -> Report:
-        return build_report(metrics, title, configs)
+        return build_report(metrics, title, configs, environment(), self.step_times())
+
+    def step_times(self) -> list[dict[str, Any]]:
+        """Name, unique id and wall time of every step this report depends on, from the
+        workspace's records, in the order they ran."""
+        times = []
+        for step in self.recursive_dependencies:
+            try:
+                info = self.workspace.step_info(step)
+            except (KeyError, ValueError):  # a step built outside a workspace
+                continue
+            duration = info.duration
+            times.append(
+                {
+                    "name": step.name,
+                    "unique_id": step.unique_id,
+                    "started": info.start_time.isoformat() if info.start_time else None,
+                    "wall_time_s": None if duration is None else duration.total_seconds(),
+                }
+            )
+        return sorted(times, key=lambda t: (t["started"] or "", t["name"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ from tango.step import StepResources
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
+from ..files import write_json_atomic
 from ..launch import run_training
+from ..reports.run_card import environment
+from ..reports.tables import training_figures
 from ..scoring.rank_classifier import RankClassifier
 from ..training.callbacks import RunMetrics
 from ..training.checkpoints import (
@@ -29,9 +33,11 @@ from ..training.checkpoints import (
 )
 from ..training.components import lazy_config
 from ..training.job import Schedule, TrainingJob
+from ..training.trackers import RUN_CARD_FILE
 from .formats import HFModelFormat
 from .preflight import check_train_step
 from .start_warnings import cut_answer_warnings, training_warnings
+from .trackers import split_trackers, tracker_callbacks
 
 
 @Step.register("catwalk::train")
@@ -59,6 +65,12 @@ class TrainRankClassifier(Step[RankClassifier]):
         has none of its own, e.g. one written with another `device_count`.
     :param keep_last_checkpoints: how many of the newest checkpoints to keep besides the best
         (default 2: a damaged latest checkpoint falls back to the one before it).
+    :param callbacks: Tango train callbacks; the trackers among them (`wandb::log`,
+        `catwalk::tensorboard`) watch without being part of the step's identity
+        (:mod:`.trackers`).
+
+    The result carries the run's metric history and its run card (:mod:`..reports.run_card`),
+    also written to `run_card.json` in the work directory when training starts.
     """
 
     VERSION = "002"
@@ -73,6 +85,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         "rendezvous_timeout",
         "resume_from",
         "keep_last_checkpoints",
+        "trackers",
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -84,7 +97,7 @@ class TrainRankClassifier(Step[RankClassifier]):
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         # When the step graph is built: a bad setting fails before any step has run.
         check_train_step(kwargs)
-        return kwargs
+        return split_trackers(kwargs)
 
     def run(  # type: ignore[override]
         self,
@@ -114,14 +127,21 @@ class TrainRankClassifier(Step[RankClassifier]):
         val_metric_name: str = "acc",
         minimize_val_metric: bool = False,
         callbacks: list[Lazy[TrainCallback]] | None = None,
+        trackers: list[Lazy[TrainCallback]] | None = None,
         remove_stale_checkpoints: bool = True,
         keep_last_checkpoints: int = 2,
         resume_from: str | None = None,
     ) -> RankClassifier:
         arguments = dict(locals())  # every key of the step, as given or defaulted
         del arguments["self"]
-        run_training(plan_training(self, arguments))
-        return trained_model(model, self.work_dir)
+        job = plan_training(self, arguments)
+        card = run_card(self, job)
+        write_json_atomic(self.work_dir / RUN_CARD_FILE, card)
+        started = time.monotonic()
+        run_training(job)
+        trained = trained_model(model, self.work_dir)
+        trained.run_card = finished(card, time.monotonic() - started, trained.metrics_history)
+        return trained
 
 
 def plan_training(step: Step, arguments: dict[str, Any]) -> TrainingJob:
@@ -175,7 +195,11 @@ def build_job(
         dataset_dict=dataset_dict,
         train_dataloader=loader,
         validation_dataloader=arguments["validation_dataloader"],
-        callbacks=[*(arguments["callbacks"] or []), Lazy(RunMetrics)],
+        callbacks=[
+            *tracker_callbacks(arguments["trackers"]),
+            *(arguments["callbacks"] or []),
+            Lazy(RunMetrics),
+        ],
         schedule=schedule,
         devices=devices,
         rendezvous=rendezvous_settings(
@@ -189,6 +213,38 @@ def build_job(
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
     announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
     return job
+
+
+def run_card(step: Step, job: TrainingJob) -> dict[str, Any]:
+    """What produced this training: the step, its resolved config, where it runs, and the
+    environment (versions, git commit, host)."""
+    try:
+        config = step.config
+    except ValueError:  # a step built in Python, not from an experiment file
+        config = None
+    return {
+        "step": {"name": step.name, "unique_id": step.unique_id},
+        "config": config,
+        "world_size": job.world_size,
+        "num_nodes": job.rendezvous.num_nodes,
+        "devices": job.devices.describe(),
+        "environment": environment(),
+    }
+
+
+def finished(card: dict[str, Any], wall_time_s: float, history: dict | None) -> dict[str, Any]:
+    """The card with what training took: wall time (this run; a resumed one counts from its
+    resumption), steps, and the mean seconds per step, tokens/s and peak memory."""
+    entries = (history or {}).get("train", [])
+    figures = training_figures(history or {})
+    training = {
+        "wall_time_s": wall_time_s,
+        "train_steps": entries[-1]["step"] if entries else None,
+        "s_per_step": figures.get("s/step"),
+        "tokens_per_s": figures.get("tokens/s"),
+        "peak_memory_mib": figures.get("peak MiB"),
+    }
+    return {**card, "training": training}
 
 
 def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:

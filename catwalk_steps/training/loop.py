@@ -37,6 +37,7 @@ from torch.utils.data import DistributedSampler
 from ..distributed.groups import barrier, distributed_position
 from .checkpoints.saving import Checkpointer
 from .job import TrainerState, TrainingJob
+from .trackers import connect_trackers
 from .train_config import NodeAwareTrainConfig
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class Trainer:
             )
             for callback in job.callbacks
         ]
+        connect_trackers(self.callbacks)  # W&B, TensorBoard: fed by the metric history
         self.state = TrainerState()
         self.checkpoints = Checkpointer(job, self.schedule, self.engine, self.callbacks)
 

@@ -33,7 +33,9 @@ local collate(model, t) = {
 local ref(name) = { type: 'ref', ref: name };
 
 // The `catwalk::train` step for one setting `t`; `data` is the name of the load_task step.
-local train_step(model, engine, t, data) = {
+// `callbacks`: Tango train callbacks, e.g. the trackers below; trackers are not part of the
+// step's identity, so turning one on retrains nothing.
+local train_step(model, engine, t, data, callbacks=[]) = {
   type: 'catwalk::train',
   model: model,
   training_engine: engine {
@@ -50,7 +52,7 @@ local train_step(model, engine, t, data) = {
   checkpoint_every: t.checkpoint_every,
   grad_accum: t.grad_accum,
   log_every: t.log_every,
-};
+} + (if std.length(callbacks) > 0 then { callbacks: callbacks } else {});
 
 local eval_step(model, t, data) = {
   type: 'catwalk::evaluate',
@@ -89,6 +91,19 @@ local cells(grid) = std.foldl(
   tasks: tasks,
   engines: engines,
 
+  // Experiment trackers for `callbacks`: W&B (online needs `wandb login` or WANDB_API_KEY;
+  // `mode: 'offline'` writes `<work dir>/wandb/` for `wandb sync`) and TensorBoard
+  // (`<work dir>/tensorboard/`, or `log_dir`).
+  trackers: {
+    wandb(project='catwalk_steps', mode=null, tags=[]):: {
+      type: 'wandb::log',
+      project: project,
+      tags: tags,
+    } + (if mode == null then {} else { mode: mode }),
+    tensorboard(log_dir=null):: { type: 'catwalk::tensorboard' }
+                                + (if log_dir == null then {} else { log_dir: log_dir }),
+  },
+
   // Settings that experiments share; `training` in `pipeline` overrides any of them.
   training: {
     demo: training_defaults,
@@ -106,13 +121,14 @@ local cells(grid) = std.foldl(
 
   // One pipeline. `prefix` names its steps (prefix + 'data', prefix + 'trained', ...), so that
   // several pipelines can live in one file.
-  pipeline(task, model, engine, training={}, prefix=''):: {
+  // `callbacks`: e.g. [lib.trackers.wandb(), lib.trackers.tensorboard()].
+  pipeline(task, model, engine, training={}, prefix='', callbacks=[]):: {
     local t = training_defaults + training,
     local data = prefix + 'data',
 
     steps: {
       [data]: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'] },
-      [prefix + 'trained']: train_step(model, engine, t, data),
+      [prefix + 'trained']: train_step(model, engine, t, data, callbacks),
       [prefix + 'eval_untrained']: eval_step(model, t, data),
       [prefix + 'eval_trained']: eval_step(ref(prefix + 'trained'), t, data),
       [prefix + 'report']: {
@@ -134,7 +150,8 @@ local cells(grid) = std.foldl(
   //         one cell per job of a job array; empty keeps every cell and adds the report.
   // One seed drives everything seeded in a cell: the model's init, data order and dropout.
   // Untrained models are evaluated once per distinct init and shared by the cells using it.
-  sweep(task, grid, engines, models, training={}, only=[], title='Sweep'):: {
+  //   callbacks: for every cell's training step, e.g. [lib.trackers.wandb()].
+  sweep(task, grid, engines, models, training={}, only=[], title='Sweep', callbacks=[]):: {
     local all_cells = cells(grid),
     local kept_cells = [
       c
@@ -174,7 +191,7 @@ local cells(grid) = std.foldl(
       ['eval_' + name]: eval_step(model_of(firsts[name]), setting(firsts[name]), 'data')
       for name in std.objectFields(firsts)
     } + {
-      ['trained,' + cell_name(c)]: train_step(model_of(c), engine_of(c), setting(c), 'data')
+      ['trained,' + cell_name(c)]: train_step(model_of(c), engine_of(c), setting(c), 'data', callbacks)
       for c in kept
     } + {
       ['eval_trained,' + cell_name(c)]: eval_step(ref('trained,' + cell_name(c)), setting(c), 'data')
