@@ -85,6 +85,7 @@ def match_modules(
             raise ConfigurationError(
                 f"{field}: pattern {pattern.pattern!r} matches no module; "
                 f"closest module names: {', '.join(closest_names(pattern.pattern, names))}"
+                f"{blocks_hint(model)}"
             )
         matched.extend(h for h in hits if h not in matched)
     return _deepest_first(model, matched)
@@ -99,6 +100,15 @@ def block_classes(model: torch.nn.Module) -> list[str]:
             if name not in declared:
                 declared.append(name)
     return declared
+
+
+def blocks_hint(model: torch.nn.Module) -> str:
+    """For a regex that matches nothing (another family's, say): the model's own blocks, which
+    leaving `modules_to_wrap` out would wrap."""
+    classes = block_classes(model)
+    if not any(type(module).__name__ in classes for module in model.modules()):
+        return ""
+    return f" (or leave modules_to_wrap out to wrap the model's blocks: {', '.join(classes)})"
 
 
 def find_blocks(model: torch.nn.Module, field: str = "modules_to_wrap") -> list[str]:
