@@ -9,7 +9,7 @@ from tango import Step
 
 import catwalk_steps  # noqa: F401  (registers the components)
 
-from .conftest import EXPERIMENTS, experiment_params
+from .conftest import EXPERIMENTS, evaluate_library, experiment_params
 
 EXPERIMENT_FILES = sorted(EXPERIMENTS.glob("*.jsonnet"))
 
@@ -124,17 +124,8 @@ def test_the_piqa_sweep_compares_engines_on_gpt2():
     assert steps["data"]["task"] == {"type": "catwalk::piqa"}
 
 
-def evaluate(tmp_path: Path, jsonnet: str) -> dict:
-    """A jsonnet snippet that imports the experiments' library as `lib`."""
-    from tango.common.params import Params
-
-    path = tmp_path / "snippet.jsonnet"
-    path.write_text(f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n{jsonnet}")
-    return Params.from_file(path).as_dict()
-
-
 def test_model_presets_switch_family_in_one_line_and_know_their_context_length(tmp_path):
-    presets = evaluate(
+    presets = evaluate_library(
         tmp_path,
         """{
           [name]: {
@@ -167,7 +158,7 @@ def test_model_presets_switch_family_in_one_line_and_know_their_context_length(t
 
 def test_max_length_null_needs_a_preset(tmp_path):
     with pytest.raises(RuntimeError, match="max_length: null takes the model's context length"):
-        evaluate(
+        evaluate_library(
             tmp_path,
             "lib.pipeline(lib.tasks.piqa, lib.models.pretrained('x'), lib.engines.torch(), "
             "training={max_length: null})",
@@ -175,7 +166,7 @@ def test_max_length_null_needs_a_preset(tmp_path):
 
 
 def test_engine_helpers_leave_modules_to_wrap_out_unless_given(tmp_path):
-    engines = evaluate(
+    engines = evaluate_library(
         tmp_path,
         """{
           auto: lib.engines.torch_fsdp(),

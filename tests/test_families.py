@@ -65,7 +65,13 @@ def test_automatic_wrapping_finds_the_familys_blocks(family, tokenizers):
 def build_engine(family: str, kind: str, tokenizers: dict, rank: int, work_dir: Path):
     engine_type, precision = ENGINES[kind]
     config = NodeAwareTrainConfig(
-        f"{family}-{kind}", work_dir, worker_id=rank, is_distributed=True, world_size=2
+        f"{family}-{kind}",
+        work_dir,
+        worker_id=rank,
+        is_distributed=True,
+        world_size=2,
+        local_rank=rank,
+        local_world_size=2,  # one thread each: threads of two ranks would fight for the cores
     )
     # modules_to_wrap left out: the model's own blocks.
     return TrainingEngine.by_name(engine_type)(
