@@ -108,18 +108,19 @@ class SequenceEncoder:
                 context_ids, choice_ids = choice_ids[:1], choice_ids[1:]
             else:
                 context_ids = (self.prefix_id,)
+            if not choice_ids:
+                raise TaskDataError(f"choice {choice!r} has no tokens")
         else:
             context_ids = self._cache[texts[0]]
             choice_ids = self._cache[texts[1]][len(context_ids) :]
+            if not choice_ids:
+                raise TaskDataError(
+                    f"choice {choice!r} has no tokens of its own after context "
+                    f"'...{context[-40:]}' (tokenized together, context and choice are no more "
+                    "tokens than the context)"
+                )
             # Only whitespace (lm-eval would score the first token unconditioned): the prefix.
             context_ids = context_ids or (self.prefix_id,)
-        if not choice_ids and len(texts) == 1:
-            raise TaskDataError(f"choice {choice!r} has no tokens")
-        if not choice_ids:
-            raise TaskDataError(
-                f"choice {choice!r} has no tokens of its own after context '...{context[-40:]}' "
-                "(tokenized together, context and choice are no more tokens than the context)"
-            )
         choice_ids = choice_ids[: self.max_length - 1]
         context_ids = context_ids[-(self.max_length - len(choice_ids)) :]
         return context_ids + choice_ids, len(choice_ids)

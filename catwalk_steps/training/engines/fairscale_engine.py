@@ -112,8 +112,8 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
             model.to(self.train_config.worker_local_default_device)
         # A model block that wrapped units itself (catwalk::with_wrapped_modules) has chosen
         # them: the model's blocks are then not wrapped a second time.
-        chosen = self.modules_to_wrap is not None or not has_fsdp_units(model)
-        names = self.inner_modules(model) if chosen else []
+        wrapped_by_model_block = self.modules_to_wrap is None and has_fsdp_units(model)
+        names = [] if wrapped_by_model_block else self.inner_modules(model)
         wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
         return FSDP(model, **self.fsdp_kwargs())
 
