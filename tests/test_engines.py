@@ -165,31 +165,6 @@ def test_units_wrapped_by_the_model_block_must_match_the_engine_precision(tmp_pa
     assert "the engine's precision is bf16" in message
 
 
-def units_of_a_model_block_that_wraps(rank, world_size, port, work_dir):
-    """The model block wraps the blocks itself (`catwalk::with_wrapped_modules`); the engine's
-    `modules_to_wrap` is left out: the blocks are not wrapped a second time."""
-    from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
-
-    model = {
-        "type": "catwalk::with_wrapped_modules",
-        "model": TINY_MODEL,
-        "modules_to_wrap": [BLOCKS],
-        "fsdp_config": {},
-    }
-    engine = fairscale_engine(rank, world_size, port, work_dir, model=model)
-    loss, _ = engine.forward_train(batch(rank), 0, 1)
-    engine.backward(loss)
-    engine.step()
-    return [name for name, m in engine.model.named_modules() if isinstance(m, FSDP)]
-
-
-@pytest.mark.distributed
-def test_blocks_wrapped_by_the_model_block_are_not_wrapped_again(tmp_path):
-    units = run_distributed(units_of_a_model_block_that_wraps, tmp_path, str(tmp_path))[0]
-    inner = "_fsdp_wrapped_module._fpw_module"
-    assert units == ["", f"{inner}.lm.transformer.h.0", f"{inner}.lm.transformer.h.1"]
-
-
 def train_save_resume(rank, world_size, port, work_dir):
     """Two steps, a checkpoint, a third step; then a new engine resumes and takes the third
     step again: same loss, same weights after it."""

@@ -36,6 +36,16 @@ ENGINES = {
 EXPORTED = "fsdp2"  # the engine whose (sharded, DCP) checkpoint is exported
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy machine the second
+    thread's spin-waits cost more than its work."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory) -> dict[str, str]:
     llama_style = save_llama_style_tokenizer(tmp_path_factory.mktemp("tokenizer"))
@@ -127,8 +137,34 @@ def save_checkpoint(engine, work_dir: Path) -> None:
     checkpointer.save(TrainerState(step=STEPS), validated=False)
 
 
+def units_of_a_model_block_that_wraps(rank: int, work_dir: Path) -> list[str]:
+    """The model block wraps GPT-2's blocks itself (`catwalk::with_wrapped_modules`); the
+    engine's `modules_to_wrap` is left out: FairScale must not wrap them a second time."""
+    from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
+
+    config = NodeAwareTrainConfig(
+        "model-block", work_dir, worker_id=rank, is_distributed=True, world_size=2
+    )
+    model = {
+        "type": "catwalk::with_wrapped_modules",
+        "model": model_spec("gpt2", {"byte_level": "catwalk::byte_level"}),
+        "modules_to_wrap": [r"transformer\.h\.[0-9]+"],
+        "fsdp_config": {},
+    }
+    engine = TrainingEngine.by_name("catwalk::fairscale")(
+        config,
+        Lazy(Model, Params(model)),
+        Lazy(Optimizer, Params({"type": "torch::AdamW", "lr": 3e-3})),
+        cpu_threads=1,
+    )
+    collate = MultipleChoiceCollator("catwalk::byte_level", 48)
+    train_and_score(engine, collate, rank)  # it trains
+    return [name for name, m in engine.model.named_modules() if isinstance(m, FSDP)]
+
+
 def every_family(rank, world_size, port, tokenizers, work_dir):
-    results: dict = {}
+    torch.set_num_threads(1)
+    results: dict = {"model_block": units_of_a_model_block_that_wraps(rank, Path(work_dir))}
     for family in FAMILIES:
         collate = MultipleChoiceCollator(model_spec(family, tokenizers)["tokenizer"], 48)
         for kind in ENGINES:
@@ -175,6 +211,17 @@ def test_bf16_stays_finite_and_near_float32(trained, family):
         assert all(math.isfinite(loss) for loss in bf16["losses"])
         assert all(math.isfinite(score) for score in flat(bf16["scores"]))
         assert bf16["losses"] == pytest.approx(rank[family, "fsdp2"]["losses"], rel=0.05)
+
+
+@pytest.mark.distributed
+def test_blocks_a_model_block_wrapped_are_not_wrapped_again(trained):
+    inner = "_fsdp_wrapped_module._fpw_module"
+    for rank in trained[0]:
+        assert rank["model_block"] == [
+            "",
+            f"{inner}.lm.transformer.h.0",
+            f"{inner}.lm.transformer.h.1",
+        ]
 
 
 def reference_scores(directory: Path) -> list[list[float]]:
