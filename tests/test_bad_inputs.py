@@ -148,8 +148,8 @@ CASES = [
     ),
     (
         DEMO,
-        {f"{E}.activation_checkpointing": True},
-        "ConfigurationError: training_engine.activation_checkpointing: name the modules to recompute in 'modules_to_wrap'",
+        {f"{E}.activation_checkpointing": True, f"{E}.modules_to_wrap": []},
+        "ConfigurationError: training_engine.activation_checkpointing: modules_to_wrap is [], so no module is recomputed; leave modules_to_wrap out (the model's blocks) or name the modules",
     ),
     (
         DEMO,
@@ -165,6 +165,16 @@ CASES = [
         FSDP,
         {f"{E}.modules_to_wrap": ["blocks"]},
         "ConfigurationError: training_engine.modules_to_wrap: pattern 'blocks' matches no module; closest module names:",
+    ),
+    (  # Another family's regex: the closest names, and the model's own blocks.
+        FSDP,
+        {f"{E}.modules_to_wrap": ["model\\.layers\\.[0-9]+"]},
+        "ConfigurationError: training_engine.modules_to_wrap: pattern 'model\\\\.layers\\\\.[0-9]+' matches no module; closest module names: lm.transformer.h.0, lm.transformer.h, lm.transformer.h.0.mlp, lm.transformer.h.0.ln_2, lm.transformer.h.0.ln_1 (or leave modules_to_wrap out to wrap the model's blocks: GPT2Block)",
+    ),
+    (
+        FSDP,
+        {f"{T}.model.config.model_type": "openai-gpt"},
+        'ConfigurationError: training_engine.modules_to_wrap: left out, so the model\'s blocks would be wrapped, but OpenAIGPTLMHeadModel declares no block classes (_no_split_modules); give modules_to_wrap (for this model: ["transformer\\\\.h\\\\.[0-9]+"]), or [] for the root alone',
     ),
     (
         FSDP,
@@ -376,27 +386,42 @@ def test_a_long_context_is_cut_before_it_is_tokenized():
 
 
 def test_useless_settings_warn_with_what_to_do():
+    from catwalk_steps.steps.start_warnings import training_warnings
+
+    [too_many] = training_warnings("cpu", 64)
+    assert too_many.startswith("train.device_count: 64 CPU processes on ")
+    assert training_warnings("cpu", 1) == []
+
+
+def test_blocks_wrapped_without_a_list_are_named_when_training_starts():
+    """One line: which class, how many; nothing when the list is given ([] included: the root
+    alone on purpose) or when nothing is wrapped."""
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model, TrainingEngine
 
-    from catwalk_steps.steps.start_warnings import training_warnings
+    from catwalk_steps.steps.start_warnings import wrapping_note
     from catwalk_steps.training.components import lazy_config
 
     from .conftest import TINY_MODEL
 
-    def engine_of(type_name):
-        return lazy_config(Lazy(TrainingEngine, Params({"type": type_name})), TrainingEngine, "e")
+    def note(**engine):
+        lazy = Lazy(TrainingEngine, Params(engine))
+        config = lazy_config(lazy, TrainingEngine, "training_engine")
+        return wrapping_note(config, Lazy(Model, Params(dict(TINY_MODEL))))
 
-    engine = engine_of("catwalk::fairscale")
-    model = Lazy(Model, Params(dict(TINY_MODEL)))
-    [root_only, too_many] = training_warnings(engine, model, "cpu", 64)
-    assert root_only == (
-        "training_engine.modules_to_wrap: empty, so FSDP shards only the root, gathers the whole "
-        "model for every forward and saves no memory; wrap the blocks (for this model: "
-        "modules_to_wrap: ['transformer\\.h\\.[0-9]+'])"
+    prefix = "training_engine.modules_to_wrap: left out, so the model's blocks (its "
+    assert note(type="catwalk::fairscale") == (
+        prefix + "_no_split_modules) are FSDP units: 2 x GPT2Block"
     )
-    assert too_many.startswith("train.device_count: 64 CPU processes on ")
-    assert training_warnings(engine_of("catwalk::torch"), model, "cpu", 1) == []
+    assert note(type="catwalk::torch_fsdp", activation_checkpointing=True) == (
+        prefix + "_no_split_modules) are FSDP units and recomputed: 2 x GPT2Block"
+    )
+    assert note(type="catwalk::torch", activation_checkpointing=True) == (
+        prefix + "_no_split_modules) are recomputed: 2 x GPT2Block"
+    )
+    assert note(type="catwalk::fairscale", modules_to_wrap=[]) is None
+    assert note(type="catwalk::fairscale", modules_to_wrap=["transformer\\.h\\.0"]) is None
+    assert note(type="catwalk::torch") is None
 
 
 def test_answers_that_max_length_cuts_are_counted():

@@ -14,7 +14,7 @@ from catwalk_steps.scoring.evaluation import metrics_from_scores, score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.synthetic import SyntheticTask
 
-from .conftest import EXPERIMENTS, run_tango, step_result
+from .conftest import EXPERIMENTS, evaluate_library, run_tango, step_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -45,6 +45,34 @@ def test_demo_learns_the_synthetic_task(demo_run: Path):
     assert all(v["count"] == 256 for v in validations)
     logged = [entry["step"] for entry in history["metrics_history"]["train"]]
     assert logged == [1, *range(10, 201, 10)]  # Tango logs the first step and every 10th
+
+
+def test_demo_wraps_the_gpt2_blocks_without_a_regex(demo_run: Path):
+    log = (demo_run / "runs" / "first" / "out.log").read_text()
+    assert (
+        "training_engine.modules_to_wrap: left out, so the model's blocks (its "
+        "_no_split_modules) are FSDP units: 2 x GPT2Block"
+    ) in log
+
+
+def test_demo_with_a_tiny_llama_wraps_its_blocks_and_learns(demo_run: Path, tmp_path: Path):
+    """demo_fsdp.jsonnet with the model block replaced by a Llama config, `modules_to_wrap`
+    left out as shipped: the Llama blocks become the FSDP units, and it learns as GPT-2 does."""
+    llama = evaluate_library(tmp_path, "lib.models.tiny_llama")
+    output = run_tango(
+        EXPERIMENTS / "demo_fsdp.jsonnet",
+        demo_run,
+        "llama",
+        {"steps.trained.model": llama, "steps.eval_untrained.model": llama},
+    )
+    assert (
+        "training_engine.modules_to_wrap: left out, so the model's blocks (its "
+        "_no_split_modules) are FSDP units: 2 x LlamaDecoderLayer"
+    ) in output
+    trained = read_json(step_result(demo_run, "llama", "eval_trained") / "data.json")
+    untrained = read_json(step_result(demo_run, "llama", "eval_untrained") / "data.json")
+    assert trained["acc"] >= 0.9 and untrained["acc"] < 0.4
+    assert 'Found output for step "data" in cache' in output  # only the model changed
 
 
 def test_second_run_reuses_the_cache(demo_run: Path):

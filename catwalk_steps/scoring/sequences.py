@@ -39,11 +39,18 @@ def answer_chars(choice: str) -> int:
 
 
 class SequenceEncoder:
-    """Tokenizes (context, choice) pairs as lm-evaluation-harness does.
+    """Tokenizes (context, choice) pairs as lm-evaluation-harness (0.4, Hugging Face models) does.
 
-    Context and choice are tokenized separately and joined; if the pair is longer than
-    `max_length`, context tokens are dropped from the left, so the choice is always scored whole.
-    Encodings are memoised: contexts and choices repeat across choices and epochs.
+    The split is lm-eval's `_encode_pair`: whitespace at the end of the context moves to the
+    choice; the context is tokenized alone and joined with the choice, and the choice's tokens
+    are the joined text's past the context's own (so a choice that does not start a new token is
+    split as lm-eval splits it). Both use the tokenizer's special tokens, as lm-eval's
+    `tok_encode` does: a tokenizer that adds BOS (Llama-style) starts the context with it, one
+    that adds none (GPT-2) gets none, and a text that already starts with BOS gets no second
+    one. An empty context is lm-eval's too: its prefix token (BOS, else EOS) before the choice.
+    If the pair is longer than `max_length`, context tokens are dropped from the left (BOS with
+    them, as in lm-eval), so the choice is always scored whole. Encodings are memoised:
+    contexts repeat across choices and epochs.
     """
 
     def __init__(self, tokenizer, max_length: int = 256, field: str = "max_length"):
@@ -54,21 +61,27 @@ class SequenceEncoder:
             )
         self.tokenizer = tokenizer
         self.max_length = max_length
-        self._cache: dict[str, tuple[int, ...]] = {}
+        # lm-eval's `prefix_token_id`: what an empty context becomes.
+        bos = tokenizer.bos_token_id
+        self.prefix_id = bos if bos is not None else tokenizer.eos_token_id
+        self.prefix_text = tokenizer.decode([self.prefix_id])
+        self._cache: dict[tuple[str, bool], tuple[int, ...]] = {}
 
-    def encode(self, text: str) -> tuple[int, ...]:
-        ids = self._cache.get(text)
-        if ids is None:
-            self.encode_all([text])
-            ids = self._cache[text]
-        return ids
+    def key(self, text: str, special: bool = True) -> tuple[str, bool]:
+        """`text` with the tokenizer's special tokens, unless it starts with the prefix token."""
+        return text, special and not (self.prefix_text and text.startswith(self.prefix_text))
 
-    def encode_all(self, texts: Sequence[str]) -> None:
-        """Tokenizes the texts not seen yet in one batched call (much faster than one by one)."""
-        new = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if new:
-            encoded = self.tokenizer(new, add_special_tokens=False)["input_ids"]
-            self._cache.update(zip(new, map(tuple, encoded), strict=True))
+    def encode_all(self, keys: Sequence[tuple[str, bool]]) -> None:
+        """Tokenizes the texts not seen yet in one batched call per setting of special tokens
+        (much faster than one by one)."""
+        new = [key for key in dict.fromkeys(keys) if key not in self._cache]
+        for special in (True, False):
+            texts = [text for text, with_special in new if with_special == special]
+            if texts:
+                encoded = self.tokenizer(texts, add_special_tokens=special)["input_ids"]
+                self._cache.update(
+                    zip([(t, special) for t in texts], map(tuple, encoded), strict=True)
+                )
 
     def clip(self, context: str, choice: str) -> tuple[str, str]:
         """Only the end of a context and the start of a choice can be used: a text far longer
@@ -77,12 +90,37 @@ class SequenceEncoder:
         limit = self.max_length * CHARS_PER_TOKEN
         return context[-limit:], choice[:limit]
 
-    def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
+    def texts(self, context: str, choice: str) -> list[tuple[str, bool]]:
+        """What a pair is tokenized from: the context, and context and choice joined (the
+        context's trailing whitespace moved to the choice); the choice alone for no context."""
         context, choice = self.clip(context, choice)
-        context_ids = self.encode(context) or (self.tokenizer.eos_token_id,)
-        choice_ids = self.encode(choice)
-        if not choice_ids:
-            raise TaskDataError(f"choice {choice!r} has no tokens")
+        if not context:
+            return [self.key(choice, special=False)]
+        kept = context.rstrip()
+        return [self.key(kept), self.key(kept + context[len(kept) :] + choice)]
+
+    def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
+        texts = self.texts(context, choice)
+        self.encode_all(texts)  # those not memoised yet
+        if len(texts) == 1:  # no context: lm-eval's prefix token, unless the choice starts so
+            choice_ids = self._cache[texts[0]]
+            if choice_ids[:1] == (self.prefix_id,):
+                context_ids, choice_ids = choice_ids[:1], choice_ids[1:]
+            else:
+                context_ids = (self.prefix_id,)
+            if not choice_ids:
+                raise TaskDataError(f"choice {choice!r} has no tokens")
+        else:
+            context_ids = self._cache[texts[0]]
+            choice_ids = self._cache[texts[1]][len(context_ids) :]
+            if not choice_ids:
+                raise TaskDataError(
+                    f"choice {choice!r} has no tokens of its own after context "
+                    f"'...{context[-40:]}' (tokenized together, context and choice are no more "
+                    "tokens than the context)"
+                )
+            # Only whitespace (lm-eval would score the first token unconditioned): the prefix.
+            context_ids = context_ids or (self.prefix_id,)
         choice_ids = choice_ids[: self.max_length - 1]
         context_ids = context_ids[-(self.max_length - len(choice_ids)) :]
         return context_ids + choice_ids, len(choice_ids)
@@ -90,7 +128,7 @@ class SequenceEncoder:
     def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
         """One sequence per choice of every instance, in instance order."""
         self.encode_all(
-            [text for i in instances for c in i.choices for text in self.clip(i.context, c)]
+            [key for i in instances for c in i.choices for key in self.texts(i.context, c)]
         )
         out = []
         for i, instance in enumerate(instances):

@@ -28,7 +28,7 @@ from tango.integrations.torch import (
 from ..distributed.rendezvous import rendezvous_settings
 from ..scoring.precision import Precision
 from ..training.components import lazy_config, registered_name, resolve_config
-from ..training.wrapping import compile_patterns, match_modules
+from ..training.wrapping import NOTHING_TO_RECOMPUTE, compile_patterns, select_modules
 from .registry import closest
 from .trackers import check_trackers
 
@@ -151,15 +151,15 @@ def check_engine(lazy: Any) -> dict[str, Any]:
     engine, params = lazy_config(lazy, TrainingEngine, key)
     check_keys(engine, params, key)
     Precision.parse(params.get("precision", "fp32"), f"{key}.precision")
-    patterns = params.get("modules_to_wrap") or []
-    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+    patterns = params.get("modules_to_wrap")  # None (left out): the model's own blocks
+    if patterns is not None and (
+        not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)
+    ):
         raise ConfigurationError(f"{key}.modules_to_wrap: a list of regexes, got {patterns!r}")
-    compile_patterns(patterns, f"{key}.modules_to_wrap")
+    compile_patterns(patterns or [], f"{key}.modules_to_wrap")
     checkpointing = params.get("activation_checkpointing", False)
-    if checkpointing and not patterns:
-        raise ConfigurationError(
-            f"{key}.activation_checkpointing: name the modules to recompute in 'modules_to_wrap'"
-        )
+    if checkpointing and patterns == []:
+        raise ConfigurationError(NOTHING_TO_RECOMPUTE)
     name = registered_name(TrainingEngine, engine)
     if name == "catwalk::torch" and patterns and not checkpointing:
         raise ConfigurationError(
@@ -179,7 +179,13 @@ def check_engine(lazy: Any) -> dict[str, Any]:
             params["lr_scheduler"], LRScheduler, f"{key}.lr_scheduler"
         )
         check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
-    return {"name": name, "patterns": patterns, "precision": params.get("precision", "fp32")}
+    return {
+        "name": name,
+        "patterns": patterns,
+        # Whether the engine wraps or recomputes inner modules: they must exist in the model.
+        "selects_modules": name in SHARDED_ENGINES or bool(checkpointing),
+        "precision": params.get("precision", "fp32"),
+    }
 
 
 def is_number(value: Any) -> bool:
@@ -243,11 +249,12 @@ def model_skeleton(lazy: Any) -> Any:
 
 
 def check_against_model(skeleton: Any, engine: dict[str, Any], collates: Iterable[Mapping]) -> None:
-    """Regexes that match nothing, and a max_length the model's positions cannot hold."""
+    """Inner modules that cannot be found (a regex that matches nothing; no `modules_to_wrap`
+    for a model that declares no blocks), and a max_length the model's positions cannot hold."""
     if skeleton is None:
         return
-    if engine["patterns"]:
-        match_modules(skeleton, engine["patterns"], "training_engine.modules_to_wrap")
+    if engine["selects_modules"]:
+        select_modules(skeleton, engine["patterns"], "training_engine.modules_to_wrap")
     positions = max_positions(skeleton)
     for collate in collates:
         length = collate.get("max_length")

@@ -36,7 +36,7 @@ from ..training.job import Schedule, TrainingJob
 from ..training.trackers import RUN_CARD_FILE
 from .formats import HFModelFormat
 from .preflight import check_train_step
-from .start_warnings import cut_answer_warnings, training_warnings
+from .start_warnings import cut_answer_warnings, training_warnings, wrapping_note
 from .trackers import split_trackers, tracker_callbacks
 
 
@@ -178,7 +178,7 @@ def build_job(
     )
     engine = lazy_config(arguments["training_engine"], TrainingEngine, "training_engine")
     warnings = [devices.note] if devices.note else []
-    warnings += training_warnings(engine, arguments["model"], devices.device_type, devices.count)
+    warnings += training_warnings(devices.device_type, devices.count)
     loader = arguments["train_dataloader"]
     splits = (schedule.train_split, schedule.validation_split)
     warnings += cut_answer_warnings(dataset_dict, loader, splits)
@@ -212,6 +212,9 @@ def build_job(
     check_resumable(job.work_dir, job.resume_from, engine[0].__name__, job.world_size)
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
     announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
+    note = wrapping_note(engine, arguments["model"])
+    if note:
+        log.info(note)
     return job
 
 

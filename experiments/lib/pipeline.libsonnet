@@ -12,7 +12,8 @@ local training_defaults = {
   weight_decay: 0.0,
   batch_size: 16,  // instances per rank and step; each brings all its choices
   eval_batch_size: 32,
-  max_length: 128,  // tokens of context + choice; contexts are cut on the left
+  max_length: 128,  // tokens of context + choice; contexts are cut on the left; null: the
+  // model preset's context length (lib.models)
   train_steps: 200,  // the demo reaches 1.00 by step 150
   validate_every: 100,
   // Checkpoints are written when validating, so the best checkpoint (by validation accuracy)
@@ -31,6 +32,11 @@ local collate(model, t) = {
 };
 
 local ref(name) = { type: 'ref', ref: name };
+
+// The settings with `max_length: null` resolved to the model's context length.
+local for_model(t, model) = t {
+  max_length: if t.max_length == null then models.context_length(model) else t.max_length,
+};
 
 // The `catwalk::train` step for one setting `t`; `data` is the name of the load_task step.
 // `callbacks`: Tango train callbacks, e.g. the trackers below; trackers are not part of the
@@ -123,7 +129,7 @@ local cells(grid) = std.foldl(
   // several pipelines can live in one file.
   // `callbacks`: e.g. [lib.trackers.wandb(), lib.trackers.tensorboard()].
   pipeline(task, model, engine, training={}, prefix='', callbacks=[]):: {
-    local t = training_defaults + training,
+    local t = for_model(training_defaults + training, model),
     local data = prefix + 'data',
 
     steps: {
@@ -168,11 +174,11 @@ local cells(grid) = std.foldl(
     local pick(blocks, cell, key) =
       if std.objectHas(cell, key) then blocks[cell[key]] else blocks[std.objectFields(blocks)[0]],
     local model_key(cell) = if std.objectHas(cell, 'model') then cell.model else std.objectFields(models)[0],
-    local setting(cell) = training_defaults + training + {
+    local setting(cell) = for_model(training_defaults + training + {
       [k]: cell[k]
       for k in std.objectFields(cell)
       if !std.member(['engine', 'model', 'precision'], k)
-    },
+    }, pick(models, cell, 'model')),
     local engine_of(cell) = pick(engines, cell, 'engine') + (
       if std.objectHas(cell, 'precision') then { precision: cell.precision } else {}
     ),
