@@ -1,5 +1,5 @@
-"""From multiple-choice instances to padded CPU tensors: (context, choice) pairs tokenized as
-lm-evaluation-harness does, and batches of whole instances for the rank classifier.
+"""From multiple-choice instances to padded CPU tensors: (context, continuation) pairs tokenized
+and cut as lm-evaluation-harness does, and batches of whole instances for the rank classifier.
 
 The collator never asks the model for its device: the training engine moves batches.
 """
@@ -14,6 +14,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataCollator
 
 from ..tasks import MultipleChoiceInstance, TaskDataError
+from ..tasks.base import joined_choice_chars
 from .tokenization import load_tokenizer
 
 CHARS_PER_TOKEN = 64
@@ -35,15 +36,18 @@ def answer_chars(choice: str) -> int:
 
     lm-evaluation-harness divides by this length for `acc_norm`.
     """
-    return len(choice[1:] if choice.startswith(" ") else choice)
+    return joined_choice_chars(choice)
 
 
 class SequenceEncoder:
-    """Tokenizes (context, choice) pairs as lm-evaluation-harness does.
+    """Tokenizes (context, continuation) pairs as lm-evaluation-harness 0.4 does for causal LMs.
 
-    Context and choice are tokenized separately and joined; if the pair is longer than
-    `max_length`, context tokens are dropped from the left, so the choice is always scored whole.
-    Encodings are memoised: contexts and choices repeat across choices and epochs.
+    `max_length` is the model's input length (lm-evaluation-harness's `max_length`). A pair is
+    at most `max_length + 1` tokens: the model reads all but the last, which is only ever a
+    target (:func:`~catwalk_steps.scoring.logprobs.continuation_log_probs` leaves it out of the
+    input). Longer pairs lose context tokens on the left; the continuation is scored whole (its
+    first `max_length` tokens, should it alone be longer). Encodings are memoised: contexts and
+    continuations repeat across choices and epochs.
     """
 
     def __init__(self, tokenizer, max_length: int = 256, field: str = "max_length"):
@@ -71,32 +75,55 @@ class SequenceEncoder:
             self._cache.update(zip(new, map(tuple, encoded), strict=True))
 
     def clip(self, context: str, choice: str) -> tuple[str, str]:
-        """Only the end of a context and the start of a choice can be used: a text far longer
-        than `max_length` tokens (a 20 MB goal, say) is cut before it is tokenized. No token
-        covers more than :data:`CHARS_PER_TOKEN` characters, so the kept tokens are the same."""
-        limit = self.max_length * CHARS_PER_TOKEN
+        """lm-evaluation-harness's split of a pair, and only what can be used of it.
+
+        Whitespace that ends the context starts the continuation instead (so " Paris" keeps
+        its space-prefixed token). Only the end of a context and the start of a continuation
+        can be used: a text far longer than `max_length` tokens (a 20 MB goal, say) is cut
+        before it is tokenized. No token covers more than :data:`CHARS_PER_TOKEN` characters,
+        so the kept tokens are the same."""
+        stripped = context.rstrip()
+        context, choice = stripped, context[len(stripped) :] + choice
+        limit = (self.max_length + 1) * CHARS_PER_TOKEN
         return context[-limit:], choice[:limit]
 
-    def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
+    def texts(self, context: str, choice: str) -> tuple[str, ...]:
+        """What :meth:`pair` tokenizes."""
         context, choice = self.clip(context, choice)
-        context_ids = self.encode(context) or (self.tokenizer.eos_token_id,)
-        choice_ids = self.encode(choice)
+        return (context, context + choice) if context else (choice,)
+
+    def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
+        """The tokens of one (context, continuation) pair and how many are the continuation's.
+
+        As lm-evaluation-harness: the pair is tokenized whole and the context alone; the
+        continuation's tokens are the whole's after the context's. An empty context is the
+        tokenizer's beginning-of-text token (else end-of-text), as there."""
+        context, choice = self.clip(context, choice)
+        if context:
+            context_ids = self.encode(context)
+            choice_ids = self.encode(context + choice)[len(context_ids) :]
+        else:  # the beginning-of-text token is the context, unless the choice starts with it
+            bos = self.tokenizer.bos_token_id
+            prefix = self.tokenizer.eos_token_id if bos is None else bos
+            choice_ids = self.encode(choice)
+            split = 1 if choice_ids[:1] == (prefix,) else 0
+            context_ids, choice_ids = choice_ids[:split] or (prefix,), choice_ids[split:]
         if not choice_ids:
             raise TaskDataError(f"choice {choice!r} has no tokens")
-        choice_ids = choice_ids[: self.max_length - 1]
-        context_ids = context_ids[-(self.max_length - len(choice_ids)) :]
-        return context_ids + choice_ids, len(choice_ids)
+        choice_ids = choice_ids[: self.max_length]
+        return (context_ids + choice_ids)[-(self.max_length + 1) :], len(choice_ids)
 
     def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
         """One sequence per choice of every instance, in instance order."""
         self.encode_all(
-            [text for i in instances for c in i.choices for text in self.clip(i.context, c)]
+            [text for i in instances for pair in i.pairs() for text in self.texts(*pair)]
         )
         out = []
         for i, instance in enumerate(instances):
-            for c, choice in enumerate(instance.choices):
-                ids, continuation_length = self.pair(instance.context, choice)
-                out.append(ChoiceSequence(ids, continuation_length, i, c, answer_chars(choice)))
+            chars = instance.norm_chars()
+            for c, (context, choice) in enumerate(instance.pairs()):
+                ids, continuation_length = self.pair(context, choice)
+                out.append(ChoiceSequence(ids, continuation_length, i, c, chars[c]))
         return out
 
 
@@ -133,7 +160,8 @@ class MultipleChoiceCollator(DataCollator):
     (:class:`~catwalk_steps.scoring.rank_classifier.RankClassifier`).
 
     :param tokenizer: the model's tokenizer: hub name, path, or "catwalk::byte_level".
-    :param max_length: longest (context + choice) sequence in tokens; contexts are cut on the left.
+    :param max_length: the model's input length in tokens (lm-evaluation-harness's); longer
+        (context + choice) pairs are cut on the left of the context.
     """
 
     def __init__(self, tokenizer: str, max_length: int = 256):
