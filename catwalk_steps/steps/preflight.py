@@ -259,9 +259,27 @@ def max_positions(model: Any) -> int | None:
     return None
 
 
+def check_evaluate_tasks(kwargs: Mapping[str, Any]) -> None:
+    """The in-loop tasks (each built, so checked, by now) run when the step validates."""
+    tasks = kwargs.get("evaluate_tasks") or []
+    if tasks and kwargs.get("validation_split", "validation") is None:
+        raise ConfigurationError(
+            "train.evaluate_tasks: scored whenever the step validates, but validation_split is "
+            "null; give a validation split"
+        )
+    names = [task.name for task in tasks]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigurationError(
+                f"train.evaluate_tasks: '{name}' is given {names.count(name)} times; give each "
+                "task once"
+            )
+
+
 def check_train_step(kwargs: Mapping[str, Any]) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
     check_schedule(kwargs)
+    check_evaluate_tasks(kwargs)
     engine = check_engine(kwargs["training_engine"])
     collates = [
         check_loader(kwargs.get("train_dataloader"), "train_dataloader"),

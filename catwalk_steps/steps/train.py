@@ -17,6 +17,7 @@ from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
 from ..launch import run_training
 from ..scoring.rank_classifier import RankClassifier
+from ..tasks import Task
 from ..training.callbacks import RunMetrics
 from ..training.checkpoints import (
     best_checkpoint,
@@ -54,9 +55,14 @@ class TrainRankClassifier(Step[RankClassifier]):
     :param rendezvous_timeout: seconds to wait for every node to join before failing.
     :param resume_from: a checkpoint (or a step's work directory) to start from when this step
         has none of its own, e.g. one written with another `device_count`.
+    :param evaluate_tasks: tasks scored whenever the step validates (every `validate_every`
+        steps and at the end), by name or block (`{name: 'arc_easy', max_instances: 500}`), with
+        the validation loader and exact over all ranks (:mod:`~catwalk_steps.training.
+        task_evaluation`); kept in the metric history (`tasks`), in checkpoints and in the
+        trained model's `catwalk_model.json`, and plotted per task by the reports.
     """
 
-    VERSION = "002"
+    VERSION = "003"
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = HFModelFormat()
@@ -110,6 +116,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         callbacks: list[Lazy[TrainCallback]] | None = None,
         remove_stale_checkpoints: bool = True,
         resume_from: str | None = None,
+        evaluate_tasks: list[Task] | None = None,
     ) -> RankClassifier:
         arguments = dict(locals())  # every key of the step, as given or defaulted
         del arguments["self"]
@@ -154,11 +161,21 @@ def plan_training(step: Step, arguments: dict[str, Any]) -> TrainingJob:
         include_package=tuple(get_extra_imported_modules()),
         resume_from=Path(resume_from) if resume_from else None,
         workspace=step.workspace,
+        evaluate_tasks=in_loop_instances(arguments["evaluate_tasks"] or [], step),
     )
     check_resumable(job.work_dir, job.resume_from, engine[0].__name__, job.world_size)
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
     step.logger.info("Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
     return job
+
+
+def in_loop_instances(tasks: list[Task], step: Step) -> dict[str, list]:
+    """Each in-loop task's instances, loaded once here and sent to the workers with the job."""
+    loaded = {}
+    for task in tasks:
+        loaded[task.name] = task.evaluation_instances()
+        step.logger.info("In-loop task %s: %d instances", task.name, len(loaded[task.name]))
+    return loaded
 
 
 def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:

@@ -8,6 +8,7 @@ value after each batch. Every rank joins the all-reduce, as every rank runs ever
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -24,14 +25,16 @@ HISTORY_FILE = "metrics_history.json"
 class RunMetrics(TrainCallback):
     """Turns per-batch counts into exact `acc`, `acc_norm` and `loss` over the whole split, and
     keeps the history of the run: the training loss at every logged step (averaged over ranks by
-    Tango) and the metrics of every validation. The main process writes the history to
-    `metrics_history.json` in the step's work directory after each validation and at the end.
+    Tango), the metrics of every validation, and each in-loop task's (`tasks`: `{task: [{step,
+    acc, acc_norm, count}]}`, handed over by the loop through :meth:`record_task_metrics`). The
+    main process writes the history to `metrics_history.json` in the step's work directory after
+    each validation and at the end; checkpoints keep it (the callbacks' state).
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.totals: dict[str, float] | None = None
-        self.history: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
+        self.history: dict[str, Any] = {"train": [], "validation": []}
 
     def log_batch(
         self, step: int, epoch: int, batch_loss: float, batch_outputs: list[dict[str, Any]]
@@ -82,6 +85,12 @@ class RunMetrics(TrainCallback):
         self.history["validation"].append(entry)
         self.write_history()
 
+    def record_task_metrics(self, step: int, results: dict[str, dict[str, Any]]) -> None:
+        """The in-loop tasks' metrics after step `step` (0-based), exact over all ranks."""
+        for name, metrics in results.items():
+            by_task = self.history.setdefault("tasks", {})
+            by_task.setdefault(name, []).append({"step": step + 1, **metrics})
+
     def post_train_loop(self, step: int, epoch: int) -> None:
         self.write_history()
 
@@ -91,11 +100,11 @@ class RunMetrics(TrainCallback):
 
     def state_dict(self) -> dict[str, Any]:
         # A copy: what is logged after the checkpoint must not leak into it.
-        return {"history": {key: list(entries) for key, entries in self.history.items()}}
+        return {"history": copy.deepcopy(self.history)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # A resumed run keeps what it logged before the checkpoint and nothing after it.
-        self.history = {key: list(entries) for key, entries in state_dict["history"].items()}
+        self.history = copy.deepcopy(state_dict["history"])
 
 
 def summed_over_ranks(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
