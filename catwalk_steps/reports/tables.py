@@ -50,16 +50,25 @@ class Report:
 
     :ivar configs: each run's configuration in a sweep (none for a plain comparison).
     :ivar histories: each run's validation history (`[{step, acc, ...}]`), for the curves.
+    :ivar task_histories: each run's in-loop task scores (`{task: [{step, acc, ...}]}`).
+    :ivar column_order: the columns in this order (a suite's tasks, then the average);
+        otherwise `acc`, `acc_norm`, `n`, then the rest alphabetically.
+    :ivar details: everything else the report's files keep (a suite's full per-task results).
     """
 
     rows: dict[str, dict[str, Any]]
     title: str = "Metrics"
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     histories: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    task_histories: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    column_order: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
         seen = {key for row in self.rows.values() for key in row}
+        if self.column_order:
+            return [c for c in self.column_order if c in seen]
         leading = [c for c in LEADING_COLUMNS if c in seen]
         return leading + sorted(seen - set(leading))
 
@@ -182,6 +191,9 @@ class Report:
             "rows": self.rows,
             "configs": self.configs,
             "histories": self.histories,
+            "task_histories": self.task_histories,
+            "column_order": self.column_order,
+            "details": self.details,
             "summaries": summaries if self.aggregated else {},
         }
 
@@ -228,7 +240,16 @@ def build_report(
         title=title,
         configs={name: dict(config) for name, config in (configs or {}).items()},
         histories=histories,
+        task_histories=in_loop_histories(metrics),
     )
 
 
-# --- Plots ----------------------------------------------------------------------------------
+def in_loop_histories(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, list]]:
+    """`{run: {task: [{step, acc, ...}]}}` from the training histories that evaluations of
+    trained models carry (runs without in-loop tasks are left out)."""
+    out = {}
+    for name, run in runs.items():
+        history = run.get("training_history")
+        if isinstance(history, Mapping) and history.get("tasks"):
+            out[name] = {task: list(points) for task, points in history["tasks"].items()}
+    return out

@@ -127,8 +127,8 @@ class TaskSpec:
                 close = difflib.get_close_matches(name, sorted(available), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 raise ConfigurationError(
-                    f"task '{self.name}': {key} names field '{name}', which {where} does not "
-                    f"have{hint} (fields: {', '.join(sorted(available))})"
+                    f"task '{self.name}': {key} names field '{name}', which the data does not "
+                    f"have{hint} (fields: {', '.join(sorted(available))}; in {where})"
                 )
 
 
