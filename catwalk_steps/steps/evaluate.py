@@ -40,6 +40,15 @@ class Evaluate(Step[dict]):
     CACHEABLE = True
     FORMAT = JsonFormat()
 
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        # Given `Task | None`, Tango 1.3.2 may pass the raw config on when building the task
+        # fails; build it here, when the step graph is built, so its own error is the message.
+        task = kwargs.get("task")
+        if task is not None and not isinstance(task, Task):
+            kwargs = {**kwargs, "task": Task.from_params(task)}
+        return kwargs
+
     def run(  # type: ignore[override]
         self,
         model: Model,

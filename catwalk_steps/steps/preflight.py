@@ -259,9 +259,18 @@ def max_positions(model: Any) -> int | None:
     return None
 
 
-def check_evaluate_tasks(kwargs: Mapping[str, Any]) -> None:
-    """The in-loop tasks (each built, so checked, by now) run when the step validates."""
-    tasks = kwargs.get("evaluate_tasks") or []
+def check_evaluate_tasks(kwargs: dict[str, Any]) -> None:
+    """The in-loop tasks run when the step validates. Each is built here if Tango has not
+    (given `list[Task] | None`, Tango 1.3.2 passes the raw config on when building fails, and
+    the task's own error is lost), so a bad task fails with its own message."""
+    from ..tasks import Task
+
+    tasks = [
+        task if isinstance(task, Task) else Task.from_params(task)
+        for task in kwargs.get("evaluate_tasks") or []
+    ]
+    if tasks:
+        kwargs["evaluate_tasks"] = tasks
     if tasks and kwargs.get("validation_split", "validation") is None:
         raise ConfigurationError(
             "train.evaluate_tasks: scored whenever the step validates, but validation_split is "
@@ -276,7 +285,7 @@ def check_evaluate_tasks(kwargs: Mapping[str, Any]) -> None:
             )
 
 
-def check_train_step(kwargs: Mapping[str, Any]) -> None:
+def check_train_step(kwargs: dict[str, Any]) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
     check_schedule(kwargs)
     check_evaluate_tasks(kwargs)

@@ -61,6 +61,13 @@ class SuiteReport(Step[Report]):
     CACHEABLE = True
     FORMAT = ReportFormat()
 
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        metric = kwargs.get("metric", "acc")
+        if metric not in ("acc", "acc_norm"):  # when the step graph is built
+            raise ConfigurationError(f"suite_report.metric: acc or acc_norm, got {metric!r}")
+        return kwargs
+
     def run(  # type: ignore[override]
         self,
         results: dict[str, dict[str, dict[str, Any]]],
@@ -71,8 +78,6 @@ class SuiteReport(Step[Report]):
     ) -> Report:
         if not results or not all(results.values()):
             raise ConfigurationError("suite_report.results: give at least one task for every run")
-        if metric not in ("acc", "acc_norm"):
-            raise ConfigurationError(f"suite_report.metric: acc or acc_norm, got {metric!r}")
         unknown = sorted(set(configs or {}) - set(results))
         if unknown:
             raise ConfigurationError(f"suite_report.configs: no results for run '{unknown[0]}'")

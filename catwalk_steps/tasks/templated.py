@@ -28,6 +28,8 @@ TASK_TYPE = "catwalk::task"
 def named_task_params(cls: type, params: Any) -> Any:
     """A task given by name (`'arc_easy'` arrives as `{type: 'arc_easy'}`) or as a block
     without a type (`{name: 'arc_easy', ...}`) becomes a `catwalk::task` block."""
+    if isinstance(params, str):
+        params = Params({"type": params})
     if cls is not Task or not isinstance(params, (Params, Mapping)):
         return params
     given = params.as_dict(quiet=True) if isinstance(params, Params) else dict(params)
@@ -140,8 +142,8 @@ class TemplatedTask(Task):
             for needed in {split, self.fewshot_split_of(source, split)}:
                 if not source.has(needed):
                     raise ConfigurationError(
-                        f"task '{self.name}': split '{needed}' is not in "
-                        f"{source.describe(needed)} (splits: {', '.join(source.splits() or [])})"
+                        f"task '{self.name}': split '{needed}' is not in the data (splits: "
+                        f"{', '.join(source.splits() or [])}; in {source.describe(needed)})"
                     )
                 available = source.fields(needed)
                 if available is None and self.source == "hub" and self.spec.fields:
