@@ -137,7 +137,7 @@ class TemplatedTask(Task):
     def check_data(self) -> None:
         """Before anything loads: the split exists, and the templates name only fields the data
         has (when the source can tell without loading)."""
-        for part, source in self.sources.items():
+        for source in self.sources.values():
             split = self.evaluation_split_of(source)
             for needed in {split, self.fewshot_split_of(source, split)}:
                 if not source.has(needed):
@@ -150,8 +150,6 @@ class TemplatedTask(Task):
                     available = set(self.spec.fields)
                 if available is not None:
                     self.spec.check_fields(available, source.describe(needed))
-            if part is not None and len(self.sources) > 3:
-                return  # subtasks share one layout: checking a few is enough
 
     def evaluation_split(self) -> str:
         return self.evaluation_split_of(next(iter(self.sources.values())))

@@ -118,11 +118,8 @@ class Trainer:
         self.validation_steps = self.schedule.validation_steps
         if self.validation_loader is not None and self.validation_steps is None:
             self.validation_steps = len(self.validation_loader)
-        self.tasks = InLoopTasks(
-            job.evaluate_tasks,
-            job.validation_dataloader or job.train_dataloader,
-            distributed=self.world_size > 1,
-        )
+        loader = job.validation_dataloader or job.train_dataloader
+        self.tasks = InLoopTasks(job.evaluate_tasks, loader, self.world_size > 1)
 
     @property
     def main(self) -> bool:
@@ -264,19 +261,8 @@ class Trainer:
         self.state.val_metric = metric
         if self.schedule.better(metric, self.state.best_val_metric):
             self.state.best_val_metric = metric
-        self.evaluate_tasks(step)
+        # In-loop tasks, recorded (RunMetrics) before post_val_loop writes this step's history.
+        self.tasks.run(step, self.engine, self.callbacks, show_progress=self.main)
         for callback in self.callbacks:
             callback.post_val_loop(step, self.state.epoch, metric, self.state.best_val_metric)
         self.engine.model.train()  # again, in case a callback changed it
-
-    def evaluate_tasks(self, step: int) -> None:
-        """The in-loop task suite (`evaluate_tasks`), exact over all ranks; callbacks that keep
-        histories (`RunMetrics`) record it before the validation's `post_val_loop`, so the
-        checkpoint of this step holds it."""
-        if not self.tasks:
-            return
-        results = self.tasks.evaluate(self.engine, show_progress=self.main)
-        for callback in self.callbacks:
-            record = getattr(callback, "record_task_metrics", None)
-            if record is not None:
-                record(step, results)

@@ -34,8 +34,18 @@ class InLoopTasks:
         self.loaders = {name: loader.construct(dataset=list(data)) for name, data in tasks.items()}
         self.distributed = distributed
 
-    def __bool__(self) -> bool:
-        return bool(self.loaders)
+    def run(
+        self, step: int, engine: TrainingEngine, callbacks: list[Any], show_progress: bool
+    ) -> None:
+        """Scores every task after step `step` (0-based) and hands the scores to the callbacks
+        that keep histories (`record_task_metrics`: RunMetrics). Collective."""
+        if not self.loaders:
+            return
+        results = self.evaluate(engine, show_progress)
+        for callback in callbacks:
+            record = getattr(callback, "record_task_metrics", None)
+            if record is not None:
+                record(step, results)
 
     def evaluate(self, engine: TrainingEngine, show_progress: bool) -> dict[str, dict[str, Any]]:
         """`{task: {acc, acc_norm, count}}` over every instance of every task. Collective."""
