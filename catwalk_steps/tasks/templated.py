@@ -137,6 +137,7 @@ class TemplatedTask(Task):
     def check_data(self) -> None:
         """Before anything loads: the split exists, and the templates name only fields the data
         has (when the source can tell without loading)."""
+        checked: set[frozenset[str]] = set()  # subtasks share their fields: check them once
         for source in self.sources.values():
             split = self.evaluation_split_of(source)
             for needed in {split, self.fewshot_split_of(source, split)}:
@@ -148,8 +149,9 @@ class TemplatedTask(Task):
                 available = source.fields(needed)
                 if available is None and self.source == "hub" and self.spec.fields:
                     available = set(self.spec.fields)
-                if available is not None:
+                if available is not None and frozenset(available) not in checked:
                     self.spec.check_fields(available, source.describe(needed))
+                    checked.add(frozenset(available))
 
     def evaluation_split(self) -> str:
         return self.evaluation_split_of(next(iter(self.sources.values())))
@@ -195,7 +197,7 @@ class TemplatedTask(Task):
     def det_hash_object(self) -> Any:
         return (
             TASK_TYPE,
-            sorted((k, repr(v)) for k, v in vars(self.spec).items()),
+            sorted((k, repr(v)) for k, v in self.spec.settings().items()),
             sorted((k, repr(v)) for k, v in self.options.items()),
             [source.identity() for source in self.sources.values()],
         )
@@ -211,11 +213,9 @@ class InstanceBuilder:
         self.extra = {"subtask": subtask} if subtask else {}
 
     def build(self, split: str) -> list[MultipleChoiceInstance]:
-        rows = self.source.rows(split)
+        rows = self.source.rows(split, self.task.max_instances)
         if not rows:
             raise TaskDataError(f"{self.source.describe(split)}: split '{split}' is empty")
-        if self.task.max_instances is not None:
-            rows = rows[: self.task.max_instances]
         sampler, pool = self.sampler(split), []
         if sampler is not None:
             pool = sampler.pool
