@@ -196,3 +196,34 @@ def test_mmlu_is_57_subjects_with_their_descriptions_and_categories():
         "The following are multiple choice questions (with answers) about abstract algebra.\n\n"
     )
     assert len({i.subtask for i in instances}) == 57
+
+
+def test_hub_tasks_load_what_lm_evaluation_harness_loads(monkeypatch):
+    """By default a task reads the hub datasets lm-evaluation-harness reads, scores the test
+    split where the task has one, and draws examples from the training split."""
+    import datasets
+
+    calls = []
+
+    def load_dataset(path, name=None, split=None):
+        calls.append((path, name, split))
+        if path == "cais/mmlu":
+            row = {"question": "Q?", "subject": name, "choices": list("wxyz"), "answer": 2}
+        else:
+            row = {"id": "1", "question": "Q?", "answerKey": "B"}
+            row["choices"] = {"text": ["x", "y"], "label": ["A", "B"]}
+        return datasets.Dataset.from_list([row, {**row, "question": "R?"}, row])
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    arc = TemplatedTask("arc_easy", num_fewshot=1)
+    assert arc.evaluation_split() == "test"
+    [first, _, _] = arc.evaluation_instances()
+    assert calls == [
+        ("allenai/ai2_arc", "ARC-Easy", "test"),
+        ("allenai/ai2_arc", "ARC-Easy", "train"),
+    ]
+    assert first.context.endswith("Answer: y\n\nQuestion: Q?\nAnswer:") and first.label == 1
+    calls.clear()
+    mmlu = TemplatedTask("mmlu", subtasks=["anatomy", "virology"], max_instances=1)
+    assert len(mmlu.evaluation_instances()) == 2
+    assert calls == [("cais/mmlu", "anatomy", "test"), ("cais/mmlu", "virology", "test")]
