@@ -73,7 +73,8 @@ class Evaluate(Step[dict]):
         scores = score_choices(model, instances, batch_size, length, where, parsed, progress=True)
         groups = getattr(getattr(task, "spec", None), "subtask_groups", None)
         metrics: dict[str, Any] = {**task_metrics(instances, scores, groups), **about}
-        self.logger.info("%s: %s", about.get("task", split or "validation"), metrics)
+        summary = {key: metrics[key] for key in ("acc", "acc_norm", "n")}
+        self.logger.info("%s: %s", about.get("task", split or "validation"), summary)
         if model.metrics_history is not None:
             # Passed on to reports, which plot it; the model is loaded here anyway.
             metrics["training_history"] = model.metrics_history
