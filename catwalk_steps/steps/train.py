@@ -24,6 +24,7 @@ from ..launch import run_training
 from ..reports.run_card import environment
 from ..reports.tables import training_figures
 from ..scoring.rank_classifier import RankClassifier
+from ..tasks import Task
 from ..training.callbacks import RunMetrics
 from ..training.checkpoints import (
     best_checkpoint,
@@ -63,6 +64,11 @@ class TrainRankClassifier(Step[RankClassifier]):
     :param rendezvous_timeout: seconds to wait for every node to join before failing.
     :param resume_from: a checkpoint (or a step's work directory) to start from when this step
         has none of its own, e.g. one written with another `device_count`.
+    :param evaluate_tasks: tasks scored whenever the step validates (every `validate_every`
+        steps and at the end), by name or block (`{name: 'arc_easy', max_instances: 500}`), with
+        the validation loader and exact over all ranks (:mod:`~catwalk_steps.training.
+        task_evaluation`); kept in the metric history (`tasks`), in checkpoints and in the
+        trained model's `catwalk_model.json`, and plotted per task by the reports.
     :param keep_last_checkpoints: how many of the newest checkpoints to keep besides the best
         (default 2: a damaged latest checkpoint falls back to the one before it).
     :param callbacks: Tango train callbacks; the trackers among them (`wandb::log`,
@@ -73,7 +79,7 @@ class TrainRankClassifier(Step[RankClassifier]):
     also written to `run_card.json` in the work directory when training starts.
     """
 
-    VERSION = "002"
+    VERSION = "003"
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = HFModelFormat()
@@ -131,6 +137,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         remove_stale_checkpoints: bool = True,
         keep_last_checkpoints: int = 2,
         resume_from: str | None = None,
+        evaluate_tasks: list[Task] | None = None,
     ) -> RankClassifier:
         arguments = dict(locals())  # every key of the step, as given or defaulted
         del arguments["self"]
@@ -208,6 +215,7 @@ def build_job(
         include_package=tuple(get_extra_imported_modules()),
         resume_from=Path(resume_from) if resume_from else None,
         workspace=workspace,
+        evaluate_tasks=in_loop_instances(arguments["evaluate_tasks"] or [], log),
     )
     check_resumable(job.work_dir, job.resume_from, engine[0].__name__, job.world_size)
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
@@ -248,6 +256,15 @@ def finished(card: dict[str, Any], wall_time_s: float, history: dict | None) -> 
         "peak_memory_mib": figures.get("peak MiB"),
     }
     return {**card, "training": training}
+
+
+def in_loop_instances(tasks: list[Task], log: logging.Logger) -> dict[str, list]:
+    """Each in-loop task's instances, loaded once here and sent to the workers with the job."""
+    loaded = {}
+    for task in tasks:
+        loaded[task.name] = task.evaluation_instances()
+        log.info("In-loop task %s: %d instances", task.name, len(loaded[task.name]))
+    return loaded
 
 
 def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:

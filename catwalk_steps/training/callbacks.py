@@ -13,6 +13,7 @@ value after each batch. Every rank joins the all-reduce, as every rank runs ever
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -30,15 +31,17 @@ HISTORY_FILE = "metrics_history.json"
 class RunMetrics(TrainCallback):
     """Turns per-batch counts into exact `acc`, `acc_norm` and `loss` over the whole split, and
     keeps the history of the run: at every logged step the training loss (averaged over ranks),
-    learning rate, tokens/s, seconds per step and each rank's peak memory, and the metrics of
-    every validation. The main process writes the history to `metrics_history.json` in the
-    step's work directory after each validation and at the end.
+    learning rate, tokens/s, seconds per step and each rank's peak memory; the metrics of every
+    validation; and each in-loop task's (`tasks`: `{task: [{step, acc, acc_norm, count}]}`,
+    handed over by the loop through :meth:`record_task_metrics`). The main process writes the
+    history to `metrics_history.json` in the step's work directory after each validation and at
+    the end; checkpoints keep it (the callbacks' state).
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.totals: dict[str, float] | None = None
-        self.history: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
+        self.history: dict[str, Any] = {"train": [], "validation": []}
         device = torch.device(getattr(self.train_config, "device", "cpu"))
         self.throughput = Throughput(device, self.train_config.is_distributed)
         self.step_lr: float | None = None
@@ -112,6 +115,14 @@ class RunMetrics(TrainCallback):
         self.write_history()
         self.throughput.resume()
 
+    def record_task_metrics(self, step: int, results: dict[str, dict[str, Any]]) -> None:
+        """The in-loop tasks' metrics after step `step` (0-based), exact over all ranks."""
+        for name, metrics in results.items():
+            entry = {"step": step + 1, **metrics}
+            self.history.setdefault("tasks", {}).setdefault(name, []).append(entry)
+            for listener in self.listeners:
+                listener.record(f"tasks/{name}", entry)
+
     def post_train_loop(self, step: int, epoch: int) -> None:
         self.write_history()
 
@@ -121,11 +132,11 @@ class RunMetrics(TrainCallback):
 
     def state_dict(self) -> dict[str, Any]:
         # A copy: what is logged after the checkpoint must not leak into it.
-        return {"history": {key: list(entries) for key, entries in self.history.items()}}
+        return {"history": copy.deepcopy(self.history)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # A resumed run keeps what it logged before the checkpoint and nothing after it.
-        self.history = {key: list(entries) for key, entries in state_dict["history"].items()}
+        self.history = copy.deepcopy(state_dict["history"])
 
 
 def summed_over_ranks(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

