@@ -8,8 +8,9 @@
   worker that failed is never counted as finished) and, when one fails, gives the others a
   grace period, then SIGTERM, then SIGKILL.
 - Workers fork from a server process (start method "forkserver") that imported torch,
-  transformers, Tango and this package once; a spawned worker spent seconds importing them for
-  every training step. The server imports no CUDA state, so forking from it is safe on GPUs.
+  transformers (its model and tokenizer classes too), Tango and this package once
+  (:mod:`.preload`); a spawned worker spent seconds importing them for every training step.
+  The server imports no CUDA state, so forking from it is safe on GPUs.
 
 What this module adds to torch's, and why torch's alone does not do it:
 
@@ -60,6 +61,7 @@ JOB_KEY = "catwalk/job"
 RENDEZVOUS_TOKEN = "rendezvous_token"  # in the step's work directory, for the other nodes
 WORKER_FAILED = (torch_mp.ProcessExitedException, torch_mp.ProcessRaisedException)
 GRACE_S = 5.0
+PRELOAD = "catwalk_steps.launch.preload"  # what the worker server imports once
 START_METHOD = (
     "forkserver"  # for the other workers to fail on their own once one has, then for SIGTERM
 )
@@ -153,7 +155,7 @@ def worker_context(job: TrainingJob) -> Any:
     (only when it starts; a server already running keeps what it has, and workers import the
     rest themselves)."""
     context = multiprocessing.get_context(START_METHOD)
-    context.set_forkserver_preload(["catwalk_steps", *job.include_package])
+    context.set_forkserver_preload([PRELOAD, *job.include_package])
     return context
 
 
