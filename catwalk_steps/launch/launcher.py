@@ -33,11 +33,12 @@ import contextlib
 import json
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import secrets
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -151,12 +152,18 @@ def start_workers(job: TrainingJob, node_rank: int) -> None:
 
 
 def worker_context(job: TrainingJob) -> Any:
-    """The multiprocessing context workers start from: its server preloads what they import
-    (only when it starts; a server already running keeps what it has, and workers import the
-    rest themselves)."""
-    context = multiprocessing.get_context(START_METHOD)
-    context.set_forkserver_preload([PRELOAD, *job.include_package])
-    return context
+    """The multiprocessing context workers start from, its server running."""
+    start_worker_server(job.include_package)
+    return multiprocessing.get_context(START_METHOD)
+
+
+def start_worker_server(include_package: Sequence[str] = ()) -> None:
+    """Starts the server that workers fork from, unless it runs, and returns at once: it imports
+    what they need (:mod:`.preload`, the `--include-package` modules) while this process goes
+    on, e.g. Tango building the step graph. A server already running keeps what it has; workers
+    import the rest themselves."""
+    multiprocessing.get_context(START_METHOD).set_forkserver_preload([PRELOAD, *include_package])
+    multiprocessing.forkserver.ensure_running()
 
 
 def watch(context: torch_mp.ProcessContext) -> None:
