@@ -43,6 +43,27 @@ def gpt2_spec(layers: int, width: int, length: int, vocab: int | None = None) ->
     }
 
 
+def llama_spec(layers: int, width: int, length: int) -> dict:
+    """A rank classifier over a Llama-architecture model of GPT-2's size (RMSNorm, rotary
+    positions, SwiGLU of width 8/3 x `width`, grouped-query attention: a third as many key/value
+    heads), built from a config; its blocks are found by class (`LlamaDecoderLayer`)."""
+    heads = max(1, width // 64)
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": layers,
+        "hidden_size": width,
+        "intermediate_size": 8 * width // 3,
+        "num_attention_heads": heads,
+        "num_key_value_heads": max(1, heads // 3),
+        "max_position_embeddings": length,
+    }
+    return {
+        "type": "catwalk::rank_classifier",
+        "tokenizer": "catwalk::byte_level",
+        "config": config,
+    }
+
+
 def engine_inputs(model: dict, work_dir: Path, rank: int, world_size: int, device: str = "cpu"):
     """(train config, lazy model, lazy AdamW) as `catwalk::train` hands them to an engine.
 
@@ -88,6 +109,42 @@ def spawn_ranks(fn, world_size: int, *args) -> None:
     store = start_store(world_size)
     mp.spawn(_rank_main, args=(world_size, store.port, fn, args), nprocs=world_size)
     del store
+
+
+# --- Memory of a process and of what it holds ---------------------------------------------
+
+
+def read_status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def reset_peak_rss() -> None:
+    """Linux: writing 5 to clear_refs resets the RSS high-water mark (VmHWM)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """What this rank holds of a tensor: an FSDP2 DTensor's local shard, else the tensor."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def model_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of parameters, gradients and optimizer state held by this rank (each tensor once)."""
+    tensors = {}
+    for p in model.parameters():
+        tensors[local(p).data_ptr()] = local(p)
+        if p.grad is not None:
+            tensors[local(p.grad).data_ptr()] = local(p.grad)
+    for state in optimizer.state.values():
+        for value in state.values():
+            if torch.is_tensor(value) and value.numel() > 1:
+                tensors[local(value).data_ptr()] = local(value)
+    return sum(t.numel() * t.element_size() for t in tensors.values() if t.numel() > 0)
 
 
 def machine() -> dict:

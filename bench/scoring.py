@@ -207,7 +207,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--models", default="gpt2-small,tiny")
     parser.add_argument("--tasks", default="piqa,hellaswag,arc_easy,mmlu")
     parser.add_argument("--per-task", type=int, default=64, help="docs per task (MMLU: total)")
-    parser.add_argument("--limit", type=int, default=None, help="score N docs per task, spread evenly")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="score N docs per task, spread evenly"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")

@@ -28,8 +28,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import engine_inputs, gpt2_spec, machine, spawn_ranks, write_results  # noqa: E402
-from memory_throughput import BLOCKS, read_status_kib, reset_peak_rss  # noqa: E402
+from common import (  # noqa: E402
+    engine_inputs,
+    gpt2_spec,
+    machine,
+    read_status_kib,
+    reset_peak_rss,
+    spawn_ranks,
+    write_results,
+)
+from memory_throughput import BLOCKS  # noqa: E402
 
 MiB = 2**20
 WORLD_SIZE = 2

@@ -6,8 +6,9 @@ workspace, each one cell of a small sweep (`--ext-var cell=i`), repeated R times
 
 Each round uses a fresh workspace and checks that every job exits 0, that every step the cells
 share (the task's data, each seed's untrained evaluation) was computed exactly once across all
-jobs, and that a final `tango run` of the whole sweep trains and evaluates nothing and prints
-the report. Results go to bench/results/shared_workspace.{md,json}.
+jobs, and that a final `tango run` of the whole sweep trains and evaluates nothing (it only
+writes the report, which no cell's job includes) and prints the report. Results go to
+bench/results/shared_workspace.{md,json}.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
 FINISHED = re.compile(r'Finished step "([^"]+)"')
 
 
+def learning_rates(jobs: int) -> str:
+    """`--ext-var lrs=...` for a grid of exactly `jobs` cells (2 seeds x jobs / 2 rates)."""
+    return ",".join(f"{(k + 1) * 1e-3:g}" for k in range(max(1, jobs // 2)))
+
+
 def tango(workspace: Path, name: str, *extra: str) -> list[str]:
     return [
         TANGO,
@@ -50,9 +56,10 @@ def tango(workspace: Path, name: str, *extra: str) -> list[str]:
 def one_round(jobs: int, workspace: Path) -> dict:
     """Starts `jobs` cells at once; returns what went wrong (empty lists: nothing)."""
     started = time.perf_counter()
+    grid = ("--ext-var", f"lrs={learning_rates(jobs)}")
     processes = [
         subprocess.Popen(
-            tango(workspace, f"cell{cell}", "--ext-var", f"cell={cell}"),
+            tango(workspace, f"cell{cell}", "--ext-var", f"cell={cell}", *grid),
             cwd=REPO,
             env=ENV,
             stdout=subprocess.PIPE,
@@ -76,10 +83,10 @@ def one_round(jobs: int, workspace: Path) -> dict:
     }
     twice = [f"{name} computed {n} times" for name, n in shared.items() if n != 1]
     final = subprocess.run(
-        tango(workspace, "whole"), cwd=REPO, env=ENV, capture_output=True, text=True
+        tango(workspace, "whole", *grid), cwd=REPO, env=ENV, capture_output=True, text=True
     )
     final_output = final.stdout + final.stderr
-    recomputed = FINISHED.findall(final_output)
+    recomputed = [name for name in FINISHED.findall(final_output) if name != "report"]
     final_problems = []
     if final.returncode != 0:
         final_problems.append(f"the whole sweep exited {final.returncode}")

@@ -3,9 +3,10 @@
 Importing the package registers every component (`include_package: [catwalk_steps]` in
 tango.yml). The sub-packages, from the bottom up:
 
-- :mod:`.tasks`: multiple-choice instances and their sources (hub, files, a seed);
+- :mod:`.tasks`: multiple-choice instances and their sources (hub, offline data, files, a
+  seed); the standard tasks by name, built from templates as lm-evaluation-harness builds them;
 - :mod:`.scoring`: tokenizing, the rank classifier over any causal LM, scoring a split;
-- :mod:`.reports`: tables, sweep aggregates and plots of several runs;
+- :mod:`.reports`: tables, task suites, sweep aggregates and plots of several runs;
 - :mod:`.distributed`: devices, the rendezvous store, process groups;
 - :mod:`.training`: engines, optimizers, loaders, callbacks, checkpoints, the loop;
 - :mod:`.launch`: the worker processes of a job, on one node or several;
@@ -20,9 +21,10 @@ from .steps import (
     LoadTask,
     MetricsReport,
     SharedLocalWorkspace,
+    SuiteReport,
     TrainRankClassifier,
 )
-from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task
+from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task, TemplatedTask
 from .training import (
     CatwalkFairScaleEngine,
     CatwalkTorchEngine,
@@ -47,7 +49,9 @@ __all__ = [
     "RunMetrics",
     "ShardedDataLoader",
     "SharedLocalWorkspace",
+    "SuiteReport",
     "SyntheticTask",
     "Task",
+    "TemplatedTask",
     "TrainRankClassifier",
 ]

@@ -32,6 +32,15 @@ def one_line_error(cls: type[BaseException]) -> type[BaseException]:
     return cls
 
 
+def rebuilt(type_name: str, message: str) -> BaseException | None:
+    """An error of a registered one-line type, rebuilt from its qualified type name and message
+    (as a worker process reports it to its launcher: as data, never pickled)."""
+    for cls in _ONE_LINE:
+        if f"{cls.__module__}.{cls.__qualname__}" == type_name:
+            return cls(message)
+    return None
+
+
 def command_line(prog: str, action) -> int:
     """Runs a console command's `action`, printing what it returns. Any failure is one line on
     stderr and exit status 1, as in `tango run` (the traceback with CATWALK_TRACEBACKS=1)."""

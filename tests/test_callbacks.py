@@ -76,9 +76,10 @@ def test_the_history_resumes_from_the_checkpointed_state(tmp_path):
     resumed = callback(tmp_path)
     resumed.load_state_dict(state)
     assert resumed.history == {
-        "train": [{"step": 1, "loss": 2.5}],
+        "train": [metrics.history["train"][0]],
         "validation": [metrics.history["validation"][0]],
     }
+    assert resumed.history["train"][0]["loss"] == 2.5
 
 
 def uneven_ranks(rank, world_size, port, work_dir):

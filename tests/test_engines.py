@@ -205,12 +205,34 @@ def test_a_nested_fsdp_checkpoint_resumes_where_it_stopped(tmp_path):
     assert weights["lm.transformer.wte.weight"].shape == (257, 32)
 
 
+def test_activation_checkpointing_without_a_list_recomputes_the_models_blocks(tmp_path):
+    config = train_config(0, 1, 0, tmp_path)
+    engine = CatwalkTorchEngine(
+        config, lazy_model(), lazy_optimizer(), activation_checkpointing=True
+    )
+    checkpointed = [
+        name
+        for name, module in engine.model.named_modules()
+        if getattr(module, "_catwalk_checkpointed", False)
+    ]
+    assert checkpointed == ["lm.transformer.h.0", "lm.transformer.h.1"]
+
+
 def test_engine_configuration_errors_name_the_field(tmp_path):
     config = train_config(0, 1, 0, tmp_path)
     with pytest.raises(ConfigurationError, match="training_engine.modules_to_wrap: DDP wraps no"):
         CatwalkTorchEngine(config, lazy_model(), lazy_optimizer(), modules_to_wrap=[BLOCKS])
-    with pytest.raises(ConfigurationError, match="training_engine.activation_checkpointing: name"):
-        CatwalkTorchEngine(config, lazy_model(), lazy_optimizer(), activation_checkpointing=True)
+    with pytest.raises(
+        ConfigurationError,
+        match=r"training_engine.activation_checkpointing: modules_to_wrap is \[\]",
+    ):
+        CatwalkTorchEngine(
+            config,
+            lazy_model(),
+            lazy_optimizer(),
+            modules_to_wrap=[],
+            activation_checkpointing=True,
+        )
     with pytest.raises(ConfigurationError, match="training_engine.precision: fp16 needs CUDA"):
         CatwalkTorchEngine(config, lazy_model(), lazy_optimizer(), precision="fp16")
     with pytest.raises(ConfigurationError, match="training_engine.fsdp_config.mixed_precision"):

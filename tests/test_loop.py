@@ -15,10 +15,14 @@ from .training import dataset, engine, history, job, loader, model_spec
 
 
 @pytest.mark.slow
-def test_a_non_finite_loss_stops_training_with_one_clear_line(tmp_path):
+@pytest.mark.parametrize("device_count", [1, pytest.param(2, marks=pytest.mark.distributed)])
+def test_a_non_finite_loss_stops_training_with_one_clear_line(tmp_path, device_count):
+    """In a worker process too: the launcher rebuilds the error from the worker's report."""
     blow_up = engine(optimizer={"type": "torch::AdamW", "lr": 1e9}, max_grad_norm=1.0)
     with pytest.raises(NonFiniteLossError) as error:
-        run_training(job(tmp_path / "w", device_count=1, engine_block=blow_up, train_steps=20))
+        run_training(
+            job(tmp_path / "w", device_count=device_count, engine_block=blow_up, train_steps=20)
+        )
     message = str(error.value)
     assert message.startswith("training step ") and "\n" not in message
     assert "loss is nan (the usual cause is a learning rate too high" in message

@@ -106,6 +106,7 @@ def test_two_nodes_train_like_two_processes_on_one_node(tmp_path, parity_run, en
     for mine, theirs in zip(nodes["validation"], single["validation"], strict=True):
         assert (mine["count"], mine["acc"]) == (theirs["count"], theirs["acc"])
         assert mine["loss"] == pytest.approx(theirs["loss"], rel=1e-5)
+    assert nodes["tasks"] == single["tasks"]  # in-loop task scores, each node a share
     if engine != "ddp":
         return
     # Cached once: node 0 alone finds the result (the rendezvous keys are not in the cache key).

@@ -14,7 +14,7 @@ from catwalk_steps.scoring.evaluation import metrics_from_scores, score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.synthetic import SyntheticTask
 
-from .conftest import EXPERIMENTS, run_tango, step_result
+from .conftest import EXPERIMENTS, evaluate_library, run_tango, step_result
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -40,11 +40,39 @@ def test_demo_learns_the_synthetic_task(demo_run: Path):
         (step_result(demo_run, "first", "trained") / "catwalk_model.json").read_text()
     )
     validations = history["metrics_history"]["validation"]
-    assert [v["step"] for v in validations] == [100, 200, 300]
+    assert [v["step"] for v in validations] == [100, 200]
     assert max(v["acc"] for v in validations) >= 0.9
     assert all(v["count"] == 256 for v in validations)
     logged = [entry["step"] for entry in history["metrics_history"]["train"]]
-    assert logged == [1, *range(10, 301, 10)]  # Tango logs the first step and every 10th
+    assert logged == [1, *range(10, 201, 10)]  # Tango logs the first step and every 10th
+
+
+def test_demo_wraps_the_gpt2_blocks_without_a_regex(demo_run: Path):
+    log = (demo_run / "runs" / "first" / "out.log").read_text()
+    assert (
+        "training_engine.modules_to_wrap: left out, so the model's blocks (its "
+        "_no_split_modules) are FSDP units: 2 x GPT2Block"
+    ) in log
+
+
+def test_demo_with_a_tiny_llama_wraps_its_blocks_and_learns(demo_run: Path, tmp_path: Path):
+    """demo_fsdp.jsonnet with the model block replaced by a Llama config, `modules_to_wrap`
+    left out as shipped: the Llama blocks become the FSDP units, and it learns as GPT-2 does."""
+    llama = evaluate_library(tmp_path, "lib.models.tiny_llama")
+    output = run_tango(
+        EXPERIMENTS / "demo_fsdp.jsonnet",
+        demo_run,
+        "llama",
+        {"steps.trained.model": llama, "steps.eval_untrained.model": llama},
+    )
+    assert (
+        "training_engine.modules_to_wrap: left out, so the model's blocks (its "
+        "_no_split_modules) are FSDP units: 2 x LlamaDecoderLayer"
+    ) in output
+    trained = read_json(step_result(demo_run, "llama", "eval_trained") / "data.json")
+    untrained = read_json(step_result(demo_run, "llama", "eval_untrained") / "data.json")
+    assert trained["acc"] >= 0.9 and untrained["acc"] < 0.4
+    assert 'Found output for step "data" in cache' in output  # only the model changed
 
 
 def test_second_run_reuses_the_cache(demo_run: Path):
@@ -84,7 +112,9 @@ def test_saved_model_reloads_outside_tango_with_the_same_scores(demo_run: Path):
 def test_report_is_written_as_markdown_and_csv(demo_run: Path):
     report = step_result(demo_run, "first", "report")
     markdown = (report / "report.md").read_text()
-    assert "| run | acc | acc_norm | n |" in markdown and "| trained |" in markdown
+    assert "| run | acc | acc_norm | n | peak MiB | tokens/s |" in markdown
+    assert "| trained |" in markdown
+    assert markdown.index("## Run card") > markdown.index("| trained |")  # under the table
     csv_lines = (report / "report.csv").read_text().splitlines()
-    assert csv_lines[0] == "run,acc,acc_norm,n"
+    assert csv_lines[0] == "run,acc,acc_norm,n,peak MiB,tokens/s"
     assert {line.split(",")[0] for line in csv_lines[1:]} == {"untrained", "trained"}

@@ -28,13 +28,14 @@ def model() -> RankClassifier:
 
 
 def reference_score(model: RankClassifier, context: str, choice: str, max_length: int = 256):
-    """log p(choice | context) from one unpadded sequence, without any of the batching code."""
+    """log p(choice | context) from one unpadded sequence, without any of the batching code, cut
+    as lm-evaluation-harness cuts it: the last `max_length + 1` tokens, all but the last read."""
     tokenizer = model.tokenizer
     context_ids = tokenizer(context, add_special_tokens=False)["input_ids"]
     choice_ids = tokenizer(choice, add_special_tokens=False)["input_ids"]
-    ids = (context_ids + choice_ids)[-max_length:]
+    ids = (context_ids + choice_ids)[-(max_length + 1) :]
     with torch.no_grad():
-        log_probs = model.lm(torch.tensor([ids])).logits[0].double().log_softmax(-1)
+        log_probs = model.lm(torch.tensor([ids[:-1]])).logits[0].double().log_softmax(-1)
     start = len(ids) - len(choice_ids)
     return sum(float(log_probs[p - 1, ids[p]]) for p in range(start, len(ids)))
 

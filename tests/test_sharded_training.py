@@ -52,6 +52,36 @@ def test_validation_under_wrapped_fsdp_equals_evaluate_on_the_saved_model(parity
     assert evaluated["acc_norm"] == during_training["acc_norm"]
 
 
+IN_LOOP_TASKS = ("arc_easy", "winogrande", "mmlu")
+
+
+@pytest.mark.parametrize("engine", ["single", "ddp", "fsdp_wrapped", "fsdp2_wrapped"])
+def test_in_loop_task_scores_are_exact_and_kept_in_the_history(parity_run, engine):
+    tasks = history(parity_run, "parity", engine)["tasks"]  # from the last checkpoint's state
+    assert {task: [p["count"] for p in points] for task, points in tasks.items()} == {
+        "arc_easy": [19],
+        "winogrande": [7],
+        "mmlu": [5],
+    }
+    assert all(points[0]["step"] == 12 for points in tasks.values())
+
+
+@pytest.mark.parametrize("engine", ["ddp", "fsdp_wrapped", "fsdp2_wrapped"])
+def test_in_loop_task_scores_equal_evaluate_on_the_saved_model(parity_run, engine):
+    """Scored in the loop under DDP, FairScale FSDP and FSDP2 (2 ranks, padding) and by a
+    separate catwalk::evaluate of the checkpoint: the same numbers."""
+    tasks = history(parity_run, "parity", engine)["tasks"]
+    for task in IN_LOOP_TASKS:
+        [in_loop] = tasks[task]
+        evaluated = read_json(
+            step_result(parity_run, "parity", f"suite,{task},{engine}") / "data.json"
+        )
+        assert evaluated["n"] == in_loop["count"], task
+        assert (evaluated["acc"], evaluated["acc_norm"]) == (in_loop["acc"], in_loop["acc_norm"]), (
+            task
+        )
+
+
 ONE_DEVICE = {"steps.trained.device_count": 1, "steps.trained.train_steps": 200}
 
 

@@ -37,6 +37,8 @@ UNEVEN_CONTEXTS = [
     Instance("Q: ok?\nA:", (" yes", " no"), 1),
     Instance("A much longer context that goes on about nothing. The end", (" x", " yz"), 1),
     Instance("", (" an empty context", " is the end-of-text token"), 0),
+    # WinoGrande-style: one context per choice, so one row per choice
+    Instance(("The cat sat on the mat", "The dog sat on the"), (" because", " log"), 0),
 ]
 UNEVEN_CHOICE_COUNTS = [
     Instance("Pick:", (" a", " bb"), 0),
@@ -44,8 +46,8 @@ UNEVEN_CHOICE_COUNTS = [
     Instance("Pick one of three:", (" left", " right", " neither of them"), 2),
 ]
 ONE_TOKEN_CHOICES = [  # MMLU-style letters: one forward of the context scores them all
-    Instance("Question: 2 + 2?\nA. 3\nB. 4\nC. 5\nD. 6\nAnswer: ", ("A", "B", "C", "D"), 1),
-    Instance("Question: sky?\nA. blue\nB. green\nAnswer: ", ("A", "B"), 0),
+    Instance("Question: 2 + 2?\nA. 3\nB. 4\nC. 5\nD. 6\nAnswer:", ("A", "B", "C", "D"), 1),
+    Instance("Question: sky?\nA. blue\nB. green\nAnswer:", ("A", "B"), 0),
 ]
 LONG = "Question: " + "very " * 12 + "long\nAnswer:"
 TRUNCATED_CONTEXTS = [  # max_length 24: the context is cut on the left
@@ -63,20 +65,29 @@ MODELS["llama"] = TINY_LLAMA
 
 
 def reference_scores(model: RankClassifier, instances, max_length: int = 256):
-    """log p(choice | context) from one unpadded sequence per choice, in float64, without any
-    of the scoring code: as lm-eval defines it (an empty context is the end-of-text token; a
-    context too long is cut on the left)."""
+    """log p(continuation | context) from one unpadded sequence per choice, in float64, without
+    any of the scoring code, as lm-evaluation-harness 0.4 defines it: whitespace ending the
+    context moves to the continuation; the continuation's tokens are those of the whole pair
+    past the context's; an empty context is the prefix (end-of-text) token; a pair longer than
+    `max_length + 1` tokens loses context tokens on the left; the last token is only a target.
+    (The byte-level tokenizer adds no special tokens.)"""
     tokenizer = model.tokenizer
+
+    def encode(text):
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
     out = []
     for instance in instances:
-        context = tokenizer(instance.context, add_special_tokens=False)["input_ids"]
-        context = context or [tokenizer.eos_token_id]
         row = []
-        for choice in instance.choices:
-            choice_ids = tokenizer(choice, add_special_tokens=False)["input_ids"]
-            ids = (context + choice_ids)[-max_length:]
+        for context, choice in instance.pairs():
+            stripped = context.rstrip()
+            continuation = context[len(stripped) :] + choice
+            context_ids = encode(stripped) if stripped else [tokenizer.eos_token_id]
+            whole = encode(stripped + continuation) if stripped else context_ids + encode(choice)
+            choice_ids = whole[len(context_ids) :]
+            ids = (context_ids + choice_ids)[-(max_length + 1) :]
             with torch.no_grad():
-                log_probs = model.lm(torch.tensor([ids])).logits[0].double().log_softmax(-1)
+                log_probs = model.lm(torch.tensor([ids[:-1]])).logits[0].double().log_softmax(-1)
             start = len(ids) - len(choice_ids)
             row.append(sum(float(log_probs[p - 1, ids[p]]) for p in range(start, len(ids))))
         out.append(row)
@@ -110,7 +121,7 @@ def test_rows_share_a_context_only_where_its_tokens_are_the_same():
                               .tokenizer, max_length=24)  # fmt: skip
     rows = packed_rows(encoder.sequences(TRUNCATED_CONTEXTS + ONE_TOKEN_CHOICES))
     assert [r.sequences for r in rows] == [(0, 1), (2,), (3,), (4, 5, 6, 7), (8, 9)]
-    assert [len(r.context) for r in rows] == [20, 22, 8, 23, 23]  # cut to 24 - choice length
+    assert [len(r.context) for r in rows] == [21, 23, 9, 24, 24]  # max_length + 1 - choice
     assert rows[3].length == len(rows[3].context)  # one-token choices add nothing to a row
 
 

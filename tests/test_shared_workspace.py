@@ -53,6 +53,13 @@ class Jobs:
         process.start()
         self.processes[name] = process
 
+    def start_behind(self, name: str) -> None:
+        """Starts job `name` and lets it go once it has found the step's lock taken (it then
+        waits for the lock)."""
+        self.start(name, holds=("waiting",))
+        self.reached(name, "waiting")
+        self.release(name, "waiting")
+
     def reached(self, name: str, point: str) -> None:
         assert self.events[name, point][0].wait(JOIN_S), f"{name} never reached {point}"
 
@@ -111,9 +118,7 @@ def test_a_job_holding_the_lock_before_its_record_says_running_is_waited_for(job
     assert jobs.info().state == StepState.INCOMPLETE
     with pytest.raises(OSError, match="can only be one of {running}"):
         LocalWorkspace(jobs.workspace).step_info(jobs.step)
-    jobs.start("b", holds=("waiting",))
-    jobs.reached("b", "waiting")
-    jobs.release("b", "waiting")
+    jobs.start_behind("b")
     jobs.release("a", "locked")
     assert jobs.finish() == {"a": ("ok", EXPECTED), "b": ("ok", EXPECTED)}
     assert computations(jobs.log) == 1
@@ -123,9 +128,7 @@ def test_a_running_step_is_waited_for_then_read_from_the_cache(jobs):
     jobs.start("a", holds=("running",))
     jobs.reached("a", "running")
     assert jobs.info().state == StepState.RUNNING
-    jobs.start("b", holds=("waiting",))
-    jobs.reached("b", "waiting")
-    jobs.release("b", "waiting")
+    jobs.start_behind("b")
     jobs.release("a", "running")
     assert jobs.finish() == {"a": ("ok", EXPECTED), "b": ("ok", EXPECTED)}
     assert computations(jobs.log) == 1
@@ -135,9 +138,7 @@ def test_a_result_being_written_is_waited_for_not_read_half_written(jobs):
     jobs.start("a", holds=("writing",))
     jobs.reached("a", "writing")  # data.json on disk, no cache metadata yet
     assert jobs.step not in SharedLocalWorkspace(jobs.workspace).step_cache
-    jobs.start("b", holds=("waiting",))
-    jobs.reached("b", "waiting")
-    jobs.release("b", "waiting")
+    jobs.start_behind("b")
     jobs.release("a", "writing")
     assert jobs.finish() == {"a": ("ok", EXPECTED), "b": ("ok", EXPECTED)}
     assert computations(jobs.log) == 1
@@ -146,9 +147,7 @@ def test_a_result_being_written_is_waited_for_not_read_half_written(jobs):
 def test_after_the_other_job_fails_the_waiting_job_computes_the_step_itself(jobs):
     jobs.start("a", holds=("running",), fail=True)
     jobs.reached("a", "running")
-    jobs.start("b", holds=("waiting",))
-    jobs.reached("b", "waiting")
-    jobs.release("b", "waiting")
+    jobs.start_behind("b")
     jobs.release("a", "running")
     reports = jobs.finish()
     assert reports["a"] == ("error", "RuntimeError: this job's step fails")
@@ -160,9 +159,7 @@ def test_after_the_other_job_fails_the_waiting_job_computes_the_step_itself(jobs
 def test_a_killed_job_s_lock_goes_with_it_and_the_waiting_job_takes_over(jobs):
     jobs.start("a", holds=("running",))
     jobs.reached("a", "running")
-    jobs.start("b", holds=("waiting",))
-    jobs.reached("b", "waiting")
-    jobs.release("b", "waiting")
+    jobs.start_behind("b")
     jobs.kill("a")
     assert jobs.finish() == {"b": ("ok", EXPECTED)}
     assert computations(jobs.log) == 1

@@ -96,6 +96,19 @@ def test_a_rerun_trains_nothing_and_a_new_seed_trains_only_its_cells(sweep_run):
     assert summaries["lr=0.001"]["acc"]["count"] == 3
 
 
+def reproducible(metrics: dict) -> dict:
+    """An evaluation's metrics and its model's training history, without what measures the
+    machine at the time (tokens/s, seconds per step, memory, wall time: the run card)."""
+    history = metrics.get("training_history") or {"train": [], "validation": []}
+    kept = ("step", "loss", "lr")
+    return {
+        **{key: metrics[key] for key in ("acc", "acc_norm", "n")},
+        "train": [{key: e[key] for key in kept if key in e} for e in history["train"]],
+        "validation": history["validation"],
+        "trained_by": metrics.get("run_card", {}).get("step"),
+    }
+
+
 def test_one_cell_in_another_workspace_gives_identical_metrics(sweep_run, tmp_path):
     workspace, _ = sweep_run
     run_tango(SWEEP, tmp_path / "ws", "alone", extra=("--ext-var", "cell=0"))
@@ -103,7 +116,7 @@ def test_one_cell_in_another_workspace_gives_identical_metrics(sweep_run, tmp_pa
     for step in (f"eval_trained,{cell}", "eval_untrained,model=tiny,seed=1"):
         here = read_json(step_result(tmp_path / "ws", "alone", step) / "data.json")
         there = read_json(step_result(workspace, "first", step) / "data.json")
-        assert here == there, step
+        assert reproducible(here) == reproducible(there), step
     assert unique_id(tmp_path / "ws", "alone", f"trained,{cell}") == unique_id(
         workspace, "first", f"trained,{cell}"
     )

@@ -1,4 +1,5 @@
-"""Regex-driven module matching and wrapping, shared by every engine."""
+"""Choosing modules to wrap (the model's blocks, regexes, or none) and wrapping them, shared by
+every engine."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
 from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.training.wrapping import checkpoint_activations, match_modules, wrap_modules
+from catwalk_steps.training.wrapping import (
+    checkpoint_activations,
+    match_modules,
+    select_modules,
+    wrap_modules,
+)
 
 from .conftest import TINY_GPT2
 
@@ -65,6 +71,49 @@ def test_a_pattern_matching_nothing_lists_the_closest_names(model):
         "closest module names: "
     )
     assert "lm.transformer.h.0" in message
+
+
+def test_left_out_selects_the_declared_blocks_and_an_empty_list_none(model):
+    assert model.lm._no_split_modules == {"GPT2Block"}
+    assert select_modules(model, None) == ["lm.transformer.h.0", "lm.transformer.h.1"]
+    assert select_modules(model, []) == []
+    assert select_modules(model, [r"transformer\.h\.1"]) == ["lm.transformer.h.1"]
+
+
+def test_nested_block_classes_come_children_first():
+    class Inner(torch.nn.Linear):
+        pass
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Inner(2, 2)
+
+    model = torch.nn.Sequential(Block(), Block())
+    model._no_split_modules = ["Block", "Inner"]
+    assert select_modules(model, None) == ["0.inner", "1.inner", "0", "1"]
+
+
+def test_a_model_without_block_classes_asks_for_modules_to_wrap():
+    no_blocks = RankClassifier(
+        config={**TINY_GPT2, "model_type": "openai-gpt"}, tokenizer="catwalk::byte_level"
+    )
+    with pytest.raises(ConfigurationError) as error:
+        select_modules(no_blocks, None, "training_engine.modules_to_wrap")
+    assert str(error.value) == (
+        "training_engine.modules_to_wrap: left out, so the model's blocks would be wrapped, but "
+        "OpenAIGPTLMHeadModel declares no block classes (_no_split_modules); give "
+        'modules_to_wrap (for this model: ["transformer\\\\.h\\\\.[0-9]+"]), or [] for the '
+        "root alone"
+    )
+    assert select_modules(no_blocks, []) == []  # the root alone, as asked
+
+
+def test_block_classes_the_model_does_not_have_are_named():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    model._no_split_modules = ["DecoderLayer"]
+    with pytest.raises(ConfigurationError, match=r"Sequential has no module of its block classes "):
+        select_modules(model, None)
 
 
 def test_an_invalid_regex_names_the_pattern(model):

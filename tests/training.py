@@ -112,6 +112,17 @@ def history(work_dir: Path) -> dict:
     return json.loads((Path(work_dir) / HISTORY_FILE).read_text())
 
 
+MEASURED = ("tokens_per_s", "s_per_step", "peak_memory_mib")  # of the machine, not the run
+
+
+def reproducible(metrics_history: dict) -> dict:
+    """A metric history without what measures the machine at the time (throughput, memory)."""
+    return {
+        section: [{k: v for k, v in entry.items() if k not in MEASURED} for entry in entries]
+        for section, entries in metrics_history.items()
+    }
+
+
 @TrainCallback.register("test::faults")
 class Faults(TrainCallback):
     """For `tango run` tests: records each worker's pid; once, after `kill_step` steps, kills

@@ -1,11 +1,11 @@
 // python bench/shared_workspace.py   (runs this file as a job array: one `--ext-var cell=i` per job)
-// A sweep of 8 cells (2 seeds x 4 learning rates) at the smallest useful size: the jobs of a
-// round share the data step and one untrained evaluation per seed.
+// A sweep of 2 seeds x `--ext-var lrs=...` learning rates (8 cells by default) at the smallest
+// useful size: the jobs of a round share the data step and one untrained evaluation per seed.
 local lib = import '../../experiments/lib/pipeline.libsonnet';
 
 lib.sweep(
   task=lib.tasks.synthetic { sizes: { train: 16, validation: 8 } },
-  grid={ seed: [1, 2], lr: [1e-3, 2e-3, 3e-3, 4e-3] },
+  grid={ seed: [1, 2], lr: lib.ext_numbers('lrs', [1e-3, 2e-3, 3e-3, 4e-3]) },
   engines={ ddp: lib.engines.torch() },
   models={ tiny: lib.models.tiny_gpt2 },
   training=lib.training.demo {

@@ -33,7 +33,6 @@ import json
 import logging
 import multiprocessing
 import os
-import pickle
 import secrets
 import signal
 import time
@@ -46,7 +45,7 @@ import torch.multiprocessing as torch_mp
 
 from ..distributed.groups import destroy_process_group_if_initialized
 from ..distributed.rendezvous import start_store
-from ..errors import one_line_error
+from ..errors import one_line_error, rebuilt
 from ..files import write_atomic
 from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob, train_config_for
@@ -217,14 +216,11 @@ def failure(
         )
     if reports:
         first_report = reports[0]
-        if first_report.exception is not None:
-            with contextlib.suppress(Exception):
-                error = pickle.loads(first_report.exception)
-                if isinstance(error, BaseException):
-                    return error
-        return WorkerFailed(
-            f"rank {first_report.rank}: {first_report.error_type}: {first_report.message}"
-        )
+        error = rebuilt(first_report.error_type, first_report.message)
+        if error is not None:
+            return error
+        kind = first_report.error_type.rpartition(".")[2]
+        return WorkerFailed(f"rank {first_report.rank}: {kind}: {first_report.message}")
     return WorkerFailed(f"a worker exited without a report (exit codes by rank: {exit_codes})")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import select
 import signal
 import sys
@@ -31,13 +30,13 @@ class RendezvousError(RuntimeError):
 
 @dataclass(frozen=True)
 class WorkerReport:
-    """What a failing worker tells the launcher before it exits."""
+    """What a failing worker tells the launcher before it exits: text only (the launcher
+    rebuilds our one-line error types from their names)."""
 
     rank: int
-    error_type: str
-    message: str
+    error_type: str  # qualified: "catwalk_steps.training.engines.base.NonFiniteLossError"
+    message: str  # the first line
     traceback: str
-    exception: bytes | None  # the pickled exception, re-raised by the launcher when it can be
 
 
 def worker_main(
@@ -160,15 +159,9 @@ def leave_finished_worker() -> None:
 
 
 def report_of(rank: int, error: BaseException) -> WorkerReport:
-    try:
-        pickled: bytes | None = pickle.dumps(error)
-        pickle.loads(pickled)
-    except Exception:
-        pickled = None
     return WorkerReport(
         rank=rank,
-        error_type=type(error).__name__,
+        error_type=f"{type(error).__module__}.{type(error).__qualname__}",
         message=first_line(error),
         traceback="".join(traceback.format_exception(error)),
-        exception=pickled,
     )

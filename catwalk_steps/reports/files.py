@@ -10,15 +10,17 @@ from rich.table import Table
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
-from .plots import CURVES_PLOT, FINAL_PLOT, plot_curves, plot_final
+from .plots import CURVES_PLOT, FINAL_PLOT, TASKS_PLOT, plot_curves, plot_final, plot_task_curves
 from .tables import Report
 
 
 @Format.register("catwalk::report")
 class ReportFormat(Format[Report]):
-    """`report.md`, `report.csv`, `runs.csv`, `report.json` and the plots, in the result dir."""
+    """`report.md`, `report.csv`, `runs.csv`, `report.json` and the plots, in the result dir:
+    for a sweep, validation accuracy over steps and final accuracy per configuration; when runs
+    scored tasks in the loop, those scores over steps, one panel per task."""
 
-    VERSION = "002"
+    VERSION = "003"
 
     def write(self, artifact: Report, dir: PathOrStr) -> None:
         directory = Path(dir)
@@ -30,6 +32,8 @@ class ReportFormat(Format[Report]):
         if artifact.aggregated:
             plot_curves(artifact, directory / CURVES_PLOT)
             plot_final(artifact, directory / FINAL_PLOT)
+        if artifact.task_histories:
+            plot_task_curves(artifact, directory / TASKS_PLOT)
 
     def read(self, dir: PathOrStr) -> Report:
         payload = json.loads((Path(dir) / "report.json").read_text())
@@ -38,23 +42,48 @@ class ReportFormat(Format[Report]):
             title=payload["title"],
             configs=payload.get("configs", {}),
             histories=payload.get("histories", {}),
+            run_cards=payload.get("run_cards", {}),
+            environment=payload.get("environment", {}),
+            step_times=payload.get("step_times", []),
+            task_histories=payload.get("task_histories", {}),
+            column_order=payload.get("column_order", []),
+            details=payload.get("details", {}),
         )
 
 
 def print_report(report: Report, location: str | None = None) -> None:
-    """The table on the terminal, and where its files are."""
+    """The table on the terminal, and where its files are. A table wider than the terminal (a
+    suite's many tasks) is printed turned: one row per column of the files (task, average),
+    one column per run."""
+    console = Console()
     header, body = report.table_rows()
+    if table_width(header, body) > console.width:
+        header, body = turned(header, body)
+        metric = report.details.get("metric")
+        header[0] = f"task ({metric})" if metric else "metric"
     table = Table(title=report.title)
     table.add_column(header[0], style="cyan")
     for column in header[1:]:
         table.add_column(column, justify="right")
     for cells in body:
         table.add_row(*cells)
-    console = Console()
     console.print(table)
     if report.aggregated:
         console.print("mean ± standard deviation over seeds")
     if location:
-        console.print(
-            f"report.md / report.csv{' / plots' if report.aggregated else ''} in {location}"
-        )
+        plots = " / plots" if report.aggregated or report.task_histories else ""
+        console.print(f"report.md / report.csv{plots} in {location}")
+
+
+def table_width(header: list[str], body: list[list[str]]) -> int:
+    """Characters a rich table of these cells takes (a border and two spaces per column)."""
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def turned(header: list[str], body: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """The table with rows and columns swapped."""
+    columns = [[row[i] for row in body] for i in range(1, len(header))]
+    return [header[0], *(row[0] for row in body)], [
+        [name, *cells] for name, cells in zip(header[1:], columns, strict=True)
+    ]

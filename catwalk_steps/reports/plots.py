@@ -11,6 +11,7 @@ from .tables import Report
 
 CURVES_PLOT = "validation_acc.png"
 FINAL_PLOT = "final_acc.png"
+TASKS_PLOT = "in_loop_tasks.png"
 
 
 def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
@@ -25,17 +26,7 @@ def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
         return False
     figure, axes = _figure()
     for group, curves in groups.items():
-        by_step: dict[int, list[float]] = {}
-        for curve in curves:
-            for point in curve:
-                by_step.setdefault(point["step"], []).append(point[metric])
-        steps = sorted(by_step)
-        means = [statistics.fmean(by_step[s]) for s in steps]
-        stds = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
-        line = axes.plot(steps, means, marker="o", label=f"{group} (n={len(curves)})")[0]
-        low = [m - s for m, s in zip(means, stds, strict=True)]
-        high = [m + s for m, s in zip(means, stds, strict=True)]
-        axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+        _band(axes, curves, metric, f"{group} (n={len(curves)})")
     axes.set_xlabel("training step")
     axes.set_ylabel(f"validation {metric}")
     axes.set_title(f"{report.title}: validation {metric} (mean ± std over seeds)")
@@ -62,13 +53,67 @@ def plot_final(report: Report, path: Path, metric: str = "acc") -> bool:
     return True
 
 
-def _figure():
+def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:
+    """In-loop task scores over training steps, one panel per task, one line per configuration
+    (the mean over its seeds, with a band of ± one standard deviation). False (nothing written)
+    when no run has in-loop task scores."""
+    tasks = list(dict.fromkeys(t for h in report.task_histories.values() for t in h))
+    if not tasks:
+        return False
+    columns = min(3, len(tasks))
+    rows = -(-len(tasks) // columns)
+    figure, grid = _figure(size=(4.5 * columns, 3.2 * rows), panels=(rows, columns))
+    panels = list(grid.flat)
+    for axes, task in zip(panels, tasks, strict=False):
+        for group, runs in report.groups().items():
+            curves = [
+                report.task_histories[r][task]
+                for r in runs
+                if task in report.task_histories.get(r, {})
+            ]
+            if curves:
+                _band(
+                    axes,
+                    curves,
+                    metric,
+                    f"{group} (n={len(curves)})" if report.aggregated else group,
+                )
+        axes.set_title(task, fontsize="medium")
+        axes.set_xlabel("training step")
+        axes.set_ylabel(metric)
+    for axes in panels[len(tasks) :]:
+        axes.set_visible(False)
+    panels[0].legend(fontsize="x-small")
+    figure.suptitle(f"{report.title}: in-loop {metric} per task")
+    _save(figure, path)
+    return True
+
+
+def _band(axes: Any, curves: list[list[dict[str, Any]]], metric: str, label: str) -> None:
+    """The mean of several curves over their steps, with ± one standard deviation."""
+    by_step: dict[int, list[float]] = {}
+    for curve in curves:
+        for point in curve:
+            by_step.setdefault(point["step"], []).append(point[metric])
+    steps = sorted(by_step)
+    means = [statistics.fmean(by_step[s]) for s in steps]
+    stds = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
+    line = axes.plot(steps, means, marker="o", label=label)[0]
+    low = [m - s for m, s in zip(means, stds, strict=True)]
+    high = [m + s for m, s in zip(means, stds, strict=True)]
+    axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+
+
+def _figure(size: tuple[float, float] = (8, 5), panels: tuple[int, int] | None = None):
+    """A figure and its axes: one, or a grid (a 2-D array) of `panels` (rows, columns)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(8, 5), dpi=100)
+    if panels is None:
+        return plt.subplots(figsize=size, dpi=100)
+    return plt.subplots(*panels, figsize=size, dpi=100, squeeze=False)
 
 
 def _save(figure: Any, path: Path) -> None:

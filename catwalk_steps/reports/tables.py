@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .run_card import run_cards_markdown
+
 LEADING_COLUMNS = ("acc", "acc_norm", "n")
 SEED = "seed"
 
@@ -39,6 +41,8 @@ class Summary:
     def text(self) -> str:
         if self.whole:
             return str(int(self.mean))
+        if abs(self.mean) >= 100:
+            return format_value(self.mean) + ("" if self.std is None else f" ± {self.std:.1f}")
         if self.std is None:
             return f"{self.mean:.4f}"
         return f"{self.mean:.4f} ± {self.std:.4f}"
@@ -50,16 +54,31 @@ class Report:
 
     :ivar configs: each run's configuration in a sweep (none for a plain comparison).
     :ivar histories: each run's validation history (`[{step, acc, ...}]`), for the curves.
+    :ivar run_cards: each trained run's card (:mod:`.run_card`): config, versions, host, ...
+    :ivar environment: versions, git state and host where the report was made.
+    :ivar step_times: the wall time of each step the report depends on.
+    :ivar task_histories: each run's in-loop task scores (`{task: [{step, acc, ...}]}`).
+    :ivar column_order: the columns in this order (a suite's tasks, then the average);
+        otherwise `acc`, `acc_norm`, `n`, then the rest alphabetically.
+    :ivar details: everything else the report's files keep (a suite's full per-task results).
     """
 
     rows: dict[str, dict[str, Any]]
     title: str = "Metrics"
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     histories: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    run_cards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    step_times: list[dict[str, Any]] = field(default_factory=list)
+    task_histories: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    column_order: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
         seen = {key for row in self.rows.values() for key in row}
+        if self.column_order:
+            return [c for c in self.column_order if c in seen]
         leading = [c for c in LEADING_COLUMNS if c in seen]
         return leading + sorted(seen - set(leading))
 
@@ -125,6 +144,13 @@ class Report:
         text = "\n".join(lines) + "\n"
         if self.aggregated:
             text += "\nMean ± standard deviation over seeds.\n\n## Runs\n\n" + self.runs_markdown()
+        if TRAINING_COLUMNS & set(self.columns):
+            text += (
+                "\nTraining figures: `tokens/s`, the mean over the logged steps after the first, "
+                "all ranks together; `peak MiB`, the largest peak of any rank.\n"
+            )
+        if self.run_cards or self.environment or self.step_times:
+            text += "\n" + run_cards_markdown(self.run_cards, self.environment, self.step_times)
         return text
 
     def runs_markdown(self) -> str:
@@ -182,7 +208,13 @@ class Report:
             "rows": self.rows,
             "configs": self.configs,
             "histories": self.histories,
+            "task_histories": self.task_histories,
+            "column_order": self.column_order,
+            "details": self.details,
             "summaries": summaries if self.aggregated else {},
+            "run_cards": self.run_cards,
+            "environment": self.environment,
+            "step_times": self.step_times,
         }
 
 
@@ -199,17 +231,49 @@ def format_value(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
+        if abs(value) >= 100:  # tokens/s, MiB: a tenth is precise enough
+            return f"{value:.1f}"
         return f"{value:.4f}" if abs(value) >= 1e-3 or value == 0 else f"{value:g}"
     return str(value)
+
+
+TRAINING_COLUMNS = {"tokens/s", "peak MiB"}  # from the history, in the report's rows
+
+
+def training_figures(history: Mapping[str, Any]) -> dict[str, float]:
+    """A run's mean tokens/s and seconds per step over its logged steps (the first, which
+    carries the warm-up, left out when there are others) and the largest peak memory of any
+    rank at any step."""
+    entries = [e for e in history.get("train", []) if isinstance(e, Mapping)]
+    speeds = [e["tokens_per_s"] for e in entries if is_number(e.get("tokens_per_s"))]
+    seconds = [e["s_per_step"] for e in entries if is_number(e.get("s_per_step"))]
+    peaks = [
+        value
+        for e in entries
+        if isinstance(e.get("peak_memory_mib"), Mapping)
+        for value in e["peak_memory_mib"].values()
+        if is_number(value)
+    ]
+    figures = {}
+    if speeds:
+        figures["tokens/s"] = statistics.fmean(speeds[1:] or speeds)
+    if seconds:
+        figures["s/step"] = statistics.fmean(seconds[1:] or seconds)
+    if peaks:
+        figures["peak MiB"] = float(max(peaks))
+    return figures
 
 
 def build_report(
     metrics: Mapping[str, Mapping[str, Any]],
     title: str = "Metrics",
     configs: Mapping[str, Mapping[str, Any]] | None = None,
+    environment: Mapping[str, Any] | None = None,
+    step_times: list[dict[str, Any]] | None = None,
 ) -> Report:
-    """A report from `{run name: {metric: value}}`; non-scalar values are left out, except the
-    validation history that `catwalk::evaluate` passes on from a trained model."""
+    """A report from `{run name: {metric: value}}`; non-scalar values are left out, except what
+    `catwalk::evaluate` passes on from a trained model: its history (the validation curve, mean
+    tokens/s, peak memory) and its run card."""
     rows = {
         name: {
             key: value
@@ -218,17 +282,36 @@ def build_report(
         }
         for name, run in metrics.items()
     }
-    histories = {
-        name: list(run["training_history"]["validation"])
+    trained = {
+        name: run["training_history"]
         for name, run in metrics.items()
         if isinstance(run.get("training_history"), Mapping)
     }
+    for name, history in trained.items():
+        figures = training_figures(history)
+        rows[name].update({k: v for k, v in figures.items() if k in TRAINING_COLUMNS})
     return Report(
         rows=rows,
         title=title,
         configs={name: dict(config) for name, config in (configs or {}).items()},
-        histories=histories,
+        histories={name: list(history["validation"]) for name, history in trained.items()},
+        task_histories=in_loop_histories(metrics),
+        run_cards={
+            name: dict(run["run_card"])
+            for name, run in metrics.items()
+            if isinstance(run.get("run_card"), Mapping)
+        },
+        environment=dict(environment or {}),
+        step_times=list(step_times or []),
     )
 
 
-# --- Plots ----------------------------------------------------------------------------------
+def in_loop_histories(runs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, list]]:
+    """`{run: {task: [{step, acc, ...}]}}` from the training histories that evaluations of
+    trained models carry (runs without in-loop tasks are left out)."""
+    out = {}
+    for name, run in runs.items():
+        history = run.get("training_history")
+        if isinstance(history, Mapping) and history.get("tasks"):
+            out[name] = {task: list(points) for task, points in history["tasks"].items()}
+    return out

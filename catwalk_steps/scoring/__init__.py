@@ -5,7 +5,7 @@ arithmetic of log-probabilities and metrics, and scoring a whole split.
 Pure model-and-data code: nothing here knows of devices, ranks or process groups.
 """
 
-from .evaluation import metrics_from_scores, score_choices
+from .evaluation import metrics_from_scores, model_max_length, score_choices, task_metrics
 from .precision import Precision
 from .rank_classifier import RankClassifier
 from .sequences import MultipleChoiceCollator, SequenceEncoder
@@ -16,5 +16,7 @@ __all__ = [
     "RankClassifier",
     "SequenceEncoder",
     "metrics_from_scores",
+    "model_max_length",
     "score_choices",
+    "task_metrics",
 ]

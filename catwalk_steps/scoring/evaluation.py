@@ -8,7 +8,8 @@ rows runs every (context, choice) sequence in full, batched the same way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from tango.common import Tqdm
@@ -18,7 +19,7 @@ from .logprobs import choice_metrics
 from .packing import pack_rows, row_batches
 from .precision import Precision
 from .rank_classifier import RankClassifier
-from .sequences import ChoiceSequence, SequenceEncoder, answer_chars, pad_sequences
+from .sequences import ChoiceSequence, SequenceEncoder, pad_sequences
 
 FP32 = Precision("fp32")
 
@@ -39,7 +40,7 @@ def score_choices(
     model: RankClassifier,
     instances: Sequence[MultipleChoiceInstance],
     batch_size: int = 32,
-    max_length: int = 256,
+    max_length: int | None = None,
     device: torch.device | str = "cpu",
     precision: Precision = FP32,
     progress: bool = True,
@@ -48,10 +49,11 @@ def score_choices(
     """Each instance's per-choice scores (summed continuation log-probs), in input order.
 
     The model must already be on `device`; `precision` sets autocast (scores stay float32).
+    `max_length` is the model's input length (default: its own, :func:`model_max_length`).
     `share_contexts=False` runs every (context, choice) sequence in full, as models that cannot
     take packed rows are run (for comparisons: the scores are the same).
     """
-    encoder = SequenceEncoder(model.tokenizer, max_length)
+    encoder = SequenceEncoder(model.tokenizer, max_length or model_max_length(model))
     sequences = encoder.sequences(instances)
     scores = [[0.0] * len(instance.choices) for instance in instances]
     autocast = precision.autocast(torch.device(device).type)
@@ -94,13 +96,14 @@ def sequence_batch_scores(model, sequences: Sequence[ChoiceSequence], batch_size
 def metrics_from_scores(
     instances: Sequence[MultipleChoiceInstance], scores: Sequence[Sequence[float]]
 ) -> dict[str, float | int]:
-    """`acc`, `acc_norm` (score per answer character) and `n` over all instances."""
+    """`acc`, `acc_norm` (score per character of the choice text, lm-evaluation-harness's
+    definitions; ties go to the first choice, as its `np.argmax`) and `n` over all instances."""
     width = max(len(instance.choices) for instance in instances)
     padded = torch.full((len(instances), width), float("-inf"), dtype=torch.float64)
     chars = torch.ones((len(instances), width), dtype=torch.float64)
     for i, (instance, row) in enumerate(zip(instances, scores, strict=True)):
         padded[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
-        chars[i, : len(row)] = torch.tensor([answer_chars(c) for c in instance.choices])
+        chars[i, : len(row)] = torch.tensor(instance.norm_chars(), dtype=torch.float64)
     labels = torch.tensor([instance.label for instance in instances])
     counts = choice_metrics(padded, labels, chars, torch.ones(len(instances), dtype=torch.float64))
     n = int(counts["count"])
@@ -109,3 +112,48 @@ def metrics_from_scores(
         "acc_norm": float(counts["correct_norm"]) / n,
         "n": n,
     }
+
+
+def task_metrics(
+    instances: Sequence[MultipleChoiceInstance],
+    scores: Sequence[Sequence[float]],
+    subtask_groups: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """:func:`metrics_from_scores` over all instances, and for a grouped task (MMLU) per subtask
+    and per group of subtasks. Every average is over instances (lm-evaluation-harness's
+    `weight_by_size`), so the whole is the instance-weighted mean of its parts."""
+    metrics: dict[str, Any] = dict(metrics_from_scores(instances, scores))
+    parts: dict[str, list[int]] = {}
+    for index, instance in enumerate(instances):
+        if instance.subtask is not None:
+            parts.setdefault(instance.subtask, []).append(index)
+    if not parts:
+        return metrics
+
+    def over(indices: list[int]) -> dict[str, float | int]:
+        return metrics_from_scores([instances[i] for i in indices], [scores[i] for i in indices])
+
+    metrics["subtasks"] = {name: over(indices) for name, indices in parts.items()}
+    groups: dict[str, list[int]] = {}
+    for name, indices in parts.items():
+        group = (subtask_groups or {}).get(name)
+        if group is not None:
+            groups.setdefault(group, []).extend(indices)
+    if groups:
+        metrics["groups"] = {name: over(indices) for name, indices in sorted(groups.items())}
+    return metrics
+
+
+def model_max_length(model: RankClassifier, default: int = 2048) -> int:
+    """The model's input length, found as lm-evaluation-harness finds it: the config's
+    `n_positions`, `max_position_embeddings` or `n_ctx`, else the tokenizer's
+    `model_max_length` (unless unset), else `default`."""
+    config = getattr(model.lm, "config", None)
+    for name in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    from_tokenizer = getattr(model.tokenizer, "model_max_length", None)
+    if isinstance(from_tokenizer, int) and from_tokenizer < 10**12:
+        return from_tokenizer
+    return default

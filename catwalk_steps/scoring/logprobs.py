@@ -19,18 +19,23 @@ def continuation_log_probs(
 ) -> torch.Tensor:
     """Sum of log p(token | prefix) over each sequence's continuation tokens, in float32.
 
-    Sequences are right-padded, so padding never changes the scores of real tokens. No
-    continuation token sits before position `logits_from`, so logits are only computed from
-    position `logits_from - 1` on when the model supports it, and the vocabulary-sized
-    log-softmax only runs over continuation positions.
+    The last position is only ever a target: it is left out of the model's input (as
+    lm-evaluation-harness does), so a sequence of `max_length + 1` tokens fits a model of
+    `max_length` positions. Sequences are right-padded, so padding never changes the scores of
+    real tokens. No continuation token sits before position `logits_from`, so logits are only
+    computed from position `logits_from - 1` on when the model supports it, and the
+    vocabulary-sized log-softmax only runs over continuation positions.
     """
     length = input_ids.size(1)
-    keep = length - logits_from + 1
+    keep = length - logits_from  # positions logits_from-1 .. length-2 predict the targets
     kwargs = {"logits_to_keep": keep} if supports_logits_to_keep else {}
     logits = lm(
-        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs
+        input_ids=input_ids[:, :-1],
+        attention_mask=attention_mask[:, :-1],
+        use_cache=False,
+        **kwargs,
     ).logits
-    predicting = logits[:, -keep:-1]  # logits at positions logits_from-1 .. length-2
+    predicting = logits[:, -keep:]
     targets = input_ids[:, logits_from:]
     mask = continuation_mask[:, logits_from:]
     rows = torch.arange(input_ids.size(0), device=input_ids.device)[:, None].expand_as(mask)[mask]

@@ -93,9 +93,12 @@ class RankClassifier(Model):
 
     :ivar metrics_history: the training loss and validation history of the run that trained it
         (set by `catwalk::train`, stored beside the weights); None for an untrained model.
+    :ivar run_card: what produced it (config, versions, git commit, host, wall time), set by
+        `catwalk::train`; None for an untrained model.
     """
 
     metrics_history: dict[str, list[dict[str, Any]]] | None
+    run_card: dict[str, Any] | None
 
     def __init__(
         self,
@@ -108,6 +111,7 @@ class RankClassifier(Model):
     ):
         super().__init__()
         self.metrics_history = None
+        self.run_card = None
         self.spec = {
             "pretrained": pretrained,
             "config": config,

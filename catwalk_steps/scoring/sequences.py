@@ -1,5 +1,5 @@
-"""From multiple-choice instances to padded CPU tensors: (context, choice) pairs tokenized as
-lm-evaluation-harness does, and batches of whole instances for the rank classifier.
+"""From multiple-choice instances to padded CPU tensors: (context, continuation) pairs tokenized
+and cut as lm-evaluation-harness does, and batches of whole instances for the rank classifier.
 
 The collator never asks the model for its device: the training engine moves batches.
 """
@@ -14,6 +14,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataCollator
 
 from ..tasks import MultipleChoiceInstance, TaskDataError
+from ..tasks.base import joined_choice_chars
 from .packing import pack_rows, packed_rows
 from .tokenization import load_tokenizer
 
@@ -36,15 +37,26 @@ def answer_chars(choice: str) -> int:
 
     lm-evaluation-harness divides by this length for `acc_norm`.
     """
-    return len(choice[1:] if choice.startswith(" ") else choice)
+    return joined_choice_chars(choice)
 
 
 class SequenceEncoder:
-    """Tokenizes (context, choice) pairs as lm-evaluation-harness does.
+    """Tokenizes (context, continuation) pairs as lm-evaluation-harness 0.4 does for causal LMs.
 
-    Context and choice are tokenized separately and joined; if the pair is longer than
-    `max_length`, context tokens are dropped from the left, so the choice is always scored whole.
-    Encodings are memoised: contexts and choices repeat across choices and epochs.
+    The split is lm-eval's `_encode_pair` (:meth:`clip`): whitespace at the end of the context
+    moves to the continuation; the context is tokenized alone and joined with the continuation,
+    and the continuation's tokens are the joined text's past the context's own. Both use the
+    tokenizer's special tokens, as lm-eval's `tok_encode` does: a tokenizer that adds BOS
+    (Llama-style) starts the context with it, one that adds none (GPT-2) gets none, and a text
+    that already starts with BOS gets no second one. An empty context is lm-eval's too: its
+    prefix token (BOS, else EOS) before the continuation.
+
+    `max_length` is the model's input length (lm-evaluation-harness's `max_length`). A pair is
+    at most `max_length + 1` tokens: the model reads all but the last, which is only ever a
+    target (:func:`~catwalk_steps.scoring.logprobs.continuation_log_probs` leaves it out of the
+    input). Longer pairs lose context tokens on the left (BOS with them, as in lm-eval); the
+    continuation is scored whole (its first `max_length` tokens, should it alone be longer).
+    Encodings are memoised: contexts and continuations repeat across choices and epochs.
     """
 
     def __init__(self, tokenizer, max_length: int = 256, field: str = "max_length"):
@@ -55,49 +67,82 @@ class SequenceEncoder:
             )
         self.tokenizer = tokenizer
         self.max_length = max_length
-        self._cache: dict[str, tuple[int, ...]] = {}
+        # lm-eval's `prefix_token_id`: what an empty context becomes.
+        bos = tokenizer.bos_token_id
+        self.prefix_id = bos if bos is not None else tokenizer.eos_token_id
+        self.prefix_text = tokenizer.decode([self.prefix_id])
+        self._cache: dict[tuple[str, bool], tuple[int, ...]] = {}
 
-    def encode(self, text: str) -> tuple[int, ...]:
-        ids = self._cache.get(text)
-        if ids is None:
-            self.encode_all([text])
-            ids = self._cache[text]
-        return ids
+    def key(self, text: str, special: bool = True) -> tuple[str, bool]:
+        """`text` with the tokenizer's special tokens, unless it starts with the prefix token."""
+        return text, special and not (self.prefix_text and text.startswith(self.prefix_text))
 
-    def encode_all(self, texts: Sequence[str]) -> None:
-        """Tokenizes the texts not seen yet in one batched call (much faster than one by one)."""
-        new = list(dict.fromkeys(t for t in texts if t not in self._cache))
-        if new:
-            encoded = self.tokenizer(new, add_special_tokens=False)["input_ids"]
-            self._cache.update(zip(new, map(tuple, encoded), strict=True))
+    def encode_all(self, keys: Sequence[tuple[str, bool]]) -> None:
+        """Tokenizes the texts not seen yet in one batched call per setting of special tokens
+        (much faster than one by one)."""
+        new = [key for key in dict.fromkeys(keys) if key not in self._cache]
+        for special in (True, False):
+            texts = [text for text, with_special in new if with_special == special]
+            if texts:
+                encoded = self.tokenizer(texts, add_special_tokens=special)["input_ids"]
+                self._cache.update(
+                    zip([(t, special) for t in texts], map(tuple, encoded), strict=True)
+                )
 
     def clip(self, context: str, choice: str) -> tuple[str, str]:
-        """Only the end of a context and the start of a choice can be used: a text far longer
-        than `max_length` tokens (a 20 MB goal, say) is cut before it is tokenized. No token
-        covers more than :data:`CHARS_PER_TOKEN` characters, so the kept tokens are the same."""
-        limit = self.max_length * CHARS_PER_TOKEN
+        """lm-evaluation-harness's split of a pair, and only what can be used of it.
+
+        Whitespace that ends the context starts the continuation instead (so " Paris" keeps
+        its space-prefixed token). Only the end of a context and the start of a continuation
+        can be used: a text far longer than `max_length` tokens (a 20 MB goal, say) is cut
+        before it is tokenized. No token covers more than :data:`CHARS_PER_TOKEN` characters,
+        so the kept tokens are the same."""
+        stripped = context.rstrip()
+        context, choice = stripped, context[len(stripped) :] + choice
+        limit = (self.max_length + 1) * CHARS_PER_TOKEN
         return context[-limit:], choice[:limit]
 
-    def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
+    def texts(self, context: str, choice: str) -> list[tuple[str, bool]]:
+        """What :meth:`pair` tokenizes: the context, and context and continuation joined; the
+        continuation alone for no context."""
         context, choice = self.clip(context, choice)
-        context_ids = self.encode(context) or (self.tokenizer.eos_token_id,)
-        choice_ids = self.encode(choice)
-        if not choice_ids:
-            raise TaskDataError(f"choice {choice!r} has no tokens")
-        choice_ids = choice_ids[: self.max_length - 1]
-        context_ids = context_ids[-(self.max_length - len(choice_ids)) :]
-        return context_ids + choice_ids, len(choice_ids)
+        if not context:
+            return [self.key(choice, special=False)]
+        return [self.key(context), self.key(context + choice)]
+
+    def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
+        """The tokens of one (context, continuation) pair and how many are the continuation's."""
+        texts = self.texts(context, choice)
+        self.encode_all(texts)  # those not memoised yet
+        if len(texts) == 1:  # no context: lm-eval's prefix token, unless the choice starts so
+            choice_ids = self._cache[texts[0]]
+            if choice_ids[:1] == (self.prefix_id,):
+                context_ids, choice_ids = choice_ids[:1], choice_ids[1:]
+            else:
+                context_ids = (self.prefix_id,)
+            if not choice_ids:
+                raise TaskDataError(f"choice {choice!r} has no tokens")
+        else:
+            context_ids = self._cache[texts[0]]
+            choice_ids = self._cache[texts[1]][len(context_ids) :]
+            if not choice_ids:
+                raise TaskDataError(
+                    f"choice {choice!r} has no tokens of its own after context "
+                    f"'...{context[-40:]}' (tokenized together, context and choice are no more "
+                    "tokens than the context)"
+                )
+        choice_ids = choice_ids[: self.max_length]
+        return (context_ids + choice_ids)[-(self.max_length + 1) :], len(choice_ids)
 
     def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
         """One sequence per choice of every instance, in instance order."""
-        self.encode_all(
-            [text for i in instances for c in i.choices for text in self.clip(i.context, c)]
-        )
+        self.encode_all([key for i in instances for pair in i.pairs() for key in self.texts(*pair)])
         out = []
         for i, instance in enumerate(instances):
-            for c, choice in enumerate(instance.choices):
-                ids, continuation_length = self.pair(instance.context, choice)
-                out.append(ChoiceSequence(ids, continuation_length, i, c, answer_chars(choice)))
+            chars = instance.norm_chars()
+            for c, (context, choice) in enumerate(instance.pairs()):
+                ids, continuation_length = self.pair(context, choice)
+                out.append(ChoiceSequence(ids, continuation_length, i, c, chars[c]))
         return out
 
 
@@ -134,7 +179,8 @@ class MultipleChoiceCollator(DataCollator):
     (:class:`~catwalk_steps.scoring.rank_classifier.RankClassifier`).
 
     :param tokenizer: the model's tokenizer: hub name, path, or "catwalk::byte_level".
-    :param max_length: longest (context + choice) sequence in tokens; contexts are cut on the left.
+    :param max_length: the model's input length in tokens (lm-evaluation-harness's); longer
+        (context + choice) pairs are cut on the left of the context.
     """
 
     def __init__(self, tokenizer: str, max_length: int = 256):

@@ -10,7 +10,7 @@ from .evaluate import Evaluate
 from .export import ExportCheckpoint
 from .formats import HFModelFormat
 from .load_task import LoadTask
-from .report import MetricsReport
+from .report import MetricsReport, SuiteReport
 from .train import TrainRankClassifier
 from .workspace import SharedLocalWorkspace
 
@@ -21,5 +21,6 @@ __all__ = [
     "LoadTask",
     "MetricsReport",
     "SharedLocalWorkspace",
+    "SuiteReport",
     "TrainRankClassifier",
 ]

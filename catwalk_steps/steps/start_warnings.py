@@ -1,5 +1,6 @@
-"""Warnings when training starts: settings that work but are probably not what was meant (FSDP
-over the root alone, more CPU processes than cores, answers cut by max_length), one line each."""
+"""Lines logged when training starts: settings that work but are probably not what was meant
+(more CPU processes than cores, answers cut by max_length), one warning each; and which blocks a
+sharded engine wraps when its `modules_to_wrap` is left out."""
 
 from __future__ import annotations
 
@@ -11,46 +12,34 @@ from tango.integrations.torch import DataLoader, TrainingEngine
 
 from ..scoring.tokenization import load_tokenizer
 from ..training.components import lazy_config, registered_name
+from ..training.wrapping import describe_blocks, find_blocks
 from .preflight import SHARDED_ENGINES, model_skeleton
 
 
-def wrapping_suggestion(skeleton: Any) -> str | None:
-    """A regex that makes each repeated block (the children of the largest ModuleList) a unit."""
-    import re
-
-    import torch
-
+def wrapping_note(engine: tuple[Any, dict[str, Any]], model_lazy: Any) -> str | None:
+    """Where `modules_to_wrap` is left out: which of the model's block classes become FSDP units
+    (or are recomputed in backward), and how many; None when nothing is selected, or when the
+    model cannot be built here. `engine` is the engine's (class, keys), as
+    :func:`~catwalk_steps.training.components.lazy_config` reads it."""
+    constructor, params = engine
+    sharded = registered_name(TrainingEngine, constructor) in SHARDED_ENGINES
+    checkpointing = bool(params.get("activation_checkpointing"))
+    if params.get("modules_to_wrap") is not None or not (sharded or checkpointing):
+        return None
+    skeleton = model_skeleton(model_lazy)
     if skeleton is None:
         return None
-    lists = [
-        (name, module)
-        for name, module in skeleton.named_modules()
-        if isinstance(module, torch.nn.ModuleList)
-    ]
-    if not lists:
-        return None
-    name, _ = max(lists, key=lambda item: len(item[1]))
-    root = getattr(skeleton, "wrapping_root", None)
-    if root and name.startswith(root + "."):
-        name = name[len(root) + 1 :]
-    return re.escape(name) + r"\.[0-9]+"
+    blocks = describe_blocks(skeleton, find_blocks(skeleton, "training_engine.modules_to_wrap"))
+    roles = (["FSDP units"] if sharded else []) + (["recomputed"] if checkpointing else [])
+    return (
+        f"training_engine.modules_to_wrap: left out, so the model's blocks (its "
+        f"_no_split_modules) are {' and '.join(roles)}: {blocks}"
+    )
 
 
-def training_warnings(
-    engine: tuple[Any, dict[str, Any]], model_lazy: Any, device_type: str, local_workers: int
-) -> list[str]:
-    """Settings that work but are probably not what was meant, one line each. `engine` is the
-    engine's (class, keys), as :func:`~catwalk_steps.training.components.lazy_config` reads it."""
+def training_warnings(device_type: str, local_workers: int) -> list[str]:
+    """Settings that work but are probably not what was meant, one line each."""
     warnings = []
-    constructor, params = engine
-    name = registered_name(TrainingEngine, constructor)
-    if name in SHARDED_ENGINES and not params.get("modules_to_wrap"):
-        suggestion = wrapping_suggestion(model_skeleton(model_lazy))
-        hint = f" (for this model: modules_to_wrap: ['{suggestion}'])" if suggestion else ""
-        warnings.append(
-            f"training_engine.modules_to_wrap: empty, so FSDP shards only the root, gathers the "
-            f"whole model for every forward and saves no memory; wrap the blocks{hint}"
-        )
     cores = os.cpu_count() or 1
     if device_type == "cpu" and local_workers > cores:
         warnings.append(
@@ -61,8 +50,8 @@ def training_warnings(
 
 
 def answers_cut(instances: Iterable[Any], tokenizer: Any, max_length: int) -> int:
-    """How many instances have an answer longer than `max_length - 1` tokens (it is cut: the
-    answer is scored whole only when it fits)."""
+    """How many instances have an answer longer than `max_length` tokens (it is cut: the answer
+    is scored whole only when it fits)."""
     instances = list(instances)
     choices = sorted({choice for instance in instances for choice in instance.choices})
     if not choices:
@@ -74,7 +63,7 @@ def answers_cut(instances: Iterable[Any], tokenizer: Any, max_length: int) -> in
             strict=True,
         )
     )
-    return sum(any(lengths[c] > max_length - 1 for c in i.choices) for i in instances)
+    return sum(any(lengths[c] > max_length for c in i.choices) for i in instances)
 
 
 def cut_answer_warnings(dataset_dict: Any, loader: Any, splits: Iterable[str | None]) -> list[str]:
@@ -91,7 +80,7 @@ def cut_answer_warnings(dataset_dict: Any, loader: Any, splits: Iterable[str | N
         if cut:
             warnings.append(
                 f"collate_fn.max_length: {cut} of {len(dataset_dict[split])} {split} instances "
-                f"have an answer longer than {max_length - 1} tokens, which is cut (answers are "
+                f"have an answer longer than {max_length} tokens, which is cut (answers are "
                 "otherwise scored whole); raise max_length"
             )
     return warnings

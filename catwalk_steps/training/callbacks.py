@@ -1,5 +1,10 @@
 """Exact validation metrics inside Tango's training loop, and the run's metric history.
 
+Each logged step's entry holds the loss, the learning rate the step used, and the throughput and
+memory of the steps since the last one (:mod:`.throughput`); trackers (:mod:`.trackers`) that
+subscribe receive every entry as it is recorded, by name, so a new metric reaches W&B and
+TensorBoard without changes there.
+
 Tango averages the validation metric over batches and ranks, which is only exact when every
 batch holds the same number of instances. This callback keeps running sums of right answers,
 instance counts and loss across batches and ranks instead, and hands Tango the exact global
@@ -8,6 +13,7 @@ value after each batch. Every rank joins the all-reduce, as every rank runs ever
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -16,6 +22,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainCallback
 
 from ..files import write_json_atomic
+from .throughput import Throughput
 
 HISTORY_FILE = "metrics_history.json"
 
@@ -23,24 +30,49 @@ HISTORY_FILE = "metrics_history.json"
 @TrainCallback.register("catwalk::run_metrics")
 class RunMetrics(TrainCallback):
     """Turns per-batch counts into exact `acc`, `acc_norm` and `loss` over the whole split, and
-    keeps the history of the run: the training loss at every logged step (averaged over ranks by
-    Tango) and the metrics of every validation. The main process writes the history to
-    `metrics_history.json` in the step's work directory after each validation and at the end.
+    keeps the history of the run: at every logged step the training loss (averaged over ranks),
+    learning rate, tokens/s, seconds per step and each rank's peak memory; the metrics of every
+    validation; and each in-loop task's (`tasks`: `{task: [{step, acc, acc_norm, count}]}`,
+    handed over by the loop through :meth:`record_task_metrics`). The main process writes the
+    history to `metrics_history.json` in the step's work directory after each validation and at
+    the end; checkpoints keep it (the callbacks' state).
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.totals: dict[str, float] | None = None
-        self.history: dict[str, list[dict[str, Any]]] = {"train": [], "validation": []}
+        self.history: dict[str, Any] = {"train": [], "validation": []}
+        device = torch.device(getattr(self.train_config, "device", "cpu"))
+        self.throughput = Throughput(device, self.train_config.is_distributed)
+        self.step_lr: float | None = None
+        self.listeners: list[Any] = []
+
+    def subscribe(self, listener: Any) -> None:
+        """`listener.record(section, entry)` is called with each entry as it is recorded."""
+        self.listeners.append(listener)
+
+    def record(self, section: str, entry: dict[str, Any]) -> None:
+        self.history[section].append(entry)
+        for listener in self.listeners:
+            listener.record(section, entry)
+
+    def pre_batch(self, step: int, epoch: int, batch: list[Any]) -> None:
+        self.throughput.step_started(batch)
+        optimizer = getattr(self.training_engine, "optimizer", None)
+        self.step_lr = float(optimizer.param_groups[0]["lr"]) if optimizer is not None else None
 
     def log_batch(
         self, step: int, epoch: int, batch_loss: float, batch_outputs: list[dict[str, Any]]
     ) -> None:
-        self.history["train"].append({"step": step + 1, "loss": batch_loss})
+        entry: dict[str, Any] = {"step": step + 1, "loss": batch_loss}
+        if self.step_lr is not None:
+            entry["lr"] = self.step_lr
+        self.record("train", {**entry, **self.throughput.measure()})
 
     def pre_val_batch(self, step: int, val_step: int, epoch: int, val_batch: Any) -> None:
         if val_step == 0:
             self.totals = None
+            self.throughput.pause()
 
     def post_val_batch(self, step: int, val_step: int, epoch: int, val_batch_outputs: dict) -> None:
         missing = {"correct", "correct_norm", "count", "loss"} - val_batch_outputs.keys()
@@ -79,8 +111,17 @@ class RunMetrics(TrainCallback):
     ) -> None:
         entry = {"step": step + 1, **self.metrics()}
         entry["count"] = int(entry["count"])
-        self.history["validation"].append(entry)
+        self.record("validation", entry)
         self.write_history()
+        self.throughput.resume()
+
+    def record_task_metrics(self, step: int, results: dict[str, dict[str, Any]]) -> None:
+        """The in-loop tasks' metrics after step `step` (0-based), exact over all ranks."""
+        for name, metrics in results.items():
+            entry = {"step": step + 1, **metrics}
+            self.history.setdefault("tasks", {}).setdefault(name, []).append(entry)
+            for listener in self.listeners:
+                listener.record(f"tasks/{name}", entry)
 
     def post_train_loop(self, step: int, epoch: int) -> None:
         self.write_history()
@@ -91,11 +132,11 @@ class RunMetrics(TrainCallback):
 
     def state_dict(self) -> dict[str, Any]:
         # A copy: what is logged after the checkpoint must not leak into it.
-        return {"history": {key: list(entries) for key, entries in self.history.items()}}
+        return {"history": copy.deepcopy(self.history)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # A resumed run keeps what it logged before the checkpoint and nothing after it.
-        self.history = {key: list(entries) for key, entries in state_dict["history"].items()}
+        self.history = copy.deepcopy(state_dict["history"])
 
 
 def summed_over_ranks(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

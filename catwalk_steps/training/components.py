@@ -28,15 +28,20 @@ def resolve_config(
     return constructor, params
 
 
-def lazy_config(lazy: Any, base: type[Registrable], key: str) -> tuple[Any, dict[str, Any]]:
-    """:func:`resolve_config` of a `Lazy` component; an object already built is its class.
+def lazy_params(lazy: Lazy) -> dict[str, Any]:
+    """A `Lazy` component's config (with its `type`), without resolving anything.
 
     Private: Tango 1.3.2's `Lazy` keeps its config in `_params`; this is the one place that
     reads it.
     """
+    return lazy._params.as_dict(quiet=True)
+
+
+def lazy_config(lazy: Any, base: type[Registrable], key: str) -> tuple[Any, dict[str, Any]]:
+    """:func:`resolve_config` of a `Lazy` component; an object already built is its class."""
     if not isinstance(lazy, Lazy):
         return type(lazy), {}
-    return resolve_config(lazy._params.as_dict(quiet=True), base, key)
+    return resolve_config(lazy_params(lazy), base, key)
 
 
 def registered_name(base: type[Registrable], constructor: Any) -> str | None:

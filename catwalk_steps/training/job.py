@@ -84,6 +84,8 @@ class TrainingJob:
     include_package: tuple[str, ...] = ()
     resume_from: Path | None = None
     workspace: Any = None  # handed to callbacks, as Tango does
+    # In-loop task suite: {task name: instances}, scored whenever the job validates.
+    evaluate_tasks: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def local_world_size(self) -> int:

@@ -11,7 +11,8 @@ What it does differently from Tango's `torch::train` loop, and why:
 - The data loader is fast-forwarded by position (epoch, batches into it) without collating the
   skipped batches.
 - Validation callbacks run before the checkpoint of the same step, so the metric history that a
-  checkpoint holds includes its own validation.
+  checkpoint holds includes its own validation, and the in-loop task suite's scores
+  (:mod:`.task_evaluation`).
 
 Each concern is one method of :class:`Trainer`; checkpoints are :mod:`.checkpoints.saving`'s, and
 :mod:`catwalk_steps.launch` starts the workers that run it.
@@ -37,6 +38,8 @@ from torch.utils.data import DistributedSampler
 from ..distributed.groups import barrier, distributed_position
 from .checkpoints.saving import Checkpointer
 from .job import TrainerState, TrainingJob
+from .task_evaluation import InLoopTasks
+from .trackers import connect_trackers
 from .train_config import NodeAwareTrainConfig
 
 logger = logging.getLogger(__name__)
@@ -90,6 +93,7 @@ class Trainer:
             )
             for callback in job.callbacks
         ]
+        connect_trackers(self.callbacks)  # W&B, TensorBoard: fed by the metric history
         self.state = TrainerState()
         self.checkpoints = Checkpointer(job, self.schedule, self.engine, self.callbacks)
 
@@ -116,6 +120,8 @@ class Trainer:
         self.validation_steps = self.schedule.validation_steps
         if self.validation_loader is not None and self.validation_steps is None:
             self.validation_steps = len(self.validation_loader)
+        loader = job.validation_dataloader or job.train_dataloader
+        self.tasks = InLoopTasks(job.evaluate_tasks, loader, self.world_size > 1)
 
     @property
     def main(self) -> bool:
@@ -257,6 +263,8 @@ class Trainer:
         self.state.val_metric = metric
         if self.schedule.better(metric, self.state.best_val_metric):
             self.state.best_val_metric = metric
+        # In-loop tasks, recorded (RunMetrics) before post_val_loop writes this step's history.
+        self.tasks.run(step, self.engine, self.callbacks, show_progress=self.main)
         for callback in self.callbacks:
             callback.post_val_loop(step, self.state.epoch, metric, self.state.best_val_metric)
         self.engine.model.train()  # again, in case a callback changed it

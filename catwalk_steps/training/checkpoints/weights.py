@@ -81,12 +81,13 @@ def full_model_state(directory: Path) -> dict[str, torch.Tensor]:
 # --- The model's own files: catwalk_model.json beside a config and a tokenizer ----------------
 
 
-def write_model_info(directory: Path, objective: str, history: dict | None) -> None:
+def write_model_info(
+    directory: Path, objective: str, history: dict | None, run_card: dict | None = None
+) -> None:
     """`catwalk_model.json`: what a Hugging Face directory does not say about a rank classifier
-    (its training objective) and the run's metric history (None before training)."""
-    write_json_atomic(
-        Path(directory) / MODEL_INFO, {"objective": objective, "metrics_history": history}
-    )
+    (its training objective), the run's metric history and its run card (None before training)."""
+    info = {"objective": objective, "metrics_history": history, "run_card": run_card}
+    write_json_atomic(Path(directory) / MODEL_INFO, info)
 
 
 def read_model_info(directory: Path) -> dict[str, Any]:

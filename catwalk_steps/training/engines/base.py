@@ -1,5 +1,6 @@
 """What every catwalk engine adds to Tango's: one precision setting, activation checkpointing
-by regex, a clear stop on a non-finite loss, and CPU threads shared fairly between ranks.
+(of the model's blocks, or of modules chosen by regex), a clear stop on a non-finite loss, and
+CPU threads shared fairly between ranks.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..checkpoints.layout import (
 from ..checkpoints.state import load_file
 from ..optim import full_optimizer_state
 from ..train_config import local_world_size
-from ..wrapping import checkpoint_activations, match_modules
+from ..wrapping import NOTHING_TO_RECOMPUTE, checkpoint_activations, select_modules
 
 
 @one_line_error
@@ -108,12 +109,11 @@ class CatwalkEngineMixin:
     ) -> None:
         self.precision = Precision.parse(precision, "training_engine.precision")
         self.precision.check_device(train_config.device_type, "training_engine.precision")
-        self.modules_to_wrap = list(modules_to_wrap or [])
+        # None (left out): the model's own blocks; []: no inner module, on purpose.
+        self.modules_to_wrap = None if modules_to_wrap is None else list(modules_to_wrap)
         self.activation_checkpointing = activation_checkpointing
-        if activation_checkpointing and not self.modules_to_wrap:
-            raise ConfigurationError(
-                "training_engine.activation_checkpointing: name the modules in 'modules_to_wrap'"
-            )
+        if activation_checkpointing and self.modules_to_wrap == []:
+            raise ConfigurationError(NOTHING_TO_RECOMPUTE)
         self.steps_taken = 0
         if train_config.device_type == "cpu":
             # N ranks on one machine each spinning all cores' worth of threads slow each other down.
@@ -127,10 +127,14 @@ class CatwalkEngineMixin:
         self._checkpoint_activations(model)
         return model
 
+    def inner_modules(self, model: Model) -> list[str]:
+        """The modules to wrap or recompute, deepest first (:func:`select_modules`)."""
+        return select_modules(model, self.modules_to_wrap, "training_engine.modules_to_wrap")
+
     def _checkpoint_activations(self, model: Model) -> None:
-        """Recompute the matched modules' activations in backward, where asked."""
+        """Recompute the selected modules' activations in backward, where asked."""
         if self.activation_checkpointing:
-            for name in match_modules(model, self.modules_to_wrap):
+            for name in self.inner_modules(model):
                 checkpoint_activations(model.get_submodule(name))
 
     def forward_train(

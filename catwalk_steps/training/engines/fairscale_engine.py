@@ -1,4 +1,5 @@
-"""FairScale FullyShardedDataParallel with regex-wrapped inner modules: `catwalk::fairscale`.
+"""FairScale FullyShardedDataParallel with the model's blocks (or modules chosen by regex) as
+inner units: `catwalk::fairscale`.
 
 Also the model constructors `catwalk::with_wrapped_modules` and (replacing Tango's own, with the
 same parameters) `fairscale::with_wrapped_modules`, for configs that wrap inside the model block.
@@ -44,9 +45,11 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
 
     :param precision: "fp32", "bf16" (FSDP computes in bf16; CPU or CUDA) or "fp16" (CUDA, with
         FairScale's sharded grad scaler). Maps to autocast and to FSDP's mixed-precision flags.
-    :param modules_to_wrap: regexes of inner modules that become FSDP units of their own, e.g.
-        `["transformer\\.h\\.[0-9]+"]`. Only one unit's full parameters then exist at a time;
-        with the root alone, FSDP gathers the whole model for every forward and saves no memory.
+    :param modules_to_wrap: the inner modules that become FSDP units of their own. Left out:
+        the model's repeated blocks (the classes in its `_no_split_modules`, e.g. `GPT2Block`);
+        regexes choose others (`["transformer\\.h\\.[0-9]+"]`); `[]` the root alone. Only one
+        unit's full parameters then exist at a time; with the root alone, FSDP gathers the whole
+        model for every forward and saves no memory.
     :param activation_checkpointing: also recompute the wrapped modules' activations in backward.
     :param fsdp_config: Tango's FSDP options (`reshard_after_forward`, `move_params_to_cpu`, ...);
         leave its `mixed_precision` unset and use `precision`.
@@ -107,9 +110,11 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
         check_inner_units_precision(model, self.precision)
         if not self.fsdp_config.move_params_to_cpu:
             model.to(self.train_config.worker_local_default_device)
-        if self.modules_to_wrap:
-            names = match_modules(model, self.modules_to_wrap)
-            wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
+        # A model block that wrapped units itself (catwalk::with_wrapped_modules) has chosen
+        # them: the model's blocks are then not wrapped a second time.
+        wrapped_by_model_block = self.modules_to_wrap is None and has_fsdp_units(model)
+        names = [] if wrapped_by_model_block else self.inner_modules(model)
+        wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
         return FSDP(model, **self.fsdp_kwargs())
 
     # Checkpoints hold the consolidated model and optimizer state (FairScale gathers them on
@@ -183,6 +188,10 @@ def initialize_fsdp_units(model: torch.nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, FSDP):
             module._lazy_init()
+
+
+def has_fsdp_units(model: torch.nn.Module) -> bool:
+    return any(isinstance(module, FSDP) for module in model.modules())
 
 
 def check_inner_units_precision(model: torch.nn.Module, precision: Precision) -> None:

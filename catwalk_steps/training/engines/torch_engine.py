@@ -25,8 +25,8 @@ class CatwalkTorchEngine(CatwalkEngineMixin, TorchTrainingEngine):
 
     :param precision: "fp32", "bf16" (autocast; CPU or CUDA) or "fp16" (CUDA, with a grad scaler).
     :param max_grad_norm: clip gradients to this global norm.
-    :param modules_to_wrap: regexes of modules to checkpoint (only with activation_checkpointing;
-        DDP has no inner wrappers).
+    :param modules_to_wrap: the modules to checkpoint (only with activation_checkpointing; DDP
+        has no inner wrappers): left out, the model's blocks; else regexes.
     :param activation_checkpointing: recompute the matched modules' activations in backward.
     :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks.
     """

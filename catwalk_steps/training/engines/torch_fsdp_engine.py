@@ -8,9 +8,9 @@ their names; a FairScale option with no FSDP2 counterpart fails with a line sayi
 The model is built in the order torchtitan uses, for the reasons it gives:
 1. the structure on the meta device, no weights (`RankClassifier(skeleton=True)`), so the full
    model never materialises on every rank;
-2. activation checkpointing on the matched modules, inside what becomes their FSDP unit, so
-   recomputation runs while the unit's parameters are gathered;
-3. `fully_shard` on each matched module, children first, then on the root, which keeps only
+2. activation checkpointing on the selected modules (the model's blocks, or regex matches),
+   inside what becomes their FSDP unit, so recomputation runs while its parameters are gathered;
+3. `fully_shard` on each selected module, children first, then on the root, which keeps only
    what no unit claimed (embeddings, final norm);
 4. each rank allocates its shard, and rank 0, which alone builds the whole model (random init
    or pretrained weights, read once), scatters the weights shard by shard.
@@ -47,7 +47,6 @@ from ..checkpoints.layout import (
 )
 from ..checkpoints.state import load_file
 from ..components import lazy_config
-from ..wrapping import match_modules
 from .base import CatwalkEngineMixin
 
 # FairScale `fsdp_config` keys: what each means under FSDP2.
@@ -87,8 +86,9 @@ class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
 
     :param precision: "fp32", "bf16" or "fp16" (CUDA): FSDP2's `MixedPrecisionPolicy` (gathered
         parameters in that dtype, gradients reduced in float32) and autocast.
-    :param modules_to_wrap: regexes of inner modules that become FSDP units of their own
-        (children first); the root is always one.
+    :param modules_to_wrap: the inner modules that become FSDP units of their own (children
+        first); the root is always one. Left out: the model's repeated blocks (its
+        `_no_split_modules`); regexes choose others; `[]` the root alone.
     :param activation_checkpointing: recompute the wrapped modules' activations in backward.
     :param fsdp_config: `reshard_after_forward` (default true: free each unit's gathered
         parameters after its forward, gather again for backward) and `move_params_to_cpu`
@@ -146,8 +146,7 @@ class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
         skeleton = build_skeleton(model)
         self._checkpoint_activations(skeleton)
         kwargs = self.fully_shard_kwargs()
-        units = match_modules(skeleton, self.modules_to_wrap) if self.modules_to_wrap else []
-        for name in units:  # deepest first
+        for name in self.inner_modules(skeleton):  # deepest first
             fully_shard(skeleton.get_submodule(name), **kwargs)
         fully_shard(skeleton, **kwargs)
         # Offloaded shards live in CPU memory; FSDP2 moves them to the device for compute.

@@ -1,0 +1,194 @@
+"""Run cards: what code, on what machine, with what settings produced a result.
+
+A training step writes its card into its work directory when it starts (trackers send it to
+W&B and TensorBoard) and keeps it, completed with the run's wall time and throughput, beside the
+trained model (`catwalk_model.json`); a report carries every run's card and shows them under its
+table. The environment part (versions, git commit, host) is collected here, without touching the
+GPUs: GPU names come from `nvidia-smi`, so the process that launches workers never creates a CUDA
+context of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("torch", "transformers", "ai2-tango", "catwalk_steps", "fairscale")
+OPTIONAL_PACKAGES = ("wandb", "tensorboard")
+
+
+def versions() -> dict[str, str | None]:
+    """Python's and the packages' versions (optional ones only when installed)."""
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES + OPTIONAL_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            if name in PACKAGES:
+                found[name] = None
+    return found
+
+
+def run_git(directory: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_state(directory: Path | None = None) -> dict[str, Any]:
+    """The commit of the repository holding the code (this package's, else the working
+    directory's) and whether its tree had changes (untracked files included)."""
+    package_dir = Path(__file__).resolve().parents[2]
+    for candidate in [directory] if directory else [package_dir, Path.cwd()]:
+        commit = run_git(candidate, "rev-parse", "HEAD")
+        if commit:
+            status = run_git(candidate, "status", "--porcelain")
+            return {
+                "commit": commit.strip(),
+                "dirty": None if status is None else bool(status.strip()),
+                "repository": str(candidate),
+            }
+    return {"commit": None, "dirty": None, "repository": None}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpus() -> list[dict[str, Any]]:
+    """The machine's NVIDIA GPUs (name, memory), from `nvidia-smi`; none when it is absent."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found = []
+    for line in out.strip().splitlines():
+        name, _, memory = line.rpartition(",")
+        if name:
+            found.append({"name": name.strip(), "memory_mib": int(float(memory))})
+    return found
+
+
+def host() -> dict[str, Any]:
+    return {
+        "hostname": platform.node(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "gpus": gpus(),
+    }
+
+
+def environment() -> dict[str, Any]:
+    """Versions, git state and host of this process."""
+    return {"versions": versions(), "git": git_state(), "host": host()}
+
+
+# --- Text -----------------------------------------------------------------------------------
+
+
+def describe_host(machine: Mapping[str, Any]) -> str:
+    gpu_list = machine.get("gpus") or []
+    names: dict[str, int] = {}
+    for gpu in gpu_list:
+        label = f"{gpu['name']} ({gpu['memory_mib'] / 1024:.0f} GiB)"
+        names[label] = names.get(label, 0) + 1
+    gpu_text = ", ".join(f"{count} x {label}" for label, count in names.items()) or "no GPU"
+    cpu = f"{machine.get('cpu')}, {machine.get('cores')} cores"
+    return f"{machine.get('hostname')}: {cpu}; {gpu_text}"
+
+
+def describe_git(git: Mapping[str, Any]) -> str:
+    if not git.get("commit"):
+        return "not in a git repository"
+    dirty = {True: " (dirty: uncommitted changes)", False: " (clean)"}.get(git.get("dirty"), "")
+    return f"{git['commit']}{dirty}"
+
+
+def describe_versions(found: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name} {version}" for name, version in found.items() if version)
+
+
+def table(header: list[str], rows: list[list[str]], right: int = 0) -> str:
+    """A markdown table whose last `right` columns are right-aligned."""
+    align = ["---"] * (len(header) - right) + ["---:"] * right
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(lines) + "\n"
+
+
+def number(value: Any, digits: int = 1) -> str:
+    return "" if not isinstance(value, (int, float)) else f"{value:.{digits}f}"
+
+
+def environment_line(env: Mapping[str, Any]) -> str:
+    return (
+        f"{describe_versions(env.get('versions', {}))}; code {describe_git(env.get('git', {}))}; "
+        f"host {describe_host(env.get('host', {}))}"
+    )
+
+
+def runs_table(cards: Mapping[str, Mapping[str, Any]], here: Mapping[str, Any]) -> str:
+    header = ["run", "training step", "devices", "where", "world size", "wall time s", "s/step"]
+    rows = []
+    for run, card in cards.items():
+        env, training = card.get("environment", {}), card.get("training", {})
+        where = "as above" if env == here else environment_line(env)
+        rows.append(
+            [
+                run,
+                f"`{card.get('step', {}).get('unique_id', '')}`",
+                str(card.get("devices", "")),
+                where,
+                str(card.get("world_size", "")),
+                number(training.get("wall_time_s")),
+                number(training.get("s_per_step"), 4),
+            ]
+        )
+    return table(header, rows, right=3)
+
+
+def run_cards_markdown(
+    cards: Mapping[str, Mapping[str, Any]],
+    here: Mapping[str, Any],
+    step_times: list[Mapping[str, Any]],
+) -> str:
+    """The run card section of `report.md`: where and how each run was made."""
+    text = "## Run card\n\n"
+    if here:
+        text += f"Report made with {environment_line(here)}.\n\n"
+    if cards:
+        text += runs_table(cards, here) + "\n"
+    if step_times:
+        rows = [
+            [str(t["name"]), f"`{t['unique_id']}`", number(t.get("wall_time_s"))]
+            for t in step_times
+        ]
+        text += "Wall time per step (as each ran; cached steps keep theirs):\n\n"
+        text += table(["step", "unique id", "wall time s"], rows, right=1) + "\n"
+    for run, card in cards.items():
+        config = json.dumps(card.get("config"), indent=2, sort_keys=True)
+        text += (
+            f"<details><summary>Resolved config of <code>{run}</code></summary>\n\n"
+            f"```json\n{config}\n```\n\n</details>\n\n"
+        )
+    return text.rstrip("\n") + "\n"

@@ -1,0 +1,95 @@
+"""Few-shot contexts, built as lm-evaluation-harness 0.4 builds them for its plain-text (not
+chat) prompts: the description, then each example's question, target delimiter, answer and
+few-shot delimiter, then the question asked.
+
+Examples are drawn by its samplers. The default one is one `random.Random(fewshot_seed)` per
+task, drawing for each evaluated document in turn, so a document's examples depend on the
+documents before it (as in lm-evaluation-harness, whose order is the split's). When the
+examples come from the split that is evaluated, the document itself is left out: lm-evaluation-
+harness then draws one example more and drops the document from the draw, which moves the
+generator on by one draw more, and that is followed here too. `first_n` (MMLU's) takes the first
+examples of the few-shot split in order.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SAMPLERS = ("default", "first_n")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A row as the task's templates read it: `text` is the question, or (an int) the index of
+    the right context when the choices are contexts; `target` is an index or the answer text."""
+
+    text: str | int
+    choices: tuple[str, ...]
+    target: int | str
+
+    @property
+    def contexts_per_choice(self) -> bool:
+        return isinstance(self.text, int)
+
+    def answer_index(self) -> int | None:
+        """The right choice's index; None when the target text is not among the choices."""
+        if self.contexts_per_choice:
+            return int(self.text)
+        if isinstance(self.target, int):
+            return self.target
+        return self.choices.index(self.target) if self.target in self.choices else None
+
+
+def example_text(doc: Rendered, target_delimiter: str, fewshot_delimiter: str) -> str:
+    """One solved example: question, delimiter, answer, few-shot delimiter."""
+    question, choices, answer = doc.text, doc.choices, doc.target
+    if isinstance(question, int):  # the right filled-in context is the question
+        question, choices = choices[question], ()
+    if answer == "":
+        return question  # lm-evaluation-harness writes a question without an answer bare
+    answer_text = choices[answer] if choices and isinstance(answer, int) else str(answer)
+    return question + target_delimiter + answer_text + fewshot_delimiter
+
+
+def contexts(doc: Rendered, prefix: str) -> str | tuple[str, ...]:
+    """The context(s) of the question asked, after `prefix` (description and examples)."""
+    if isinstance(doc.text, int):
+        return tuple(prefix + choice for choice in doc.choices)
+    return prefix + doc.text
+
+
+class FewshotSampler:
+    """Draws the examples for each evaluated row, in order.
+
+    :param pool: the rows examples come from (the few-shot split's).
+    :param exclude_evaluated: leave the evaluated row out of its own examples (lm-evaluation-
+        harness does when the examples come from the evaluated split).
+    """
+
+    def __init__(
+        self, pool: Sequence[Mapping[str, Any]], seed: int, sampler: str, exclude_evaluated: bool
+    ):
+        self.pool = pool
+        self.random = random.Random(seed)
+        self.sampler = sampler
+        self.exclude_evaluated = exclude_evaluated
+
+    def draw(self, n: int, row: Mapping[str, Any]) -> list[int]:
+        """Indices into the pool of the `n` examples for `row`, in prompt order."""
+        if n == 0:
+            return []
+        evaluated = row if self.exclude_evaluated else None
+        if self.sampler == "first_n":
+            kept = [i for i in range(len(self.pool)) if evaluated is None or self.pool[i] != row]
+            return kept[:n]
+        indices = range(len(self.pool))
+        if evaluated is None:
+            return self.random.sample(indices, n)
+        drawn = [i for i in self.random.sample(indices, n + 1) if self.pool[i] != row][:n]
+        if len(drawn) < n:  # the row was drawn twice (duplicates): draw again without it
+            others = [i for i in indices if self.pool[i] != row]
+            drawn = self.random.sample(others, n)
+        return drawn

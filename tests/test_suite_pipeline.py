@@ -1,0 +1,61 @@
+"""The suite through `tango run`: experiments/suite_demo.jsonnet (shrunk) runs offline, prints
+the task x run table, and a rerun trains and scores nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import EXPERIMENTS, experiment_params, run_tango, step_result
+
+pytestmark = [pytest.mark.slow]
+
+DEMO = EXPERIMENTS / "suite_demo.jsonnet"
+FEW_SUBJECTS = ["anatomy", "virology"]
+
+
+def shrunk() -> dict:
+    """suite_demo.jsonnet's steps at test size: 3 instances per task (MMLU: 2 subjects), 4
+    training steps on one process."""
+    steps = experiment_params(DEMO)["steps"]
+    overrides: dict = {
+        "steps.data.task.sizes": {"train": 32, "validation": 8},
+        "steps.trained.device_count": 1,
+        "steps.trained.train_steps": 4,
+        "steps.trained.validate_every": 2,
+        "steps.trained.checkpoint_every": 2,
+        "steps.trained.evaluate_tasks": [
+            {**block, "max_instances": 2}
+            | ({"subtasks": FEW_SUBJECTS} if block["name"] == "mmlu" else {})
+            for block in steps["trained"]["evaluate_tasks"]
+        ],
+    }
+    for name, step in steps.items():
+        if step["type"] == "catwalk::evaluate" and "task" in step:
+            overrides[f"steps.{name}.task.max_instances"] = 3
+            if step["task"]["name"] == "mmlu":
+                overrides[f"steps.{name}.task.subtasks"] = FEW_SUBJECTS
+    return overrides
+
+
+def test_the_suite_demo_runs_offline_prints_the_table_and_a_rerun_scores_nothing(tmp_path):
+    workspace = tmp_path / "ws"
+    overrides = shrunk()
+    output = run_tango(DEMO, workspace, "first", overrides)
+    assert "Task suite (offline, tiny GPT-2)" in output and "task (acc)" in output
+    for task in ("arc_easy", "hellaswag", "winogrande", "commonsense_qa", "mmlu", "average"):
+        assert f"│ {task} " in output, task
+    report = step_result(workspace, "first", "suite_report")
+    assert {path.name for path in report.iterdir()} >= {
+        "report.md", "report.csv", "report.json", "in_loop_tasks.png"
+    }  # fmt: skip
+    payload = json.loads((report / "report.json").read_text())
+    assert payload["rows"]["trained"].keys() == payload["rows"]["untrained"].keys()
+    assert len(payload["rows"]["trained"]) == 13
+    assert [p["step"] for p in payload["task_histories"]["trained"]["mmlu"]] == [2, 4]
+    mmlu = payload["details"]["results"]["untrained"]["mmlu"]
+    assert set(mmlu["subtasks"]) == set(FEW_SUBJECTS) and mmlu["n"] == 6
+    again = run_tango(DEMO, workspace, "again", overrides)
+    assert "Starting step" not in again  # nothing trained, nothing scored
+    assert "task (acc)" in again and "│ average " in again

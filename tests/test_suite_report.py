@@ -1,0 +1,96 @@
+"""The suite report: task x run with the average over tasks (markdown, CSV, JSON, printed),
+mean ± std per task over seeds in a sweep, and in-loop task scores plotted per task."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from catwalk_steps.reports import ReportFormat, build_suite_report, print_report
+
+
+def result(acc: float, n: int = 100, **extra) -> dict:
+    return {"acc": acc, "acc_norm": acc / 2, "n": n, "task": "t", "split": "validation", **extra}
+
+
+RESULTS = {
+    "untrained": {
+        "arc_easy": result(0.25),
+        "mmlu": result(0.3, subtasks={"anatomy": {}}),
+        "boolq": result(0.65),
+    },
+    "trained": {"arc_easy": result(0.5), "mmlu": result(0.4), "boolq": result(0.9)},
+}
+
+
+def test_a_suite_report_is_a_run_by_task_table_with_the_average():
+    report = build_suite_report(RESULTS, tasks=["mmlu", "arc_easy"], title="Suite")
+    assert report.markdown().splitlines() == [
+        "| run | mmlu | arc_easy | boolq | average |",
+        "|---|---:|---:|---:|---:|",
+        "| untrained | 0.3000 | 0.2500 | 0.6500 | 0.4000 |",
+        "| trained | 0.4000 | 0.5000 | 0.9000 | 0.6000 |",
+    ]
+    assert report.csv().splitlines()[0] == "run,mmlu,arc_easy,boolq,average"
+    assert report.details["results"]["untrained"]["mmlu"]["subtasks"] == {"anatomy": {}}
+    norm = build_suite_report(RESULTS, metric="acc_norm")
+    assert norm.rows["trained"] == pytest.approx(
+        {"arc_easy": 0.25, "mmlu": 0.2, "boolq": 0.45, "average": 0.3}
+    )
+
+
+def test_in_a_sweep_each_task_is_the_mean_and_std_over_seeds():
+    accs = {("1e-3", 1): (0.5, 0.2), ("1e-3", 2): (0.6, 0.4), ("3e-3", 1): (0.7, 0.1)}
+    results = {
+        f"lr={lr},seed={seed}": {"arc_easy": result(a), "boolq": result(b)}
+        for (lr, seed), (a, b) in accs.items()
+    }
+    configs = {f"lr={lr},seed={seed}": {"lr": lr, "seed": seed} for lr, seed in accs}
+    report = build_suite_report(results, configs=configs)
+    summaries = report.summaries()
+    arc = summaries["lr=1e-3"]["arc_easy"]
+    assert (arc.mean, arc.count) == (pytest.approx(0.55), 2)
+    assert arc.std == pytest.approx(statistics.stdev([0.5, 0.6]))
+    average = summaries["lr=1e-3"]["average"]
+    assert average.mean == pytest.approx(statistics.fmean([0.35, 0.5]))
+    assert average.std == pytest.approx(statistics.stdev([0.35, 0.5]))
+    assert summaries["lr=3e-3"]["boolq"].std is None  # one seed
+    header, rows = report.table_rows()
+    assert header == ["configuration", "seeds", "arc_easy", "boolq", "average"]
+    assert rows[0] == ["lr=1e-3", "2", "0.5500 ± 0.0707", "0.3000 ± 0.1414", "0.4250 ± 0.1061"]
+
+
+def history(points: list[tuple[int, float]]) -> dict:
+    return {
+        "train": [],
+        "validation": [],
+        "tasks": {
+            "arc_easy": [{"step": s, "acc": a, "acc_norm": a, "count": 8} for s, a in points]
+        },
+    }
+
+
+def test_in_loop_task_scores_are_kept_and_plotted_per_task(tmp_path):
+    import matplotlib.image
+
+    trained = {"arc_easy": result(0.5, training_history=history([(10, 0.3), (20, 0.5)]))}
+    report = build_suite_report({"trained": trained, "untrained": RESULTS["untrained"]})
+    assert report.task_histories == {"trained": history([(10, 0.3), (20, 0.5)])["tasks"]}
+    ReportFormat().write(report, tmp_path)
+    image = matplotlib.image.imread(tmp_path / "in_loop_tasks.png")
+    assert image.shape[0] > 200 and image.shape[1] > 300
+    read = ReportFormat().read(tmp_path)
+    assert read.rows == report.rows and read.task_histories == report.task_histories
+    assert "training_history" not in json.dumps(read.details)
+
+
+def test_a_table_wider_than_the_terminal_is_printed_turned(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "40")
+    tasks = ["arc_easy", "arc_challenge", "hellaswag", "winogrande"]
+    results = {run: {t: result(0.25) for t in tasks} for run in ("untrained", "trained")}
+    print_report(build_suite_report(results), location=None)
+    lines = capsys.readouterr().out.splitlines()
+    assert any("task (acc)" in line and "untrained" in line for line in lines)
+    assert sum(line.startswith("│ ") for line in lines) == len(tasks) + 1  # and the average
