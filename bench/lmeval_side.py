@@ -111,8 +111,8 @@ def build_requests(args) -> None:
 
 
 def serve(args) -> None:
-    """Loads the model once, then scores one task per line read from stdin ("piqa 100": the
-    task and how many of its docs) and prints
+    """Loads the model once, then scores one task per line read from stdin ("piqa 0,5,10": the
+    task and the positions of its docs in requests.json) and prints
     `RESULT {json}` for it: the bench interleaves these runs with its own in one session."""
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
@@ -127,8 +127,8 @@ def serve(args) -> None:
     )
     print("READY", flush=True)
     for line in sys.stdin:
-        task, limit = line.split()
-        docs = tasks[task][: int(limit)]
+        task, picks = line.split()
+        docs = [tasks[task][int(k)] for k in picks.split(",")]
         requests = [
             Instance("loglikelihood", {}, (doc["context"], continuation), k)
             for doc in docs

@@ -58,8 +58,8 @@ class LmEval:
                 return line[len(prefix) :]
         raise SystemExit(f"lm-eval's process ended (exit code {self.process.wait()})")
 
-    def score(self, task: str, docs: int) -> tuple[float, list[list[float]]]:
-        self.process.stdin.write(f"{task} {docs}\n")
+    def score(self, task: str, picks: list[int]) -> tuple[float, list[list[float]]]:
+        self.process.stdin.write(f"{task} {','.join(map(str, picks))}\n")
         self.process.stdin.flush()
         result = json.loads(self.read("RESULT "))
         return result["seconds"], result["scores"]
@@ -84,16 +84,18 @@ def ours(model, instances, args, shared: bool) -> tuple[float, list[list[float]]
     return time.perf_counter() - start, scores
 
 
-def spread(docs: list, limit: int | None) -> list:
-    """At most `limit` docs taken evenly through the list (MMLU's five subjects all stay)."""
-    if limit is None or limit >= len(docs):
-        return docs
-    return [docs[k * len(docs) // limit] for k in range(limit)]
+def spread(total: int, limit: int | None) -> list[int]:
+    """The positions of at most `limit` of `total` docs, taken evenly through the list (so
+    MMLU's five subjects all stay)."""
+    if limit is None or limit >= total:
+        return list(range(total))
+    return [k * total // limit for k in range(limit)]
 
 
-def worst_relative(scores, reference) -> float:
+def worst(scores, reference, relative: bool) -> float:
+    """The largest per-request difference in log-likelihood (relative to the reference's)."""
     return max(
-        abs(x - y) / max(abs(y), 1e-6)
+        abs(x - y) / (max(abs(y), 1e-6) if relative else 1.0)
         for row, ref in zip(scores, reference, strict=True)
         for x, y in zip(row, ref, strict=True)
     )
@@ -126,37 +128,46 @@ def token_counts(model, instances) -> dict[str, float]:
     }
 
 
-def measure(lm_eval, model, task, instances, args) -> dict:
+def measure(lm_eval, model, task, picks, instances, args) -> dict:
+    """Interleaved rounds of each path; without `lm_eval` (a GPU machine without its venv),
+    the lm-eval columns stay empty."""
     runs = {
-        "lm-eval": lambda: lm_eval.score(task, len(instances)),
+        "lm-eval": lambda: lm_eval.score(task, picks),
         "before": lambda: ours(model, instances, args, shared=False),
         "shared": lambda: ours(model, instances, args, shared=True),
     }
-    seconds: dict[str, list[float]] = {name: [] for name in PATHS}
+    paths = PATHS if lm_eval is not None else PATHS[1:]
+    seconds: dict[str, list[float]] = {name: [] for name in paths}
     scores = {}
     for r in range(args.repeats):
-        for name in PATHS[r % 3 :] + PATHS[: r % 3]:
+        for name in paths[r % len(paths) :] + paths[: r % len(paths)]:
             t, scores[name] = runs[name]()
             seconds[name].append(t)
             print(f"  round {r}: {name} {t:.2f} s", flush=True)
     requests = sum(len(i.choices) for i in instances)
-    rate = {name: requests / min(seconds[name]) for name in PATHS}
-    shared_answers = predictions(instances, scores["shared"])
-    return {
+    rate = {name: requests / min(seconds[name]) for name in paths}
+    answers = {name: predictions(instances, scores[name]) for name in paths}
+    row = {
         "docs": len(instances),
         "requests": requests,
         **token_counts(model, instances),
         "seconds": seconds,
         "requests_per_s": rate,
-        "shared_vs_lmeval": rate["shared"] / rate["lm-eval"],
-        "shared_vs_before": rate["shared"] / rate["before"],
-        "before_vs_lmeval": rate["before"] / rate["lm-eval"],
-        "max_rel_diff_vs_before": worst_relative(scores["shared"], scores["before"]),
-        "max_rel_diff_vs_lmeval": worst_relative(scores["shared"], scores["lm-eval"]),
-        "same_answers_as_lmeval": shared_answers == predictions(instances, scores["lm-eval"]),
-        "same_answers_as_before": shared_answers == predictions(instances, scores["before"]),
         "metrics": metrics_from_scores(instances, scores["shared"]),
     }
+    for name, key in (("before", "before"), ("lm-eval", "lmeval")):
+        if name in paths:
+            row[f"shared_vs_{key}"] = rate["shared"] / rate[name]
+            row[f"max_rel_diff_vs_{key}"] = worst(scores["shared"], scores[name], relative=True)
+            row[f"max_abs_diff_vs_{key}"] = worst(scores["shared"], scores[name], relative=False)
+            row[f"same_answers_as_{key}"] = answers["shared"] == answers[name]
+    if "lm-eval" in paths:
+        row["before_vs_lmeval"] = rate["before"] / rate["lm-eval"]
+    return row
+
+
+def cell(value, form: str) -> str:
+    return "-" if value is None else format(value, form)
 
 
 def table(rows: dict, name: str) -> str:
@@ -167,20 +178,22 @@ def table(rows: dict, name: str) -> str:
         "",
         "| model | task | docs | requests | tokens ctx / cont | fed per request before / "
         "shared | lm-eval req/s | before req/s | shared req/s | shared / lm-eval | shared / "
-        "before | max rel. diff vs before / lm-eval | same acc, acc_norm answers |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "before | max rel. diff vs before / lm-eval | max abs. diff vs lm-eval | "
+        "same acc, acc_norm answers |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for key, r in rows.items():
         model, task = key.split("/")
         rate = r["requests_per_s"]
-        same = "yes" if r["same_answers_as_lmeval"] and r["same_answers_as_before"] else "NO"
+        same = r["same_answers_as_before"] and r.get("same_answers_as_lmeval", True)
         lines.append(
             f"| {model} | {task} | {r['docs']} | {r['requests']} | "
             f"{r['context_tokens']:.0f} / {r['continuation_tokens']:.1f} | "
-            f"{r['fed_before']:.0f} / {r['fed_shared']:.0f} | {rate['lm-eval']:.1f} | "
-            f"{rate['before']:.1f} | {rate['shared']:.1f} | {r['shared_vs_lmeval']:.2f}x | "
-            f"{r['shared_vs_before']:.2f}x | {r['max_rel_diff_vs_before']:.1e} / "
-            f"{r['max_rel_diff_vs_lmeval']:.1e} | {same} |"
+            f"{r['fed_before']:.0f} / {r['fed_shared']:.0f} | {cell(rate.get('lm-eval'), '.1f')} | "
+            f"{rate['before']:.1f} | {rate['shared']:.1f} | "
+            f"{cell(r.get('shared_vs_lmeval'), '.2f')}x | {r['shared_vs_before']:.2f}x | "
+            f"{r['max_rel_diff_vs_before']:.1e} / {cell(r.get('max_rel_diff_vs_lmeval'), '.1e')} | "
+            f"{cell(r.get('max_abs_diff_vs_lmeval'), '.1e')} | {'yes' if same else 'NO'} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -215,8 +228,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--results-name", default="scoring")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--no-lmeval",
+        action="store_true",
+        help="time only catwalk's two paths (a machine without lm-eval; needs requests.json "
+        "and corpus.txt already in --work-dir)",
+    )
     args = parser.parse_args()
-    if not Path(args.lmeval_python).exists():
+    if args.no_lmeval:
+        args.lmeval_python = None
+    elif not Path(args.lmeval_python).exists():
         raise SystemExit(
             f"scoring bench: no lm-eval python at {args.lmeval_python}; make one with the "
             "command in bench/results/scoring.md, or pass --lmeval-python"
@@ -234,12 +255,13 @@ def main() -> None:
     rows = saved.get("results", {})
     for model_name in args.models.split(","):
         model = RankClassifier.from_directory(directories[model_name]).to(args.device)
-        lm_eval = None if args.profile else LmEval(
+        lm_eval = None if args.profile or args.no_lmeval else LmEval(
             args.lmeval_python, requests_path, directories[model_name], args.batch_size,
             args.device,
         )  # fmt: skip
         for task in args.tasks.split(","):
-            docs = spread(tasks[task], args.limit)
+            picks = spread(len(tasks[task]), args.limit)
+            docs = [tasks[task][k] for k in picks]
             instances = [
                 MultipleChoiceInstance(d["context"], tuple(d["continuations"]), d["label"])
                 for d in docs
@@ -248,7 +270,7 @@ def main() -> None:
             if args.profile:
                 profile(model, instances, args)
                 continue
-            rows[f"{model_name}/{task}"] = measure(lm_eval, model, task, instances, args)
+            rows[f"{model_name}/{task}"] = measure(lm_eval, model, task, picks, instances, args)
             print(json.dumps(rows[f"{model_name}/{task}"], indent=1), flush=True)
             payload = {"machine": machine(), "args": {**vars(args)}, "results": rows}
             payload["args"] = {k: str(v) for k, v in payload["args"].items()}

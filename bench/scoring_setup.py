@@ -39,10 +39,14 @@ def default_data_root() -> Path | None:
     return Path(spec.origin).parent / "hf_datasets" if spec and spec.origin else None
 
 
-def build_requests(lmeval_python: str, data_root: Path, work_dir: Path, per_task: int) -> Path:
+def build_requests(
+    lmeval_python: str | None, data_root: Path, work_dir: Path, per_task: int
+) -> Path:
     """requests.json (and corpus.txt) from lm-eval itself, unless already there."""
     path = work_dir / "requests.json"
     if not path.exists():
+        if lmeval_python is None:
+            raise SystemExit(f"scoring bench: no {path}; build it where lm-eval is installed")
         work_dir.mkdir(parents=True, exist_ok=True)
         command = [
             lmeval_python,
