@@ -185,6 +185,19 @@ class RankClassifier(Model):
         """Each sequence's summed continuation log-probability from packed rows (float32)."""
         return packed_scores(self.lm, packed, num_sequences)
 
+    def every_choice_scores(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        continuation_mask: torch.Tensor,
+        logits_from: int,
+        packed: Mapping[str, torch.Tensor] | None,
+    ) -> torch.Tensor:
+        """Every sequence's score: from the packed rows when the model takes them."""
+        if packed is not None and self.shares_contexts():
+            return self.score_packed(packed, input_ids.size(0))
+        return self.score_sequences(input_ids, attention_mask, continuation_mask, logits_from)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -221,12 +234,9 @@ class RankClassifier(Model):
                 )
             }
         num_choices = num_choices or int(choice_index.max()) + 1
-        if packed is not None and self.shares_contexts():
-            sequence_scores = self.score_packed(packed, input_ids.size(0))
-        else:
-            sequence_scores = self.score_sequences(
-                input_ids, attention_mask, continuation_mask, logits_from
-            )
+        sequence_scores = self.every_choice_scores(
+            input_ids, attention_mask, continuation_mask, logits_from, packed
+        )
         scores = torch.full(
             (labels.size(0), num_choices), float("-inf"), device=sequence_scores.device
         ).index_put((instance_index, choice_index), sequence_scores)
