@@ -245,3 +245,24 @@ def test_shared_context_scores_inside_a_two_process_fsdp2_evaluation(tmp_path):
         instances = FSDP_QUESTIONS[rank :: len(per_rank)]
         for got, want in zip(scores, reference_scores(model, instances), strict=True):
             assert got[: len(want)] == pytest.approx(want, rel=1e-5, abs=1e-5)
+
+
+def test_every_model_family_scores_packed_rows_as_full_sequences(tmp_path):
+    """The eight tested families: OPT (whose causal LM calls its decoder, not its base model),
+    Mistral (a sliding window of 16 tokens, shorter than these rows), Gemma (a scaled, tied
+    head) and the rest give the full-sequence path's scores from packed rows."""
+    from .families import FAMILIES, model_spec, save_llama_style_tokenizer
+
+    tokenizers = {
+        "byte_level": "catwalk::byte_level",
+        "llama_style": save_llama_style_tokenizer(tmp_path),
+    }
+    instances = UNEVEN_CONTEXTS + ONE_TOKEN_CHOICES
+    for family in FAMILIES:
+        spec = {k: v for k, v in model_spec(family, tokenizers).items() if k != "type"}
+        model = RankClassifier(**spec).eval()
+        assert model.shares_contexts(), family
+        shared = score_choices(model, instances, progress=False)
+        full = score_choices(model, instances, progress=False, share_contexts=False)
+        for got, want in zip(shared, full, strict=True):
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-5), family

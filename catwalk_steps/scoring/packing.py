@@ -140,10 +140,13 @@ def pack_rows(rows: Sequence[PackedRow], pad_id: int) -> dict[str, torch.Tensor]
     }
 
 
-def packed_attention(segments: torch.Tensor) -> torch.Tensor:
+def packed_attention(
+    segments: torch.Tensor, positions: torch.Tensor | None = None, window: int | None = None
+) -> torch.Tensor:
     """[rows, 1, length, length] boolean mask (True: may attend) from the segments.
 
-    A token sees the earlier tokens of the context and of its own continuation. A padding
+    A token sees the earlier tokens of the context and of its own continuation; with a sliding
+    `window`, only those fewer than `window` positions before its own. A padding
     token sees itself only: a query that sees nothing gives NaN in attention, and a NaN in
     a padding position's values would reach real tokens through their zero weights.
     """
@@ -154,4 +157,6 @@ def packed_attention(segments: torch.Tensor) -> torch.Tensor:
     key = segments[:, None, :]
     real = (query != PAD_SEGMENT) & (key != PAD_SEGMENT)
     visible = causal & real & ((key == CONTEXT_SEGMENT) | (key == query))
+    if window is not None and positions is not None:
+        visible &= (positions[:, :, None] - positions[:, None, :]) < window
     return (visible | torch.eye(length, dtype=torch.bool, device=segments.device))[:, None]

@@ -13,8 +13,10 @@ Under FSDP one forward also means one all-gather per unit, and a number of forwa
 depends on a rank's data.
 
 A model takes packed rows when its forward accepts `position_ids` and a 4D attention mask
-(attention implementations "sdpa" and "eager") and its positions do not come from the 2D mask
-(ALiBi models); any other model is scored one sequence per choice, as before, with one log line.
+(attention implementations "sdpa" and "eager"), it has an LM head module, its positions do not
+come from the 2D mask (ALiBi models) and all its layers attend alike (a sliding window, as
+Mistral's, is written into the mask; layers mixing window and full attention are not); any other
+model is scored one sequence per choice, as before, with one log line.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ def packing_support(lm: torch.nn.Module) -> str | None:
         return "it is not a Hugging Face decoder-only model"
     if "position_ids" not in inspect.signature(lm.forward).parameters:
         return "its forward takes no position_ids"
-    base = getattr(lm, "base_model", lm)
-    if base is lm:
-        return "it has no base model whose hidden states the LM head reads"
+    if lm.get_output_embeddings() is None:
+        return "it has no LM head module"
+    layer_types = set(getattr(config, "layer_types", None) or ())
+    if len(layer_types) > 1:
+        return f"its layers mix attention kinds ({', '.join(sorted(layer_types))})"
     attention = getattr(config, "_attn_implementation", None)
     if attention not in MASKED_ATTENTION:
         return f"its attention implementation {attention!r} takes no 4D attention mask"
@@ -61,29 +65,38 @@ def log_fallback(lm: torch.nn.Module, reason: str) -> None:
 
 
 @contextlib.contextmanager
-def hidden_states_at(base: torch.nn.Module, rows: torch.Tensor, cols: torch.Tensor) -> Iterator:
-    """While active, the base model returns only the hidden states at (`rows`, `cols`), as one
-    sequence [1, positions, width]: the causal LM's own head (with whatever it adds: logit
-    soft-capping, scaling) then runs on those positions only. A forward hook, removed on exit;
-    it sits on the base model inside the root module's forward, so wrappers are untouched."""
+def head_inputs_at(head: torch.nn.Module, rows: torch.Tensor, cols: torch.Tensor) -> Iterator:
+    """While active, the LM head sees only the hidden states at (`rows`, `cols`), as one
+    sequence [1, positions, width]: the model's own head (and whatever follows it: logit
+    soft-capping, scaling) runs on those positions only. A forward pre-hook on the head module,
+    removed on exit: it works whichever submodule the causal LM calls for its hidden states
+    (OPT calls its decoder directly), and wrappers around the root are untouched."""
 
-    def keep_positions(module, args, output):
-        if isinstance(output, tuple):
-            return (output[0][rows, cols][None], *output[1:])
-        output.last_hidden_state = output.last_hidden_state[rows, cols][None]
-        return output
+    def keep_positions(module, args):
+        return (args[0][rows, cols][None], *args[1:])
 
-    handle = base.register_forward_hook(keep_positions)
+    handle = head.register_forward_pre_hook(keep_positions)
     try:
         yield
     finally:
         handle.remove()
 
 
-def attention_mask_for(lm: torch.nn.Module, segments: torch.Tensor) -> torch.Tensor:
+def sliding_window(config) -> int | None:
+    """The attention window of every layer (Mistral's), or None for full attention."""
+    window = getattr(config, "sliding_window", None)
+    if window is None or getattr(config, "use_sliding_window", True) is False:
+        return None
+    return int(window)
+
+
+def attention_mask_for(
+    lm: torch.nn.Module, segments: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
     """The packed rows' 4D mask in the form the model's attention takes: boolean for SDPA,
-    additive (0 or the float32 minimum) for eager attention."""
-    visible = packed_attention(segments)
+    additive (0 or the float32 minimum) for eager attention; a sliding window (Mistral's) is
+    applied to the tokens' positions, as the model's own mask would."""
+    visible = packed_attention(segments, positions, sliding_window(lm.config))
     if lm.config._attn_implementation == "sdpa":
         return visible
     blocked = torch.finfo(torch.float32).min
@@ -98,11 +111,12 @@ def packed_log_probs(lm: torch.nn.Module, packed: Mapping[str, torch.Tensor]) ->
     in float32, and the targets predicted at a position share it.
     """
     rows, cols = packed["packed_predict_rows"], packed["packed_predict_cols"]
-    with hidden_states_at(lm.base_model, rows, cols):
+    positions = packed["packed_position_ids"]
+    with head_inputs_at(lm.get_output_embeddings(), rows, cols):
         logits = lm(
             input_ids=packed["packed_input_ids"],
-            attention_mask=attention_mask_for(lm, packed["packed_segments"]),
-            position_ids=packed["packed_position_ids"],
+            attention_mask=attention_mask_for(lm, packed["packed_segments"], positions),
+            position_ids=positions,
             use_cache=False,
         ).logits[0]
     log_probs = logits.float().log_softmax(dim=-1)
