@@ -18,6 +18,7 @@ from catwalk_steps.distributed.groups import (
     init_process_group,
 )
 from catwalk_steps.distributed.rendezvous import connect_store, start_store
+from catwalk_steps.launch.launcher import PRELOAD
 
 
 def _worker(rank, world_size, port, fn, args, init, out_dir):
@@ -30,6 +31,11 @@ def _worker(rank, world_size, port, fn, args, init, out_dir):
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")
     finally:
         destroy_process_group_if_initialized()
+
+
+# One list for every forkserver of the test process: the server is started once, with the
+# list set at that moment, and serves every later test.
+FORKSERVER_PRELOAD = [PRELOAD, "tests.training", "tests.workspace_jobs"]
 
 
 def run_distributed(
@@ -46,7 +52,7 @@ def run_distributed(
     out_dir.mkdir(exist_ok=True)
     store = start_store(world_size)
     # Forked from a server that imported torch and the package once, as the launcher's workers.
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["catwalk_steps"])
+    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
     mp.start_processes(
         _worker,
         args=(world_size, store.port, fn, args, init, str(out_dir)),

@@ -8,8 +8,9 @@
   worker that failed is never counted as finished) and, when one fails, gives the others a
   grace period, then SIGTERM, then SIGKILL.
 - Workers fork from a server process (start method "forkserver") that imported torch,
-  transformers, Tango and this package once; a spawned worker spent seconds importing them for
-  every training step. The server imports no CUDA state, so forking from it is safe on GPUs.
+  transformers (its model and tokenizer classes too), Tango and this package once
+  (:mod:`.preload`); a spawned worker spent seconds importing them for every training step.
+  The server imports no CUDA state, so forking from it is safe on GPUs.
 
 What this module adds to torch's, and why torch's alone does not do it:
 
@@ -32,11 +33,12 @@ import contextlib
 import json
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import secrets
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,7 @@ JOB_KEY = "catwalk/job"
 RENDEZVOUS_TOKEN = "rendezvous_token"  # in the step's work directory, for the other nodes
 WORKER_FAILED = (torch_mp.ProcessExitedException, torch_mp.ProcessRaisedException)
 GRACE_S = 5.0
+PRELOAD = "catwalk_steps.launch.preload"  # what the worker server imports once
 START_METHOD = (
     "forkserver"  # for the other workers to fail on their own once one has, then for SIGTERM
 )
@@ -149,12 +152,18 @@ def start_workers(job: TrainingJob, node_rank: int) -> None:
 
 
 def worker_context(job: TrainingJob) -> Any:
-    """The multiprocessing context workers start from: its server preloads what they import
-    (only when it starts; a server already running keeps what it has, and workers import the
-    rest themselves)."""
-    context = multiprocessing.get_context(START_METHOD)
-    context.set_forkserver_preload(["catwalk_steps", *job.include_package])
-    return context
+    """The multiprocessing context workers start from, its server running."""
+    start_worker_server(job.include_package)
+    return multiprocessing.get_context(START_METHOD)
+
+
+def start_worker_server(include_package: Sequence[str] = ()) -> None:
+    """Starts the server that workers fork from, unless it runs, and returns at once: it imports
+    what they need (:mod:`.preload`, the `--include-package` modules) while this process goes
+    on, e.g. Tango building the step graph. A server already running keeps what it has; workers
+    import the rest themselves."""
+    multiprocessing.get_context(START_METHOD).set_forkserver_preload([PRELOAD, *include_package])
+    multiprocessing.forkserver.ensure_running()
 
 
 def watch(context: torch_mp.ProcessContext) -> None:

@@ -20,7 +20,7 @@ from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
 from ..files import write_json_atomic
-from ..launch import run_training
+from ..launch import run_training, start_worker_server
 from ..reports.run_card import environment
 from ..reports.tables import training_figures
 from ..scoring.rank_classifier import RankClassifier
@@ -103,6 +103,9 @@ class TrainRankClassifier(Step[RankClassifier]):
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         # When the step graph is built: a bad setting fails before any step has run.
         check_train_step(kwargs)
+        if kwargs.get("device_count", 1) * kwargs.get("num_nodes", 1) > 1:
+            # Its imports run beside the rest of the graph's building, not before the workers.
+            start_worker_server(get_extra_imported_modules())
         return split_trackers(kwargs)
 
     def run(  # type: ignore[override]
