@@ -170,6 +170,10 @@ def cell(value, form: str) -> str:
     return "-" if value is None else format(value, form)
 
 
+def ratio(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def table(rows: dict, name: str) -> str:
     lines = [
         f"Scoring against lm-evaluation-harness 0.4.13 ({name}): same model directory, same "
@@ -191,7 +195,7 @@ def table(rows: dict, name: str) -> str:
             f"{r['context_tokens']:.0f} / {r['continuation_tokens']:.1f} | "
             f"{r['fed_before']:.0f} / {r['fed_shared']:.0f} | {cell(rate.get('lm-eval'), '.1f')} | "
             f"{rate['before']:.1f} | {rate['shared']:.1f} | "
-            f"{cell(r.get('shared_vs_lmeval'), '.2f')}x | {r['shared_vs_before']:.2f}x | "
+            f"{ratio(r.get('shared_vs_lmeval'))} | {r['shared_vs_before']:.2f}x | "
             f"{r['max_rel_diff_vs_before']:.1e} / {cell(r.get('max_rel_diff_vs_lmeval'), '.1e')} | "
             f"{cell(r.get('max_abs_diff_vs_lmeval'), '.1e')} | {'yes' if same else 'NO'} |"
         )
