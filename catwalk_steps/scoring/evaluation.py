@@ -1,7 +1,8 @@
-"""Scoring a whole split fast: every (context, choice) sequence, batched by length.
+"""Scoring a whole split fast: each question's context run once (packed rows), batched by length.
 
-Sorting sequences by length before batching keeps padding (wasted compute) small; the longest
-batch comes first so an out-of-memory error shows at once, not at the end.
+Sorting by length before batching keeps padding (wasted compute) small; the longest batch comes
+first so an out-of-memory error shows at once, not at the end. A model that cannot take packed
+rows runs every (context, choice) sequence in full, batched the same way.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from tango.common import Tqdm
 
 from ..tasks import MultipleChoiceInstance
 from .logprobs import choice_metrics
+from .packing import pack_rows, row_batches
 from .precision import Precision
 from .rank_classifier import RankClassifier
-from .sequences import SequenceEncoder, pad_sequences
+from .sequences import ChoiceSequence, SequenceEncoder, pad_sequences
 
 FP32 = Precision("fp32")
 
@@ -42,31 +44,53 @@ def score_choices(
     device: torch.device | str = "cpu",
     precision: Precision = FP32,
     progress: bool = True,
+    share_contexts: bool = True,
 ) -> list[list[float]]:
     """Each instance's per-choice scores (summed continuation log-probs), in input order.
 
     The model must already be on `device`; `precision` sets autocast (scores stay float32).
     `max_length` is the model's input length (default: its own, :func:`model_max_length`).
+    `share_contexts=False` runs every (context, choice) sequence in full, as models that cannot
+    take packed rows are run (for comparisons: the scores are the same).
     """
     encoder = SequenceEncoder(model.tokenizer, max_length or model_max_length(model))
     sequences = encoder.sequences(instances)
-    order = sorted(range(len(sequences)), key=lambda k: -len(sequences[k].token_ids))
     scores = [[0.0] * len(instance.choices) for instance in instances]
     autocast = precision.autocast(torch.device(device).type)
+    shared = share_contexts and model.shares_contexts()
+    run = packed_batch_scores if shared else sequence_batch_scores
     with evaluating(model), autocast:
-        batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-        for batch in Tqdm.tqdm(batches, desc="Scoring", disable=not progress):
-            chosen = [sequences[k] for k in batch]
-            tensors = pad_sequences(chosen, model.tokenizer.pad_token_id)
-            batch_scores = model.score_sequences(
+        for chosen, batch_scores in run(model, sequences, batch_size, device, progress):
+            for s, value in zip(chosen, batch_scores.tolist(), strict=True):
+                scores[s.instance][s.choice] = value
+    return scores
+
+
+def packed_batch_scores(model, sequences: Sequence[ChoiceSequence], batch_size, device, progress):
+    """(sequences, their scores) per batch of packed rows, the longest rows first."""
+    pad_id = model.tokenizer.pad_token_id
+    batches = row_batches(sequences, batch_size)
+    for chosen, rows in Tqdm.tqdm(batches, desc="Scoring", disable=not progress):
+        packed = {name: t.to(device) for name, t in pack_rows(rows, pad_id).items()}
+        yield [sequences[k] for k in chosen], model.score_packed(packed, len(chosen))
+
+
+def sequence_batch_scores(model, sequences: Sequence[ChoiceSequence], batch_size, device, progress):
+    """(sequences, their scores) per batch of whole sequences, the longest first."""
+    order = sorted(range(len(sequences)), key=lambda k: -len(sequences[k].token_ids))
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    for batch in Tqdm.tqdm(batches, desc="Scoring", disable=not progress):
+        chosen = [sequences[k] for k in batch]
+        tensors = pad_sequences(chosen, model.tokenizer.pad_token_id)
+        yield (
+            chosen,
+            model.score_sequences(
                 tensors["input_ids"].to(device),
                 tensors["attention_mask"].to(device),
                 tensors["continuation_mask"].to(device),
                 tensors["logits_from"],
-            ).tolist()
-            for s, value in zip(chosen, batch_scores, strict=True):
-                scores[s.instance][s.choice] = value
-    return scores
+            ),
+        )
 
 
 def metrics_from_scores(

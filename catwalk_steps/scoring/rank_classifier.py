@@ -23,6 +23,7 @@ from tango.integrations.torch import Model
 
 from ..errors import first_line
 from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
+from .shared_context import log_fallback, packed_scores, packing_support
 from .tokenization import load_tokenizer
 
 OBJECTIVES = ("lm", "rank")
@@ -138,6 +139,8 @@ class RankClassifier(Model):
         self.supports_logits_to_keep = (
             "logits_to_keep" in inspect.signature(self.lm.forward).parameters
         )
+        self.packing_unsupported = packing_support(self.lm)  # why not, or None
+        self.fallback_logged = False
 
     def det_hash_object(self) -> Any:
         """Tango cache identity: the constructor arguments, not the (large) weights."""
@@ -170,6 +173,31 @@ class RankClassifier(Model):
             self.supports_logits_to_keep,
         )
 
+    def shares_contexts(self) -> bool:
+        """Whether choices are scored against their context computed once (packed rows, see
+        :mod:`~catwalk_steps.scoring.shared_context`); says once, in the log, why not."""
+        if self.packing_unsupported and not self.fallback_logged:
+            log_fallback(self.lm, self.packing_unsupported)
+            self.fallback_logged = True
+        return self.packing_unsupported is None
+
+    def score_packed(self, packed: Mapping[str, torch.Tensor], num_sequences: int) -> torch.Tensor:
+        """Each sequence's summed continuation log-probability from packed rows (float32)."""
+        return packed_scores(self.lm, packed, num_sequences)
+
+    def every_choice_scores(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        continuation_mask: torch.Tensor,
+        logits_from: int,
+        packed: Mapping[str, torch.Tensor] | None,
+    ) -> torch.Tensor:
+        """Every sequence's score: from the packed rows when the model takes them."""
+        if packed is not None and self.shares_contexts():
+            return self.score_packed(packed, input_ids.size(0))
+        return self.score_sequences(input_ids, attention_mask, continuation_mask, logits_from)
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -182,12 +210,15 @@ class RankClassifier(Model):
         weights: torch.Tensor,
         logits_from: int = 1,
         num_choices: int | None = None,
+        packed: Mapping[str, torch.Tensor] | None = None,
     ) -> dict[str, torch.Tensor]:
         """Loss and metrics for a batch of instances, each with all its choices.
 
         Sequences are flattened: sequence `s` is choice `choice_index[s]` of instance
         `instance_index[s]`. In training with the "lm" objective only the right choices are run,
-        since the wrong ones do not enter the loss; otherwise every choice is scored.
+        since the wrong ones do not enter the loss; otherwise every choice is scored, from the
+        `packed` rows (each context run once) when the model takes them. Either way this is
+        one forward of the LM on every rank, whatever the batch holds.
         """
         # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
         weights = weights.float()
@@ -203,8 +234,8 @@ class RankClassifier(Model):
                 )
             }
         num_choices = num_choices or int(choice_index.max()) + 1
-        sequence_scores = self.score_sequences(
-            input_ids, attention_mask, continuation_mask, logits_from
+        sequence_scores = self.every_choice_scores(
+            input_ids, attention_mask, continuation_mask, logits_from, packed
         )
         scores = torch.full(
             (labels.size(0), num_choices), float("-inf"), device=sequence_scores.device

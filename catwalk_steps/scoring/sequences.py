@@ -15,6 +15,7 @@ from tango.integrations.torch import DataCollator
 
 from ..tasks import MultipleChoiceInstance, TaskDataError
 from ..tasks.base import joined_choice_chars
+from .packing import pack_rows, packed_rows
 from .tokenization import load_tokenizer
 
 CHARS_PER_TOKEN = 64
@@ -199,5 +200,7 @@ class MultipleChoiceCollator(DataCollator):
             labels=torch.tensor([instance.label for instance in instances]),
             weights=torch.tensor(weights),
             num_choices=max(len(instance.choices) for instance in instances),
+            # The same sequences as rows that run each context once, for scoring all choices.
+            packed=pack_rows(packed_rows(sequences), self.encoder.tokenizer.pad_token_id),
         )
         return batch
