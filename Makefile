@@ -33,9 +33,12 @@ format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# Everything CI runs: lint, then the whole suite (unit, tango-run integration, 2-process gloo).
+# Everything CI runs: lint, then the whole suite (unit, tango-run integration, 2-process gloo),
+# in TEST_WORKERS pytest-xdist workers, a file's tests in one worker (their module fixtures are
+# made once; session fixtures once per session: conftest.py).
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/pytest -ra
+	$(BIN)/pytest -ra -n $(TEST_WORKERS) --dist loadfile
 
 # Unit tests only: no multi-process or training runs.
 test-fast: lint

@@ -134,10 +134,29 @@ def main_job_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def parity_run(tmp_path_factory) -> Path:
+def parity_run(tmp_path_factory, request) -> Path:
     """tests/fixtures/engines_parity.jsonnet: the same 12 float32 steps with every engine."""
-    workspace = tmp_path_factory.mktemp("parity") / "workspace"
-    run_tango(PARITY, workspace, "parity")
+    return once_per_session(
+        tmp_path_factory, request, "parity", lambda w: run_tango(PARITY, w, "parity")
+    )
+
+
+def once_per_session(tmp_path_factory, request, name: str, make) -> Path:
+    """A workspace that `make` fills once per test session, also when pytest-xdist runs the
+    session in several workers (`make test`): the first worker to need it makes it under a file
+    lock in the directory the workers share, the others wait and read it."""
+    from filelock import FileLock
+
+    if not hasattr(request.config, "workerinput"):  # no xdist: this process is the session
+        workspace = tmp_path_factory.mktemp(name) / "workspace"
+        make(workspace)
+        return workspace
+    shared = tmp_path_factory.getbasetemp().parent  # this session's, shared by its workers
+    workspace, done = shared / name / "workspace", shared / name / "done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            make(workspace)
+            done.touch()
     return workspace
 
 
