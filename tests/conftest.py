@@ -188,10 +188,3 @@ def evaluate_library(tmp_path: Path, jsonnet: str):
         f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n{{value: {jsonnet}}}"
     )
     return Params.from_file(path).as_dict()["value"]
-
-
-def pytest_collection_modifyitems(items):
-    """Slow files first, each kept in its place otherwise: with several pytest-xdist workers
-    (`make test`), the long ones start at once instead of leaving one worker a long tail."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
