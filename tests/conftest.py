@@ -87,7 +87,14 @@ def tango_command(
     return command
 
 
-TANGO_ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO)}
+# One torch thread per process: the tests' models are tiny, and with two pytest-xdist workers
+# (`make test`) on two cores, threads spin-waiting on each other cost more than they compute.
+TANGO_ENV = {
+    **os.environ,
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONPATH": str(REPO),
+    "OMP_NUM_THREADS": "1",
+}
 
 
 def run_tango(
@@ -188,3 +195,10 @@ def evaluate_library(tmp_path: Path, jsonnet: str):
         f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n{{value: {jsonnet}}}"
     )
     return Params.from_file(path).as_dict()["value"]
+
+
+def pytest_configure(config):
+    """One torch thread in the test process too (see TANGO_ENV)."""
+    import torch
+
+    torch.set_num_threads(1)

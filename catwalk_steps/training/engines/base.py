@@ -117,7 +117,11 @@ class CatwalkEngineMixin:
         self.steps_taken = 0
         if train_config.device_type == "cpu":
             # N ranks on one machine each spinning all cores' worth of threads slow each other down.
+            # OMP_NUM_THREADS, when set (a scheduler's allocation, a shared machine), caps it.
             share = max(1, (os.cpu_count() or 1) // local_world_size(train_config))
+            allowed = os.environ.get("OMP_NUM_THREADS", "")
+            if allowed.isdigit() and int(allowed) > 0:
+                share = min(share, int(allowed))
             torch.set_num_threads(cpu_threads or share)
 
     def _build_model(self, model: Model | Lazy[Model]) -> Model:

@@ -54,7 +54,8 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
     :param fsdp_config: Tango's FSDP options (`reshard_after_forward`, `move_params_to_cpu`, ...);
         leave its `mixed_precision` unset and use `precision`.
     :param max_grad_norm: clip gradients to this global norm (computed across shards).
-    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks.
+    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks,
+        at most `OMP_NUM_THREADS` when it is set.
 
     Every unit computes on the worker's device; on CPU workers (also on a GPU machine),
     :mod:`~catwalk_steps.training.engines.fairscale_cpu` lets FSDP run with gloo. A single worker

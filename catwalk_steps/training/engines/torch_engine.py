@@ -28,7 +28,8 @@ class CatwalkTorchEngine(CatwalkEngineMixin, TorchTrainingEngine):
     :param modules_to_wrap: the modules to checkpoint (only with activation_checkpointing; DDP
         has no inner wrappers): left out, the model's blocks; else regexes.
     :param activation_checkpointing: recompute the matched modules' activations in backward.
-    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks.
+    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks,
+        at most `OMP_NUM_THREADS` when it is set.
     """
 
     def __init__(

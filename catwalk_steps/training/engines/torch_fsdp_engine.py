@@ -95,7 +95,8 @@ class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
         (offload parameters, gradients and optimizer state to CPU memory: FSDP2's
         `CPUOffloadPolicy`; the optimizer step then runs on the CPU).
     :param max_grad_norm: clip gradients to this global norm (computed across shards).
-    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks.
+    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks,
+        at most `OMP_NUM_THREADS` when it is set.
 
     Runs with NCCL on GPUs and gloo on CPU processes; one worker gets a one-process group.
     """
