@@ -116,13 +116,8 @@ class CatwalkEngineMixin:
             raise ConfigurationError(NOTHING_TO_RECOMPUTE)
         self.steps_taken = 0
         if train_config.device_type == "cpu":
-            # N ranks on one machine each spinning all cores' worth of threads slow each other down.
-            # OMP_NUM_THREADS, when set (a scheduler's allocation, a shared machine), caps it.
-            share = max(1, (os.cpu_count() or 1) // local_world_size(train_config))
-            allowed = os.environ.get("OMP_NUM_THREADS", "")
-            if allowed.isdigit() and int(allowed) > 0:
-                share = min(share, int(allowed))
-            torch.set_num_threads(cpu_threads or share)
+            ranks = local_world_size(train_config)
+            torch.set_num_threads(cpu_threads or default_cpu_threads(ranks))
 
     def _build_model(self, model: Model | Lazy[Model]) -> Model:
         """Constructs the model on CPU and turns on activation checkpointing where asked."""
@@ -226,3 +221,14 @@ class CatwalkEngineMixin:
 
     def load_state(self, directory: Path) -> None:
         self.apply_state(self.read_state(directory))
+
+
+def default_cpu_threads(local_ranks: int) -> int:
+    """Torch threads per CPU rank: the cores shared between this machine's ranks (N ranks each
+    spinning all cores' worth of threads slow each other down), at most OMP_NUM_THREADS when it
+    is set (a scheduler's allocation, a shared machine)."""
+    share = max(1, (os.cpu_count() or 1) // local_ranks)
+    allowed = os.environ.get("OMP_NUM_THREADS", "")
+    if allowed.isdigit() and int(allowed) > 0:
+        share = min(share, int(allowed))
+    return share
