@@ -9,7 +9,7 @@
   grace period, then SIGTERM, then SIGKILL.
 - Workers fork from a server process (start method "forkserver") that imported torch,
   transformers (its model and tokenizer classes too), Tango and this package once
-  (:mod:`.preload`); a spawned worker spent seconds importing them for every training step.
+  (:data:`PRELOAD`); a spawned worker spent seconds importing them for every training step.
   The server imports no CUDA state, so forking from it is safe on GPUs.
 
 What this module adds to torch's, and why torch's alone does not do it:
@@ -62,7 +62,20 @@ JOB_KEY = "catwalk/job"
 RENDEZVOUS_TOKEN = "rendezvous_token"  # in the step's work directory, for the other nodes
 WORKER_FAILED = (torch_mp.ProcessExitedException, torch_mp.ProcessRaisedException)
 GRACE_S = 5.0
-PRELOAD = "catwalk_steps.launch.preload"  # what the worker server imports once
+# What the worker server imports once, by module name. transformers loads its model classes,
+# tokenizers and torch's FSDP/DTensor lazily, the first time a model is built: each worker paid
+# ~5 s of CPU for them per training step. Names, not a module of ours that imports them: Tango
+# imports every module of an included package, and `tango run` itself needs none of these.
+PRELOAD = (
+    "fairscale.nn.data_parallel",
+    "torch.distributed.checkpoint",
+    "torch.distributed.fsdp",
+    "transformers.models.auto.configuration_auto",
+    "transformers.models.auto.modeling_auto",  # AutoModelForCausalLM, generation utilities
+    "transformers.models.auto.tokenization_auto",
+    "transformers.tokenization_utils_tokenizers",  # PreTrainedTokenizerFast
+    "catwalk_steps.steps",  # every registered step, engine, model and callback
+)
 START_METHOD = (
     "forkserver"  # for the other workers to fail on their own once one has, then for SIGTERM
 )
@@ -159,10 +172,10 @@ def worker_context(job: TrainingJob) -> Any:
 
 def start_worker_server(include_package: Sequence[str] = ()) -> None:
     """Starts the server that workers fork from, unless it runs, and returns at once: it imports
-    what they need (:mod:`.preload`, the `--include-package` modules) while this process goes
+    what they need (:data:`PRELOAD`, the `--include-package` modules) while this process goes
     on, e.g. Tango building the step graph. A server already running keeps what it has; workers
     import the rest themselves."""
-    multiprocessing.get_context(START_METHOD).set_forkserver_preload([PRELOAD, *include_package])
+    multiprocessing.get_context(START_METHOD).set_forkserver_preload([*PRELOAD, *include_package])
     multiprocessing.forkserver.ensure_running()
 
 

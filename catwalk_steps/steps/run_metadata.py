@@ -29,8 +29,10 @@ def git_metadata_or_none() -> GitMetadata | None:
         return None
 
 
+@functools.cache
 def installed_packages() -> list[tuple[str, str]]:
-    """(name, version) of every installed distribution, read with importlib.metadata."""
+    """(name, version) of every installed distribution, read with importlib.metadata once per
+    process (reading ~200 metadata files took ~0.4 s for every step of a run)."""
     found = {
         (d.metadata["Name"], d.version) for d in metadata.distributions() if d.metadata["Name"]
     }
