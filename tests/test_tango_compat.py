@@ -65,3 +65,34 @@ def test_a_patched_classmethod_stays_a_classmethod():
     patching.patch(Owner, "name", "shout", lambda f: lambda cls: f(cls).upper())
     assert Owner.name() == "OWNER"
     assert isinstance(vars(Owner)["name"], classmethod)
+
+
+def test_errors_are_one_line_on_the_terminal_whose_handler_came_after_the_import(
+    tmp_path, monkeypatch
+):
+    """Tango's handlers set up after this package was imported (forked commands, API users):
+    the terminal shows the one line, the run's log file keeps the traceback."""
+    import io
+    import logging
+
+    import tango.common.logging as tango_logging
+    from tango.common.exceptions import ConfigurationError
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.INFO)
+    monkeypatch.delenv("CATWALK_TRACEBACKS", raising=False)
+    terminal = io.StringIO()
+    root.addHandler(logging.StreamHandler(terminal))
+    log_file = tmp_path / "out.log"
+    root.addHandler(logging.FileHandler(log_file))
+    try:
+        raise ConfigurationError("train.grad_accum: must be a whole number >= 1, got 0")
+    except ConfigurationError as e:
+        tango_logging.log_exc_info(type(e), e, e.__traceback__)
+    for handler in root.handlers:
+        handler.flush()
+    assert terminal.getvalue() == (
+        "ConfigurationError: train.grad_accum: must be a whole number >= 1, got 0\n"
+    )
+    assert "Traceback (most recent call last)" in log_file.read_text()

@@ -72,11 +72,22 @@ def tango_on_path() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + path
 
 
-class _HideTracebacks:
+class _HideTracebacks(logging.Filter):
     """A filter for the terminal's handlers: the traceback records are for the log file."""
 
     def filter(self, record) -> bool:
         return record.name != TRACEBACK_LOGGER
+
+
+def hide_tracebacks_on_the_terminal(root: logging.Logger) -> None:
+    """Every root handler but the run's log file (a `logging.FileHandler`, Tango's
+    `file_handler`) skips the traceback records; once per handler. Done when an error is logged,
+    not when this package is imported: imported before Tango sets up its handlers (an API user,
+    a process forked from one that imported it), there were none to filter."""
+    for handler in root.handlers:
+        terminal = not isinstance(handler, logging.FileHandler)
+        if terminal and not any(isinstance(f, _HideTracebacks) for f in handler.filters):
+            handler.addFilter(_HideTracebacks())
 
 
 def one_line_errors() -> None:
@@ -91,18 +102,15 @@ def one_line_errors() -> None:
 
     from ..errors import one_line
 
-    root = logging.getLogger()
-    verbose = root.level <= logging.DEBUG or os.environ.get("CATWALK_TRACEBACKS") == "1"
-    if not verbose:
-        for handler in root.handlers:  # the terminal's; a run's file handler comes later
-            handler.addFilter(_HideTracebacks())
-
     def wrap(original):
         def log_exc_info(exctype, value, traceback, logger=None):
+            root = logging.getLogger()
+            verbose = root.level <= logging.DEBUG or os.environ.get("CATWALK_TRACEBACKS") == "1"
             line = one_line(value) if isinstance(value, BaseException) else None
             if verbose or line is None or value in tango_logging._EXCEPTIONS_LOGGED:
                 return original(exctype, value, traceback, logger=logger)
             tango_logging._EXCEPTIONS_LOGGED.append(value)
+            hide_tracebacks_on_the_terminal(root)
             logging.getLogger(TRACEBACK_LOGGER).error(
                 "Traceback of the error below", exc_info=(exctype, value, traceback)
             )
