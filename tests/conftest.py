@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -104,16 +103,17 @@ def run_tango(
     overrides: dict | None = None,
     timeout: int = 600,
     extra: tuple[str, ...] = (),
+    fresh: bool = False,
 ) -> str:
     """Runs `tango run` as a user would and returns its output; fails the test on error.
 
     `extra`: more `tango run` arguments (`--ext-var seeds=1,2`, `--parallelism 2`, ...).
+    `fresh`: in a new interpreter, as the installed script (else forked: tests/commands.py).
     """
+    from . import commands
+
     command = tango_command(experiment, workspace, name, overrides, *extra)
-    env = TANGO_ENV
-    done = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env
-    )
+    done = commands.run(command, timeout, fresh=fresh)
     output = done.stdout + done.stderr
     if done.returncode != 0:
         raise AssertionError(f"tango run failed ({done.returncode}):\n{output[-6000:]}")
@@ -136,7 +136,7 @@ def main_job_run(tmp_path_factory) -> Path:
     """`make run`'s experiment as shipped (demo_fsdp.jsonnet), run "first" in a workspace that
     other tests add runs to."""
     workspace = tmp_path_factory.mktemp("main") / "workspace"
-    run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "first")
+    run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "first", fresh=True)
     return workspace
 
 

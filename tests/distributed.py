@@ -35,7 +35,24 @@ def _worker(rank, world_size, port, fn, args, init, out_dir):
 
 # One list for every forkserver of the test process: the server is started once, with the
 # list set at that moment, and serves every later test.
-FORKSERVER_PRELOAD = [PRELOAD, "tests.training", "tests.workspace_jobs"]
+# Commands (tests/commands.py) fork from it too: Tango's CLI and this package's scripts.
+FORKSERVER_PRELOAD = [
+    *PRELOAD,
+    "tango.__main__",
+    "catwalk_steps.steps.export",
+    "catwalk_steps.steps.worker_node",
+    "catwalk_steps.steps.clear_step",
+    "tests.training",
+    "tests.workspace_jobs",
+    "tests.commands",
+]
+
+
+def forkserver_context():
+    """The multiprocessing context of that server, with its list set."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(FORKSERVER_PRELOAD)
+    return context
 
 
 def run_distributed(
@@ -52,7 +69,7 @@ def run_distributed(
     out_dir.mkdir(exist_ok=True)
     store = start_store(world_size)
     # Forked from a server that imported torch and the package once, as the launcher's workers.
-    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    forkserver_context()
     mp.start_processes(
         _worker,
         args=(world_size, store.port, fn, args, init, str(out_dir)),

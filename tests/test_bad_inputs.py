@@ -20,7 +20,8 @@ from tango.step_graph import StepGraph
 import catwalk_steps  # noqa: F401  (registers the components)
 from catwalk_steps.errors import one_line
 
-from .conftest import EXPERIMENTS, REPO, TANGO_ENV, experiment_params, tango_command
+from . import commands
+from .conftest import EXPERIMENTS, experiment_params, tango_command
 
 DEMO, FSDP = EXPERIMENTS / "demo.jsonnet", EXPERIMENTS / "demo_fsdp.jsonnet"
 SUITE, ARC = EXPERIMENTS / "suite_demo.jsonnet", "steps.suite,arc_easy,trained.task"
@@ -532,14 +533,7 @@ TINY_RUN = {
 
 
 def tango(workspace: Path, name: str, overrides: dict) -> tuple[int, str]:
-    done = subprocess.run(
-        tango_command(DEMO, workspace, name, overrides),
-        cwd=REPO,
-        env=TANGO_ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = commands.run(tango_command(DEMO, workspace, name, overrides), timeout=300)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -564,10 +558,8 @@ def test_through_tango_run_one_line_in_seconds_and_the_workspace_serves_the_next
     assert code != 0
     assert f"DamagedResultError: {trained}: this cached step result cannot be read" in output
     assert f"`catwalk-clear-step {trained}`" in output and "Traceback" not in output
-    cleared = subprocess.run(
-        [str(Path(sys.executable).with_name("catwalk-clear-step")), str(trained)],
-        capture_output=True,
-        text=True,
+    cleared = commands.run(
+        [str(Path(sys.executable).with_name("catwalk-clear-step")), str(trained)]
     )
     assert cleared.returncode == 0, cleared.stderr
     code, output = tango(workspace, "again", needs_trained)

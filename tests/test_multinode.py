@@ -4,7 +4,6 @@ one CPU process each (gloo), meeting at a rendezvous port on localhost."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,7 +12,8 @@ import pytest
 
 from catwalk_steps.distributed.rendezvous import free_port
 
-from .conftest import EXPERIMENTS, PARITY, REPO, TANGO_ENV, history, tango_command
+from . import commands
+from .conftest import EXPERIMENTS, PARITY, history, tango_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -30,14 +30,11 @@ def two_nodes(port: int, step: str = "trained", **extra) -> dict:
 
 
 class Node:
-    """A process whose output goes to a file (two nodes' pipes are never read at once)."""
+    """A node's command, its output in a file (tests/commands.py)."""
 
     def __init__(self, command: list[str], log: Path):
         self.log = log
-        with open(log, "w") as out:
-            self.process = subprocess.Popen(
-                command, cwd=REPO, env=TANGO_ENV, stdout=out, stderr=subprocess.STDOUT
-            )
+        self.process = commands.start(command, log)
 
     def finish(self, timeout: float = 180) -> str:
         try:

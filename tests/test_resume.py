@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -18,7 +17,8 @@ from catwalk_steps.launch.launcher import run_training
 from catwalk_steps.training.checkpoints.discovery import complete_checkpoints
 from catwalk_steps.training.checkpoints.layout import checkpoint_dir
 
-from .conftest import EXPERIMENTS, REPO, TANGO_ENV, step_result, tango_command
+from . import commands
+from .conftest import EXPERIMENTS, step_result, tango_command
 from .distributed import run_distributed
 from .training import BLOCKS, engine, history, job, reproducible, weights
 
@@ -141,20 +141,12 @@ def test_a_killed_run_resumes_from_its_sharded_checkpoint_bitwise(tmp_path):
 # --- Through `tango run`: the workspace, the parent process and its signals ---------------------
 
 
-def tango(workspace: Path, overrides: dict, name: str) -> subprocess.Popen:
+def tango(workspace: Path, overrides: dict, name: str) -> commands.Command:
     """`tango run` as a terminal's foreground job starts it: with SIGINT at its default, even
-    when these tests run in a background job (which starts with SIGINT ignored, and Python then
-    keeps ignoring it)."""
+    when these tests run in a background job (tests/commands.py), its output in a file beside
+    the workspace."""
     command = tango_command(EXPERIMENTS / "demo.jsonnet", workspace, name, overrides)
-    return subprocess.Popen(
-        command,
-        cwd=REPO,
-        env=TANGO_ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    return commands.start(command, workspace.parent / f"{name}.log")
 
 
 def faulty_demo(pids: Path, **faults) -> dict:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, TANGO_ENV, run_tango, step_result, tango_command
+from . import commands
+from .conftest import REPO, run_tango, step_result, tango_command
 
 pytestmark = [pytest.mark.slow]
 
@@ -125,7 +125,7 @@ def test_one_cell_in_another_workspace_gives_identical_metrics(sweep_run, tmp_pa
 def test_two_jobs_on_one_workspace_share_steps_and_the_whole_sweep_then_trains_nothing(tmp_path):
     workspace = tmp_path / "ws"
     jobs = [
-        subprocess.Popen(
+        commands.start(
             tango_command(
                 SWEEP,
                 workspace,
@@ -136,11 +136,7 @@ def test_two_jobs_on_one_workspace_share_steps_and_the_whole_sweep_then_trains_n
                 "--ext-var",
                 f"cell={cell}",
             ),
-            cwd=REPO,
-            env=TANGO_ENV,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            tmp_path / f"job{cell}.log",
         )
         for cell in (0, 1)
     ]

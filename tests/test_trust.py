@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from catwalk_steps.training.checkpoints.layout import COMPLETE, TRAINER_FILE
 from catwalk_steps.training.checkpoints.manifest import mark_complete
 from catwalk_steps.training.checkpoints.state import load_file
 
+from . import commands
 from .training import engine, history, job, reproducible, weights
 
 
@@ -129,10 +129,8 @@ def test_a_planted_pickle_never_runs_wherever_the_checkpoint_is_read(finished, t
         if checkpoint_dir(run, step).exists():
             plant(checkpoint_dir(run, step) / TRAINER_FILE, marker, rewrite_manifest=True)
     if how == "export":
-        done = subprocess.run(
-            [str(Path(sys.executable).with_name("catwalk-export")), str(run), str(tmp_path / "o")],
-            capture_output=True,
-            text=True,
+        done = commands.run(
+            [str(Path(sys.executable).with_name("catwalk-export")), str(run), str(tmp_path / "o")]
         )
         assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "holds something other than tensors" in done.stderr
@@ -173,7 +171,7 @@ def test_a_store_impersonating_node_0_gets_no_code_run_and_is_refused_in_one_lin
     from catwalk_steps.distributed.rendezvous import start_store
     from catwalk_steps.launch.launcher import JOB_KEY
 
-    from .conftest import EXPERIMENTS, REPO, TANGO_ENV
+    from .conftest import EXPERIMENTS
 
     marker = tmp_path / "pwned"
     store = start_store(2, port=0)
@@ -204,7 +202,7 @@ def test_a_store_impersonating_node_0_gets_no_code_run_and_is_refused_in_one_lin
         "-o",
         json.dumps(overrides),
     ]
-    done = subprocess.run(worker, capture_output=True, text=True, cwd=REPO, env=TANGO_ENV)
+    done = commands.run(worker)
     refusal = [line for line in done.stderr.splitlines() if line.startswith("catwalk-worker:")]
     assert done.returncode == 1 and len(refusal) == 1, done.stderr[-2000:]
     if published == "pickle":
