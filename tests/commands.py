@@ -38,7 +38,7 @@ def entry_point(script: str) -> str | None:
     return next((ep.value for ep in found), None) if venv_script else None
 
 
-def _exit_as_python_does(main) -> None:
+def exit_as_python_does(main) -> None:
     try:
         code = main()
     except SystemExit as e:
@@ -98,7 +98,7 @@ def _forked_command(
 
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     module, _, function = target.partition(":")
-    _exit_as_python_does(getattr(importlib.import_module(module), function))
+    exit_as_python_does(getattr(importlib.import_module(module), function))
 
 
 class Command:
