@@ -321,6 +321,21 @@ CASES = [
         {"steps.suite_report.metric": "f1"},
         "ConfigurationError: suite_report.metric: acc or acc_norm, got 'f1'",
     ),
+    (
+        SUITE,
+        {"steps.suite_report.tasks": ["arc_easy", "arc_easyy"]},
+        "ConfigurationError: suite_report.tasks: no results for task 'arc_easyy'",
+    ),
+    (
+        SUITE,
+        {"steps.suite_report.configs": {"trainedd": {"lr": 1}}},
+        "ConfigurationError: suite_report.configs: no results for run 'trainedd'",
+    ),
+    (
+        SUITE,
+        {"steps.suite_report.results": {"trained": {}}},
+        "ConfigurationError: suite_report.results: give at least one task for every run",
+    ),
 ]
 
 # Sweep variables from the command line (`--ext-var`), evaluated as `tango run` evaluates them.

@@ -49,3 +49,19 @@ def check_report_step(kwargs: Mapping[str, Any]) -> None:
     unknown = sorted(set(kwargs.get("configs") or {}) - set(metrics))
     if unknown:
         raise ConfigurationError(f"report.configs: no metrics for run '{unknown[0]}'")
+
+
+def check_suite_report_step(kwargs: Mapping[str, Any]) -> None:
+    metric = kwargs.get("metric", "acc")
+    if metric not in ("acc", "acc_norm"):
+        raise ConfigurationError(f"suite_report.metric: acc or acc_norm, got {metric!r}")
+    results = kwargs.get("results") or {}
+    if not results or not all(results.values()):
+        raise ConfigurationError("suite_report.results: give at least one task for every run")
+    unknown = sorted(set(kwargs.get("configs") or {}) - set(results))
+    if unknown:
+        raise ConfigurationError(f"suite_report.configs: no results for run '{unknown[0]}'")
+    tasks = kwargs.get("tasks") or []
+    missing = sorted({t for t in tasks for by_task in results.values() if t not in by_task})
+    if missing:
+        raise ConfigurationError(f"suite_report.tasks: no results for task '{missing[0]}'")

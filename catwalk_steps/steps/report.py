@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from tango import Step
-from tango.common.exceptions import ConfigurationError
 
 from ..reports import Report, ReportFormat, build_report, build_suite_report
 from ..reports.run_card import environment
-from .evaluate_checks import check_report_step
+from .evaluate_checks import check_report_step, check_suite_report_step
 
 
 @Step.register("catwalk::report")
@@ -89,9 +88,7 @@ class SuiteReport(Step[Report]):
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
-        metric = kwargs.get("metric", "acc")
-        if metric not in ("acc", "acc_norm"):  # when the step graph is built
-            raise ConfigurationError(f"suite_report.metric: acc or acc_norm, got {metric!r}")
+        check_suite_report_step(kwargs)  # when the step graph is built
         return kwargs
 
     def run(  # type: ignore[override]
@@ -102,14 +99,4 @@ class SuiteReport(Step[Report]):
         configs: dict[str, dict[str, Any]] | None = None,
         tasks: list[str] | None = None,
     ) -> Report:
-        if not results or not all(results.values()):
-            raise ConfigurationError("suite_report.results: give at least one task for every run")
-        unknown = sorted(set(configs or {}) - set(results))
-        if unknown:
-            raise ConfigurationError(f"suite_report.configs: no results for run '{unknown[0]}'")
-        missing = sorted(
-            {t for t in tasks or [] for by_task in results.values() if t not in by_task}
-        )
-        if missing:
-            raise ConfigurationError(f"suite_report.tasks: no results for task '{missing[0]}'")
         return build_suite_report(results, metric, title, configs, tasks)
