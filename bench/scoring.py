@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 from common import REPO, RESULTS, machine, write_results
+from scoring_flops import gflop_per_request
 from scoring_setup import BENCH, build_models, build_requests, default_data_root, load_requests
 
 sys.path.insert(0, str(REPO))  # the checkout this file is in, whatever the venv has installed
@@ -146,6 +147,8 @@ def measure(lm_eval, model, task, picks, instances, args) -> dict:
             print(f"  round {r}: {name} {t:.2f} s", flush=True)
     requests = sum(len(i.choices) for i in instances)
     rate = {name: requests / min(seconds[name]) for name in paths}
+    sequences = SequenceEncoder(model.tokenizer, MAX_LENGTH).sequences(instances)
+    gflop = gflop_per_request(model.lm, sequences, args.batch_size)
     answers = {name: predictions(instances, scores[name]) for name in paths}
     row = {
         "docs": len(instances),
@@ -153,6 +156,8 @@ def measure(lm_eval, model, task, picks, instances, args) -> dict:
         **token_counts(model, instances),
         "seconds": seconds,
         "requests_per_s": rate,
+        "gflop_per_request": gflop,
+        "gflop_per_s": {name: gflop[name] * rate[name] for name in paths},
         "metrics": metrics_from_scores(instances, scores["shared"]),
     }
     for name, key in (("before", "before"), ("lm-eval", "lmeval")):
@@ -174,6 +179,12 @@ def ratio(value) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+def per_path(values: dict | None, form: str) -> str:
+    """lm-eval / before / shared, '-' where a path was not measured."""
+    values = values or {}
+    return " / ".join(cell(values.get(path), form) for path in PATHS)
+
+
 def table(rows: dict, name: str) -> str:
     lines = [
         f"Scoring against lm-evaluation-harness 0.4.13 ({name}): same model directory, same "
@@ -183,8 +194,9 @@ def table(rows: dict, name: str) -> str:
         "| model | task | docs | requests | tokens ctx / cont | fed per request before / "
         "shared | lm-eval req/s | before req/s | shared req/s | shared / lm-eval | shared / "
         "before | max rel. diff vs before / lm-eval | max abs. diff vs lm-eval | "
-        "same acc, acc_norm answers |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "same acc, acc_norm answers | GFLOP per request lm-eval / before / shared | "
+        "GFLOP/s lm-eval / before / shared |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for key, r in rows.items():
         model, task = key.split("/")
@@ -197,7 +209,9 @@ def table(rows: dict, name: str) -> str:
             f"{rate['before']:.1f} | {rate['shared']:.1f} | "
             f"{ratio(r.get('shared_vs_lmeval'))} | {r['shared_vs_before']:.2f}x | "
             f"{r['max_rel_diff_vs_before']:.1e} / {cell(r.get('max_rel_diff_vs_lmeval'), '.1e')} | "
-            f"{cell(r.get('max_abs_diff_vs_lmeval'), '.1e')} | {'yes' if same else 'NO'} |"
+            f"{cell(r.get('max_abs_diff_vs_lmeval'), '.1e')} | {'yes' if same else 'NO'} | "
+            f"{per_path(r.get('gflop_per_request'), '.2f')} | "
+            f"{per_path(r.get('gflop_per_s'), '.0f')} |"
         )
     return "\n".join(lines) + "\n"
 
