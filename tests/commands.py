@@ -113,9 +113,14 @@ class Command:
             err.write_text("")
         target = None if EXEC or fresh else entry_point(argv[0])
         if target is None:
-            with open(out, "w") as stdout, open(err or out, "a") as stderr:
+            with open(out, "w") as stdout, open(err or os.devnull, "w") as errors:
                 self._popen = subprocess.Popen(
-                    argv, cwd=cwd, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL
+                    argv,
+                    cwd=cwd,
+                    env=env,
+                    stdout=stdout,
+                    stderr=subprocess.STDOUT if err is None else errors,
+                    stdin=subprocess.DEVNULL,
                 )
             self._process = None
             self.pid = self._popen.pid
