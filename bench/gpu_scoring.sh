@@ -14,15 +14,7 @@
 set -u
 OUT=${OUT:-/tmp/catwalk_gpu_scoring}
 WORK=${WORK:-bench/.scoring_work}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-summary="$OUT/summary.txt"
-{ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__)"; } >"$summary" 2>&1
+source "$(dirname "$0")/gpu_preamble.sh"
 if [ -n "${LMEVAL_PYTHON:-}" ]; then
   lmeval=(--lmeval-python "$LMEVAL_PYTHON")
 else

@@ -8,15 +8,7 @@
 #   3. the fast test tier, which must hold on a GPU machine too
 set -u
 OUT=${OUT:-/tmp/catwalk_gpu_session}
-mkdir -p "$OUT"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-summary="$OUT/summary.txt"
-{ nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__)"; } >"$summary" 2>&1
+source "$(dirname "$0")/gpu_preamble.sh"
 
 echo "== engines at world size 1" >>"$summary"
 timeout 240 python3 bench/gpu_check.py >"$OUT/gpu_check.log" 2>&1
