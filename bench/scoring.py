@@ -116,9 +116,8 @@ def predictions(instances, scores) -> list[tuple[int, int]]:
     return out
 
 
-def token_counts(model, instances) -> dict[str, float]:
+def token_counts(sequences) -> dict[str, float]:
     """Mean tokens per context and per continuation, and tokens fed per request by each path."""
-    sequences = SequenceEncoder(model.tokenizer, MAX_LENGTH).sequences(instances)
     rows = packed_rows(sequences)
     n = len(sequences)
     return {
@@ -153,7 +152,7 @@ def measure(lm_eval, model, task, picks, instances, args) -> dict:
     row = {
         "docs": len(instances),
         "requests": requests,
-        **token_counts(model, instances),
+        **token_counts(sequences),
         "seconds": seconds,
         "requests_per_s": rate,
         "gflop_per_request": gflop,
