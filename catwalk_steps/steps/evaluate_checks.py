@@ -46,9 +46,7 @@ def check_report_step(kwargs: Mapping[str, Any]) -> None:
     metrics = kwargs.get("metrics") or {}
     if not metrics:
         raise ConfigurationError("report.metrics: give at least one run")
-    unknown = sorted(set(kwargs.get("configs") or {}) - set(metrics))
-    if unknown:
-        raise ConfigurationError(f"report.configs: no metrics for run '{unknown[0]}'")
+    check_configs_name_runs(kwargs.get("configs"), metrics, "report.configs", "metrics")
 
 
 def check_suite_report_step(kwargs: Mapping[str, Any]) -> None:
@@ -58,10 +56,15 @@ def check_suite_report_step(kwargs: Mapping[str, Any]) -> None:
     results = kwargs.get("results") or {}
     if not results or not all(results.values()):
         raise ConfigurationError("suite_report.results: give at least one task for every run")
-    unknown = sorted(set(kwargs.get("configs") or {}) - set(results))
-    if unknown:
-        raise ConfigurationError(f"suite_report.configs: no results for run '{unknown[0]}'")
+    check_configs_name_runs(kwargs.get("configs"), results, "suite_report.configs", "results")
     tasks = kwargs.get("tasks") or []
     missing = sorted({t for t in tasks for by_task in results.values() if t not in by_task})
     if missing:
         raise ConfigurationError(f"suite_report.tasks: no results for task '{missing[0]}'")
+
+
+def check_configs_name_runs(configs, runs: Mapping[str, Any], field: str, what: str) -> None:
+    """A sweep's `configs` place only runs the report has (`what`: its name for their data)."""
+    unknown = sorted(set(configs or {}) - set(runs))
+    if unknown:
+        raise ConfigurationError(f"{field}: no {what} for run '{unknown[0]}'")
