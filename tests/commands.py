@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from .conftest import REPO, TANGO_ENV
+
 EXEC = os.environ.get("CATWALK_TEST_COMMANDS") == "exec"
 
 
@@ -108,12 +109,12 @@ class Command:
         self, argv: list[str], out: Path, err: Path | None, env: dict, cwd: Path, fresh: bool
     ):
         self.out, self.err = out, err
-        out.write_text("")
+        out.write_text("")  # both files exist, empty, from the start; the command appends
         if err is not None:
             err.write_text("")
         target = None if EXEC or fresh else entry_point(argv[0])
         if target is None:
-            with open(out, "w") as stdout, open(err or os.devnull, "w") as errors:
+            with open(out, "a") as stdout, open(err or os.devnull, "a") as errors:
                 self._popen = subprocess.Popen(
                     argv,
                     cwd=cwd,
@@ -180,8 +181,6 @@ def start(
     fresh: bool = False,
 ) -> Command:
     """Starts `argv` writing to `out` (and `err`, else `out` too); `fresh`: as a new interpreter."""
-    from .conftest import TANGO_ENV
-
     return Command(argv, out, err, TANGO_ENV if env is None else env, cwd, fresh)
 
 

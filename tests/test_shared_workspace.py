@@ -15,7 +15,7 @@ from tango.workspaces import LocalWorkspace
 
 from catwalk_steps.steps.workspace import SharedLocalWorkspace
 
-from .distributed import FORKSERVER_PRELOAD
+from .distributed import forkserver_context
 from .workspace_jobs import (
     Job,
     cached_files,
@@ -29,8 +29,7 @@ pytestmark = [pytest.mark.distributed]  # several processes, each a few seconds 
 
 # Jobs fork from a server that has imported Tango and the package once (a spawned job would
 # spend seconds importing them).
-CONTEXT = multiprocessing.get_context("forkserver")
-CONTEXT.set_forkserver_preload(FORKSERVER_PRELOAD)
+CONTEXT = forkserver_context()
 EXPECTED = {"key": "abc", "value": 3}
 JOIN_S = 60
 
