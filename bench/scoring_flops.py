@@ -10,8 +10,9 @@ of the head. Padding counts (a padded position is computed). The batches are eac
   last continuation token are run once (its `group_by="contexts"`: MMLU's one-token answers);
   the rest sorted longest first, batches of `batch_size`, each padded to its longest; every
   input position goes through the head, and through the float32 log-softmax;
-- before (`sequence_batch_scores`): sequences longest first, padded to the longest; the head
-  from the batch's first continuation position on (`logits_from`);
+- before (`sequence_batch_scores`, batched by `sequence_batches`): sequences longest first,
+  padded to the longest; the head from the batch's first continuation position on
+  (`logits_from`);
 - shared (`packed_batch_scores`): packed rows in `row_batches`, padded to the longest row; the
   head only at predicting positions (`packed_predict_rows`).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from catwalk_steps.scoring.evaluation import sequence_batches
 from catwalk_steps.scoring.packing import pack_rows, row_batches
 from catwalk_steps.scoring.sequences import pad_sequences
 
@@ -57,10 +59,9 @@ def lmeval_positions(sequences, batch_size: int) -> tuple[int, int]:
 
 
 def before_positions(sequences, batch_size: int) -> tuple[int, int]:
-    ordered = sorted(sequences, key=lambda s: -len(s.token_ids))
     fed = head = 0
-    for start in range(0, len(ordered), batch_size):
-        tensors = pad_sequences(ordered[start : start + batch_size], 0)
+    for batch in sequence_batches(sequences, batch_size):
+        tensors = pad_sequences([sequences[k] for k in batch], 0)
         rows, length = tensors["input_ids"].shape
         fed += rows * (length - 1)  # the last position is never fed
         head += rows * (length - tensors["logits_from"])

@@ -75,10 +75,15 @@ def packed_batch_scores(model, sequences: Sequence[ChoiceSequence], batch_size, 
         yield [sequences[k] for k in chosen], model.score_packed(packed, len(chosen))
 
 
+def sequence_batches(sequences: Sequence[ChoiceSequence], batch_size: int) -> list[list[int]]:
+    """The sequences' indices in batches of `batch_size`, the longest sequences first."""
+    order = sorted(range(len(sequences)), key=lambda k: -len(sequences[k].token_ids))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
 def sequence_batch_scores(model, sequences: Sequence[ChoiceSequence], batch_size, device, progress):
     """(sequences, their scores) per batch of whole sequences, the longest first."""
-    order = sorted(range(len(sequences)), key=lambda k: -len(sequences[k].token_ids))
-    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    batches = sequence_batches(sequences, batch_size)
     for batch in Tqdm.tqdm(batches, desc="Scoring", disable=not progress):
         chosen = [sequences[k] for k in batch]
         tensors = pad_sequences(chosen, model.tokenizer.pad_token_id)
