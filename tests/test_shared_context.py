@@ -94,16 +94,6 @@ def reference_scores(model: RankClassifier, instances, max_length: int = 256):
     return out
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one thread is faster, and far faster on a busy machine (two threads wait
-    on each other at every operation when the cores are shared)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module", params=list(MODELS))
 def model(request) -> RankClassifier:
     model = RankClassifier(config=MODELS[request.param], tokenizer="catwalk::byte_level")
