@@ -55,6 +55,7 @@ def plan_devices(
     visible_gpus: int | None = None,
     requested: str | None = None,
     field: str = "device",
+    purpose: str = "training",
 ) -> DevicePlan:
     """Devices for `device_count` local workers.
 
@@ -63,6 +64,7 @@ def plan_devices(
     :param requested: "cuda" (fail unless there are enough GPUs), "cpu" (CPU processes even
         where GPUs exist), or None: GPUs when there are at least `device_count`, else CPU
         processes, with a note saying why.
+    :param purpose: what the workers do, for the note ("training", "evaluating").
     """
     if isinstance(device_count, bool) or not isinstance(device_count, int) or device_count < 1:
         raise ConfigurationError(f"device_count: must be a whole number >= 1, got {device_count!r}")
@@ -86,7 +88,7 @@ def plan_devices(
     if gpus > 0:
         note = (
             f"device_count {device_count} exceeds the {gpus} visible "
-            f"GPU{'s' if gpus > 1 else ''}: training on {device_count} CPU processes instead "
+            f"GPU{'s' if gpus > 1 else ''}: {purpose} on {device_count} CPU processes instead "
             f"(set device_count: {gpus} to use the GPU{'s' if gpus > 1 else ''})"
         )
     return DevicePlan((-1,) * device_count, note)

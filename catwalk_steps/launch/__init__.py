@@ -2,7 +2,7 @@
 in each (:mod:`.worker_process`), and the other nodes of a multi-node job (:mod:`.nodes`,
 `catwalk-worker`)."""
 
-from .launcher import WorkerFailed, run_training, start_worker_server
+from .launcher import WorkerFailed, run_job, run_training, start_worker_server
 from .worker_process import RendezvousError
 
-__all__ = ["RendezvousError", "WorkerFailed", "run_training", "start_worker_server"]
+__all__ = ["RendezvousError", "WorkerFailed", "run_job", "run_training", "start_worker_server"]

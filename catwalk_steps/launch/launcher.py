@@ -50,9 +50,8 @@ from ..distributed.rendezvous import start_store
 from ..errors import one_line_error, rebuilt
 from ..files import write_atomic
 from ..tasks import dataset_fingerprint
-from ..training.job import TrainingJob, train_config_for
-from ..training.loop import Trainer
-from .worker_process import WorkerReport, worker_main
+from ..training.job import TrainingJob
+from .worker_process import Work, WorkerReport, train_on_worker, worker_main
 
 logger = logging.getLogger(__name__)
 # Workers' tracebacks: to the run's log file; the terminal shows the one-line cause.
@@ -92,10 +91,16 @@ class Interrupted(KeyboardInterrupt):
 
 def run_training(job: TrainingJob, node_rank: int = 0) -> None:
     """Trains `job` with this node's workers; returns when every worker has finished."""
+    run_job(job, train_on_worker, node_rank)
+
+
+def run_job(job: Any, work: Work, node_rank: int = 0) -> None:
+    """`work(job, rank, local_rank)` on each of this node's workers, or here when the job has
+    one worker in all (as Tango trains); returns when every worker has finished."""
     job.work_dir.mkdir(parents=True, exist_ok=True)
     if job.world_size == 1:
         try:
-            Trainer(job, train_config_for(job, 0, 0)).run()
+            work(job, 0, 0)
         finally:
             destroy_process_group_if_initialized()
         return
@@ -117,7 +122,7 @@ def run_training(job: TrainingJob, node_rank: int = 0) -> None:
                 store.port,
             )
     try:
-        start_workers(job, node_rank)
+        start_workers(job, node_rank, work)
     finally:
         del store
 
@@ -143,13 +148,13 @@ def with_port(job: TrainingJob, port: int, **changes: Any) -> TrainingJob:
     return replace(job, rendezvous=replace(job.rendezvous, port=port), **changes)
 
 
-def start_workers(job: TrainingJob, node_rank: int) -> None:
+def start_workers(job: Any, node_rank: int, work: Work = train_on_worker) -> None:
     """One process per local device, watched until all end; the first failure stops the rest."""
     errors = worker_context(job).SimpleQueue()
     with terminate_on_sigterm():
         context = torch_mp.start_processes(
             worker_main,
-            args=(job, node_rank, errors, os.getpid()),
+            args=(job, node_rank, errors, os.getpid(), work),
             nprocs=job.local_world_size,
             join=False,
             start_method=START_METHOD,
@@ -164,7 +169,7 @@ def start_workers(job: TrainingJob, node_rank: int) -> None:
             raise
 
 
-def worker_context(job: TrainingJob) -> Any:
+def worker_context(job: Any) -> Any:
     """The multiprocessing context workers start from, its server running."""
     start_worker_server(job.include_package)
     return multiprocessing.get_context(START_METHOD)
@@ -207,7 +212,7 @@ def drain(errors: Any) -> list[WorkerReport]:
 
 
 def failure(
-    job: TrainingJob,
+    job: Any,
     node_rank: int,
     first: int,
     exit_codes: list[int | None],

@@ -1,5 +1,9 @@
-"""What runs inside each worker process: join the process group, train, and on failure tell the
-launcher in one line, then leave without the interpreter's shutdown."""
+"""What runs inside each worker process: join the process group, do the job's work (train, or
+score a share of an evaluation), and on failure tell the launcher in one line, then leave
+without the interpreter's shutdown.
+
+A job is a `TrainingJob` or an `EvaluationJob`: each has the work directory, devices,
+rendezvous and packages that a worker needs before it starts its work."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +26,10 @@ from ..distributed.rendezvous import connect_store
 from ..errors import first_line, one_line_error
 from ..training.job import TrainingJob, train_config_for
 from ..training.loop import Trainer
+
+# What a worker does once it has joined the process group: `work(job, rank, local_rank)`, a
+# module-level function (the fork server receives it by name).
+Work = Callable[[Any, int, int], None]
 
 
 @one_line_error
@@ -40,22 +49,28 @@ class WorkerReport:
 
 
 def worker_main(
-    local_rank: int, job: TrainingJob, node_rank: int, errors: Any, launcher: int
+    local_rank: int, job: Any, node_rank: int, errors: Any, launcher: int, work: Work
 ) -> None:
     """A worker process (started by `torch.multiprocessing.start_processes`): joins the process
-    group, trains, reports a failure in one line; dies with `launcher` (its pid)."""
+    group, does its `work` (trains, by default), reports a failure in one line; dies with
+    `launcher` (its pid)."""
     die_with(launcher)
     rank = node_rank * job.local_world_size + local_rank
     try:
         prepare_worker(job, rank)
         join_process_group(job, rank, local_rank)
-        Trainer(job, train_config_for(job, rank, local_rank)).run()
+        work(job, rank, local_rank)
         dist.barrier()  # every rank is done before any tears the group down (gloo aborts else)
     except BaseException as e:  # Ctrl-C too: the launcher decides what happens next
         errors.put(report_of(rank, e))
         os._exit(1)  # no teardown, no interpreter shutdown: a peer may be gone mid-collective
     destroy_process_group_if_initialized()
     leave_finished_worker()
+
+
+def train_on_worker(job: TrainingJob, rank: int, local_rank: int) -> None:
+    """A training job's work on one worker."""
+    Trainer(job, train_config_for(job, rank, local_rank)).run()
 
 
 def die_with(launcher: int) -> None:
@@ -91,7 +106,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def prepare_worker(job: TrainingJob, rank: int) -> None:
+def prepare_worker(job: Any, rank: int) -> None:
     from tango.common.logging import initialize_worker_logging
     from tango.common.util import import_extra_module
     from tqdm import tqdm
@@ -108,7 +123,7 @@ def prepare_worker(job: TrainingJob, rank: int) -> None:
         logging.basicConfig(level=logging.WARNING, format=f"rank {rank}: %(message)s")
 
 
-def join_process_group(job: TrainingJob, rank: int, local_rank: int) -> None:
+def join_process_group(job: Any, rank: int, local_rank: int) -> None:
     rendezvous = job.rendezvous
     store = connect_store(
         rendezvous.host, rendezvous.port, job.world_size, rendezvous.join_timeout_s
@@ -125,7 +140,7 @@ def join_process_group(job: TrainingJob, rank: int, local_rank: int) -> None:
     )
 
 
-def wait_for_everyone(store: dist.Store, job: TrainingJob, rank: int) -> None:
+def wait_for_everyone(store: dist.Store, job: Any, rank: int) -> None:
     """Every rank checks in; after `join_timeout_s` the missing ranks and nodes are named."""
     rendezvous = job.rendezvous
     store.set(f"arrived/{rank}", "1")

@@ -150,15 +150,27 @@ def task_metrics(
 
 
 def model_max_length(model: RankClassifier, default: int = 2048) -> int:
-    """The model's input length, found as lm-evaluation-harness finds it: the config's
+    """The model's input length (:func:`max_length_of` its config and tokenizer)."""
+    return max_length_of(getattr(model.lm, "config", None), model.tokenizer, default)
+
+
+def max_length_of(config: Any, tokenizer: Any, default: int = 2048) -> int:
+    """A model's input length, found as lm-evaluation-harness finds it: the config's
     `n_positions`, `max_position_embeddings` or `n_ctx`, else the tokenizer's
     `model_max_length` (unless unset), else `default`."""
-    config = getattr(model.lm, "config", None)
+    positions = max_positions(config)
+    if positions is not None:
+        return positions
+    from_tokenizer = getattr(tokenizer, "model_max_length", None)
+    if isinstance(from_tokenizer, int) and from_tokenizer < 10**12:
+        return from_tokenizer
+    return default
+
+
+def max_positions(config: Any) -> int | None:
+    """The positions a model's config gives it, or None when it names none."""
     for name in ("n_positions", "max_position_embeddings", "n_ctx"):
         value = getattr(config, name, None)
         if isinstance(value, int):
             return value
-    from_tokenizer = getattr(model.tokenizer, "model_max_length", None)
-    if isinstance(from_tokenizer, int) and from_tokenizer < 10**12:
-        return from_tokenizer
-    return default
+    return None

@@ -29,6 +29,43 @@ from .tokenization import load_tokenizer
 OBJECTIVES = ("lm", "rank")
 
 
+def identity_of(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A rank classifier's cache identity from its spec (:meth:`RankClassifier.spec_of`): the
+    same whether the model is built or only configured, so a step's unique id does not depend
+    on whether its model was loaded when the step graph was built."""
+    return ("RankClassifier", spec)
+
+
+def causal_lm_config(pretrained: str | None, config: Mapping[str, Any] | None, tokenizer=None):
+    """The Hugging Face config of the LM, read without any weights: `pretrained`'s
+    (`config.json`), or built from the `config` dict. A config that leaves out the vocabulary
+    size or special token ids takes them from `tokenizer`."""
+    from transformers import AutoConfig
+
+    if pretrained is not None:
+        try:
+            return AutoConfig.from_pretrained(pretrained)
+        except (OSError, ValueError) as e:
+            raise cannot_load(pretrained, e) from None
+    config = dict(config or {})
+    if tokenizer is not None:
+        config.setdefault("vocab_size", len(tokenizer))
+        for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            config.setdefault(field, getattr(tokenizer, field))
+    if "model_type" not in config:
+        raise ConfigurationError("model.config: missing field 'model_type' (e.g. \"gpt2\")")
+    try:
+        return AutoConfig.for_model(config.pop("model_type"), **config)
+    except (ValueError, KeyError) as e:
+        raise ConfigurationError(f"model.config: {e}") from None
+
+
+def cannot_load(pretrained: str, error: BaseException) -> ConfigurationError:
+    return ConfigurationError(
+        f"model.pretrained '{pretrained}': cannot load it ({first_line(error)})"
+    )
+
+
 def build_causal_lm(
     pretrained: str | None,
     config: Mapping[str, Any] | None,
@@ -38,35 +75,18 @@ def build_causal_lm(
 ) -> torch.nn.Module:
     """Loads a causal LM by hub name / path, or builds one from a config dict with random init.
 
-    A config that leaves out the vocabulary size or special token ids takes them from
-    `tokenizer`. The caller (:class:`RankClassifier`) checks that exactly one is given. With
-    `skeleton`, the model is built on the meta device: its structure without any weights (a
-    sharded engine then materialises only its own shard).
+    The caller (:class:`RankClassifier`) checks that exactly one is given. With `skeleton`, the
+    model is built on the meta device: its structure without any weights (a sharded engine then
+    materialises only its own shard).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    if pretrained is not None:
+    if pretrained is not None and not skeleton:
         try:
-            if skeleton:
-                with torch.device("meta"):
-                    hf_config = AutoConfig.from_pretrained(pretrained)
-                    return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
             return AutoModelForCausalLM.from_pretrained(pretrained, dtype=torch.float32)
         except (OSError, ValueError) as e:
-            raise ConfigurationError(
-                f"model.pretrained '{pretrained}': cannot load it ({first_line(e)})"
-            ) from None
-    config = dict(config)
-    if tokenizer is not None:
-        config.setdefault("vocab_size", len(tokenizer))
-        for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            config.setdefault(field, getattr(tokenizer, field))
-    if "model_type" not in config:
-        raise ConfigurationError("model.config: missing field 'model_type' (e.g. \"gpt2\")")
-    try:
-        hf_config = AutoConfig.for_model(config.pop("model_type"), **config)
-    except (ValueError, KeyError) as e:
-        raise ConfigurationError(f"model.config: {e}") from None
+            raise cannot_load(pretrained, e) from None
+    hf_config = causal_lm_config(pretrained, config, tokenizer)
     if skeleton:
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
@@ -112,13 +132,7 @@ class RankClassifier(Model):
         super().__init__()
         self.metrics_history = None
         self.run_card = None
-        self.spec = {
-            "pretrained": pretrained,
-            "config": config,
-            "tokenizer": tokenizer,
-            "objective": objective,
-            "init_seed": init_seed,
-        }
+        self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed)
         if objective not in OBJECTIVES:
             raise ConfigurationError(
                 f"model.objective: expected one of {OBJECTIVES}, got {objective!r}"
@@ -142,9 +156,28 @@ class RankClassifier(Model):
         self.packing_unsupported = packing_support(self.lm)  # why not, or None
         self.fallback_logged = False
 
+    @staticmethod
+    def spec_of(
+        pretrained: str | None = None,
+        config: dict[str, Any] | None = None,
+        tokenizer: str | None = None,
+        objective: str = "lm",
+        init_seed: int = 0,
+    ) -> dict[str, Any]:
+        """What identifies the model: its constructor arguments. `init_seed` seeds only a random
+        init, so pretrained weights are the same model whatever it says (one evaluation of a
+        pretrained model in a sweep, not one per seed)."""
+        return {
+            "pretrained": pretrained,
+            "config": config,
+            "tokenizer": tokenizer,
+            "objective": objective,
+            "init_seed": 0 if pretrained is not None else init_seed,
+        }
+
     def det_hash_object(self) -> Any:
         """Tango cache identity: the constructor arguments, not the (large) weights."""
-        return (type(self).__qualname__, self.spec)
+        return identity_of(self.spec)
 
     @classmethod
     def from_directory(cls, directory: str | Path, objective: str = "lm") -> RankClassifier:

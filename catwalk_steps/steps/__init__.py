@@ -7,6 +7,7 @@ Importing this package registers every step and applies the named patches to Tan
 
 from . import registry, run_command, run_metadata  # noqa: F401  (apply their patches)
 from .evaluate import Evaluate
+from .executor import CatwalkExecutor
 from .export import ExportCheckpoint
 from .formats import HFModelFormat
 from .load_task import LoadTask
@@ -15,6 +16,7 @@ from .train import TrainRankClassifier
 from .workspace import SharedLocalWorkspace
 
 __all__ = [
+    "CatwalkExecutor",
     "Evaluate",
     "ExportCheckpoint",
     "HFModelFormat",

@@ -12,11 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from tango.step import Step
 from tango.step_caches import LocalStepCache
 from tango.step_info import StepInfo
 
 from ..errors import first_line, one_line_error
+from ..evaluation.loaded import held_model, keep_model
 
 # Tango's formats that read plain data. (Its "dill" format unpickles; its "json" format imports
 # and calls whatever a file names under "_dataclass".)
@@ -36,7 +38,22 @@ def damaged(directory: Path, error: BaseException) -> DamagedResultError:
 
 
 class CheckedStepCache(LocalStepCache):
-    """Tango's local step cache, with one-line errors for damaged results (see the module)."""
+    """Tango's local step cache, with one-line errors for damaged results (see the module), and
+    models held as the process's one loaded model (:mod:`catwalk_steps.evaluation.loaded`)."""
+
+    # Tango 1.3.2's in-memory caches (`_add_to_cache`, `_get_from_cache`, private) keep the last
+    # eight results read or written, models too: a suite of trained models held them all. A
+    # model goes to the one-model holder instead, which releases it when another is loaded.
+
+    def _add_to_cache(self, key: str, o: Any) -> None:
+        if isinstance(o, torch.nn.Module):
+            keep_model(key, o)
+            return
+        super()._add_to_cache(key, o)
+
+    def _get_from_cache(self, key: str) -> Any:
+        held = held_model(key)
+        return held if held is not None else super()._get_from_cache(key)
 
     def __getitem__(self, step: Step | StepInfo) -> Any:
         directory = self.step_dir(step)

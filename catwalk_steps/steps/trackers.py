@@ -73,7 +73,7 @@ def tracker_callbacks(trackers: list[Lazy] | None) -> list[Lazy]:
 def check_trackers(kwargs: Mapping[str, Any], engine_name: str | None) -> None:
     """Each tracker's library is installed, its keys exist, W&B can log in (or is offline),
     and TensorBoard's directory can be written."""
-    from .preflight import check_keys
+    from ..training.components import check_keys
 
     names = tracker_names()
     for index, callback in enumerate(kwargs.get("callbacks") or []):

@@ -19,6 +19,7 @@ from tango.step import StepResources
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
+from ..evaluation import release_model
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..reports.run_card import environment
@@ -103,9 +104,6 @@ class TrainRankClassifier(Step[RankClassifier]):
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         # When the step graph is built: a bad setting fails before any step has run.
         check_train_step(kwargs)
-        if kwargs.get("device_count", 1) * kwargs.get("num_nodes", 1) > 1:
-            # Its imports run beside the rest of the graph's building, not before the workers.
-            start_worker_server(get_extra_imported_modules())
         return split_trackers(kwargs)
 
     def run(  # type: ignore[override]
@@ -144,6 +142,11 @@ class TrainRankClassifier(Step[RankClassifier]):
     ) -> RankClassifier:
         arguments = dict(locals())  # every key of the step, as given or defaulted
         del arguments["self"]
+        if device_count * num_nodes > 1:
+            # Only for a step that trains (not when its result is cached); its imports run
+            # while the job is planned (the in-loop tasks read, the data checked).
+            start_worker_server(get_extra_imported_modules())
+        release_model()  # a model an evaluation left in this process: memory for training
         job = plan_training(self, arguments)
         card = run_card(self, job)
         write_json_atomic(self.work_dir / RUN_CARD_FILE, card)

@@ -5,11 +5,14 @@ decisions that depend on a component's type.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from tango.common import Lazy, Registrable
 from tango.common.exceptions import ConfigurationError
+
+from ..errors import closest
 
 
 def resolve_config(
@@ -50,3 +53,49 @@ def registered_name(base: type[Registrable], constructor: Any) -> str | None:
         if base.resolve_class_name(name)[0] is constructor:
             return name
     return None
+
+
+# Keys a Tango component receives from the training loop rather than from the config.
+SUPPLIED = {
+    "training_engine": {"train_config", "model"},
+    "optimizer": {"params"},
+    "lr_scheduler": {"optimizer"},
+    "train_dataloader": {"dataset"},
+    "validation_dataloader": {"dataset"},
+}
+
+
+def accepted_keys(constructor: Any) -> set[str] | None:
+    """The keyword parameters a constructor takes; None when it takes any (`**kwargs` that go
+    nowhere we can see)."""
+    keys: set[str] = set()
+    targets = [constructor.__init__] if inspect.isclass(constructor) else [constructor]
+    if inspect.isclass(constructor):
+        # A subclass passing **kwargs on takes its bases' keys too (ShardedDataLoader -> torch's).
+        targets += [base.__init__ for base in constructor.__mro__[1:] if "__init__" in vars(base)]
+    for target in targets:
+        try:
+            parameters = inspect.signature(target).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        keys |= {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            return keys - {"self"}
+    return None
+
+
+def check_keys(constructor: Any, params: Mapping[str, Any], key: str) -> None:
+    """Every key in the config is one the constructor takes, or one the loop supplies."""
+    accepted = accepted_keys(constructor)
+    if accepted is None:
+        return
+    accepted -= SUPPLIED.get(key.split(".")[-1], set())
+    for name in params:
+        if name not in accepted:
+            close = closest(name, sorted(accepted))
+            hint = f"did you mean '{close}'? " if close else ""
+            kind = getattr(constructor, "__name__", str(constructor))
+            raise ConfigurationError(
+                f"{key}.{name}: {kind} has no such key; {hint}(it takes "
+                f"{', '.join(sorted(accepted))})"
+            )

@@ -199,7 +199,8 @@ local cells(grid) = std.foldl(
   //         keys in alphabetical order, the last varying fastest), e.g. `--ext-var cell=3` for
   //         one cell per job of a job array; empty keeps every cell and adds the report.
   // One seed drives everything seeded in a cell: the model's init, data order and dropout.
-  // Untrained models are evaluated once per distinct init and shared by the cells using it.
+  // Untrained models are evaluated once per distinct init (once for pretrained weights) and
+  // shared by the cells using it.
   //   callbacks: for every cell's training step, e.g. [lib.trackers.wandb()].
   //   suite / suite_defaults: tasks to score every cell's trained model and the untrained models
   //         on (as `suite`), with a report of mean ± std over seeds per task.
@@ -229,8 +230,12 @@ local cells(grid) = std.foldl(
       if std.objectHas(cell, 'precision') then { precision: cell.precision } else {}
     ),
     local model_of(cell) = pick(models, cell, 'model') { init_seed: setting(cell).seed },
-    // The untrained model of a cell: one per (model, seed), shared by the cells that have it.
-    local untrained(cell) = 'untrained,model=' + model_key(cell) + ',seed=' + setting(cell).seed,
+    // The untrained model of a cell, shared by the cells that have it: one per (model, seed)
+    // for a random init; one per model for pretrained weights, which the seed does not change.
+    local pretrained(cell) = std.objectHas(pick(models, cell, 'model'), 'pretrained'),
+    local seed_of(cell) = if pretrained(cell) then {} else { seed: setting(cell).seed },
+    local untrained(cell) = 'untrained,model=' + model_key(cell)
+                            + (if pretrained(cell) then '' else ',seed=' + setting(cell).seed),
     local firsts = std.foldl(
       function(seen, c) if std.objectHas(seen, untrained(c)) then seen else seen { [untrained(c)]: c },
       kept,
@@ -264,7 +269,7 @@ local cells(grid) = std.foldl(
             [cell_name(c)]: c
             for c in kept
           } + {
-            [name]: { model: 'untrained ' + model_key(firsts[name]), seed: setting(firsts[name]).seed }
+            [name]: { model: 'untrained ' + model_key(firsts[name]) } + seed_of(firsts[name])
             for name in std.objectFields(firsts)
           },
         },
@@ -282,7 +287,7 @@ local cells(grid) = std.foldl(
         (training_defaults + training).max_length,
         { [cell_name(c)]: c for c in kept }
         + {
-          [name]: { model: 'untrained ' + model_key(firsts[name]), seed: setting(firsts[name]).seed }
+          [name]: { model: 'untrained ' + model_key(firsts[name]) } + seed_of(firsts[name])
           for name in std.objectFields(firsts)
         },
         report=std.length(only) == 0,

@@ -48,6 +48,7 @@ from ..checkpoints.layout import (
 from ..checkpoints.state import load_file
 from ..components import lazy_config
 from .base import CatwalkEngineMixin
+from .sharded_weights import read_own_rows
 
 # FairScale `fsdp_config` keys: what each means under FSDP2.
 FSDP_CONFIG_KEYS = {"reshard_after_forward", "move_params_to_cpu", "move_grads_to_cpu"}
@@ -217,15 +218,19 @@ def build_skeleton(model: Model | Lazy[Model]) -> Model:
 
 
 def materialise(sharded: Model, model: Model | Lazy[Model], device: torch.device) -> None:
-    """Fills every rank's shard with the weights that rank 0 alone builds.
+    """Fills every rank's shard with the model's weights.
 
-    Rank 0 constructs the whole model (random init from its seed, or the pretrained weights,
-    read once) and sends each rank its shard of each parameter, freeing the parameter once it is
-    sent: the other ranks never hold more than their shards. Buffers, which FSDP2 does not
-    shard, are broadcast whole; those outside the state dict (rotary frequencies, say) too.
+    Weights saved in a local directory (safetensors) are read by each rank, its own rows only
+    (:mod:`.sharded_weights`). Otherwise rank 0 constructs the whole model (random init from its
+    seed, or pretrained weights from the hub, read once) and sends each rank its shard of each
+    parameter, freeing the parameter once it is sent: the other ranks never hold more than
+    their shards. Buffers, which FSDP2 does not shard, are broadcast whole; those outside the
+    state dict (rotary frequencies, say) too.
     """
     from torch.distributed.tensor import DTensor
 
+    if isinstance(model, Lazy) and read_own_rows(sharded, model, device):
+        return
     rank, world_size = distributed_position()
     whole = (model.construct() if isinstance(model, Lazy) else model) if rank == 0 else None
     full = whole.state_dict() if whole is not None else {}

@@ -1,0 +1,58 @@
+"""What an evaluation on several devices is: the model as each worker builds it, the instances,
+the scoring settings, and where the workers run (the launcher's view, as for a training job)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tango.common import Lazy
+from tango.integrations.torch import Model, TrainingEngine
+
+from ..distributed.devices import DevicePlan
+from ..distributed.rendezvous import Rendezvous
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """How `catwalk::evaluate` scores a model: its keys beside the model and the data."""
+
+    batch_size: int = 32  # sequences (one per choice) per forward
+    max_length: int | None = None  # None: the model's own positions
+    precision: str = "fp32"
+    device: str | None = None
+    device_count: int = 1
+    engine: Lazy[TrainingEngine] | None = None  # shards the model across the workers
+
+    @property
+    def here(self) -> bool:
+        """Scored in this process (one device, no engine), as it always was."""
+        return self.device_count == 1 and self.engine is None
+
+
+@dataclass
+class EvaluationJob:
+    """Everything a worker needs to score its share; pickled to each local worker process."""
+
+    step_id: str
+    step_name: str
+    work_dir: Path
+    model: Lazy[Model]
+    engine: Lazy[TrainingEngine] | None
+    instances: list[Any]
+    batch_size: int
+    max_length: int
+    tokenizer: str
+    precision: str
+    devices: DevicePlan
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    include_package: tuple[str, ...] = ()
+
+    @property
+    def local_world_size(self) -> int:
+        return len(self.devices.devices)
+
+    @property
+    def world_size(self) -> int:
+        return self.local_world_size * self.rendezvous.num_nodes

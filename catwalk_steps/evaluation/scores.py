@@ -1,0 +1,96 @@
+"""A model's scores for a list of instances: in this process on one device, or on several
+local workers (GPUs, else CPU processes), the model whole on each or sharded by an engine."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from tango.common import Lazy, Params
+from tango.common.util import get_extra_imported_modules
+from tango.integrations.torch import TrainingEngine
+
+from ..console import announce
+from ..distributed.devices import evaluation_device, plan_devices
+from ..launch import run_job
+from ..scoring.evaluation import max_length_of, model_max_length, score_choices
+from ..scoring.precision import Precision
+from ..scoring.tokenization import load_tokenizer
+from ..training.components import lazy_params
+from .job import EvaluationJob, EvaluationSettings
+from .sources import ModelSource
+from .workers import clear_scores, merged_scores, score_share
+
+
+def evaluation_scores(
+    source: ModelSource,
+    instances: list[Any],
+    settings: EvaluationSettings,
+    step: Any,
+    log: logging.Logger,
+) -> tuple[list[list[float]], int]:
+    """Each instance's per-choice scores, in input order, and the `max_length` they used.
+
+    `step` gives the workers a work directory and a name (a `catwalk::evaluate` step)."""
+    precision = Precision.parse(settings.precision, "evaluate.precision")
+    if settings.here:
+        where = evaluation_device(settings.device, field="evaluate.device")
+        precision.check_device(where.type, "evaluate.precision")
+        model = source.load()
+        model.to(where)
+        length = settings.max_length or model_max_length(model)
+        scores = score_choices(
+            model, instances, settings.batch_size, length, where, precision, progress=True
+        )
+        return scores, length
+    job = evaluation_job(source, instances, settings, step)
+    precision.check_device(job.devices.device_type, "evaluate.precision")
+    sharded = f", sharded by {engine_type(settings.engine)}" if settings.engine else ""
+    announce(log, "Evaluating on %s%s", job.devices.describe(), sharded)
+    clear_scores(job.work_dir)
+    run_job(job, score_share)
+    return merged_scores(job), job.max_length
+
+
+def evaluation_job(
+    source: ModelSource, instances: list[Any], settings: EvaluationSettings, step: Any
+) -> EvaluationJob:
+    devices = plan_devices(
+        settings.device_count,
+        requested=settings.device,
+        field="evaluate.device",
+        purpose="evaluating",
+    )
+    tokenizer = source.tokenizer_name()
+    length = settings.max_length or max_length_of(
+        source.hf_config(), load_tokenizer(tokenizer, "evaluate.model.tokenizer")
+    )
+    job = EvaluationJob(
+        step_id=step.unique_id,
+        step_name=step.name,
+        work_dir=Path(step.work_dir),
+        model=source.lazy(),
+        engine=with_precision(settings.engine, settings.precision),
+        instances=list(instances),
+        batch_size=settings.batch_size,
+        max_length=length,
+        tokenizer=tokenizer,
+        precision=settings.precision,
+        devices=devices,
+        include_package=tuple(get_extra_imported_modules()),
+    )
+    return job
+
+
+def with_precision(engine: Lazy[TrainingEngine] | None, precision: str):
+    """The engine block with the step's precision (one precision setting for the step)."""
+    if engine is None:
+        return None
+    params = lazy_params(engine)
+    params.setdefault("precision", precision)
+    return Lazy(TrainingEngine, Params(params))
+
+
+def engine_type(engine: Lazy[TrainingEngine]) -> str:
+    return str(lazy_params(engine).get("type", "the engine"))

@@ -1,0 +1,198 @@
+"""What `catwalk::evaluate` scores, before anything is loaded.
+
+A model comes as a block (a config with random init, or pretrained weights by hub name or
+path), as a step's result (`catwalk::train`, `catwalk::export_checkpoint`: a saved directory)
+or, from Python, already built. Building the step graph reads at most a model's config (its
+positions, for the checks); the weights are read when the step runs, through this process's one
+loaded model (:mod:`.loaded`), or by each worker when the step scores on several devices.
+
+A block is kept in the step's arguments as plain data (:func:`model_block`), so the step's
+unique id is a hash of data, the same in every process that builds the graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tango.common import Lazy, Params
+from tango.common.det_hash import det_hash
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.torch import Model
+
+from ..scoring.rank_classifier import RankClassifier, causal_lm_config
+from ..scoring.tokenization import load_tokenizer
+from ..training.checkpoints.weights import read_model_info
+from ..training.components import check_keys, lazy_params, resolve_config
+from .loaded import use_model
+
+RANK_CLASSIFIER = "catwalk::rank_classifier"
+
+
+def model_block(value: Any) -> Any:
+    """An evaluate step's `model` as it is kept: a model block as plain, normalised data (two
+    blocks that build the same model are equal: defaults filled in, `init_seed` dropped for
+    pretrained weights); a step, or a model built in Python, as it is."""
+    if isinstance(value, Lazy):
+        value = lazy_params(value)
+    if not isinstance(value, (Mapping, Params)):
+        return value
+    params = value.as_dict(quiet=True) if isinstance(value, Params) else dict(value)
+    constructor, arguments = resolve_config(params, Model, "evaluate.model")
+    if not (isinstance(constructor, type) and issubclass(constructor, RankClassifier)):
+        return params
+    check_keys(constructor, arguments, "evaluate.model")
+    arguments.pop("skeleton", None)
+    return {"type": RANK_CLASSIFIER, **RankClassifier.spec_of(**arguments)}
+
+
+class ConfiguredModel:
+    """A model block: built (random init) or read (pretrained) when the step runs."""
+
+    def __init__(self, block: Mapping[str, Any]):
+        self.block = dict(block)
+        self.key = det_hash(self.block)
+
+    def lazy(self) -> Lazy[Model]:
+        return Lazy(Model, Params(json.loads(json.dumps(self.block))))
+
+    def load(self) -> Model:
+        return use_model(self.key, lambda: self.lazy().construct(), self.describe())
+
+    def describe(self) -> str:
+        if self.block.get("pretrained"):
+            return str(self.block["pretrained"])
+        config = self.block.get("config") or {}
+        return f"{config.get('model_type', 'model')} from its config (random init)"
+
+    def info(self) -> dict[str, Any]:
+        """What a saved model's `catwalk_model.json` says; nothing for a block."""
+        return {}
+
+    def hf_config(self) -> Any:
+        """Its Hugging Face config, without weights; None when it cannot be read here (a hub
+        model without the network: the step's own load then says why)."""
+        if self.block.get("type") != RANK_CLASSIFIER:
+            return None
+        return _hf_config(json.dumps(self.block, sort_keys=True))
+
+    def tokenizer_name(self) -> str:
+        return self.block.get("tokenizer") or self.block["pretrained"]
+
+
+@functools.lru_cache(maxsize=32)
+def _hf_config(block_json: str) -> Any:
+    """One read per model block and process: a suite's steps share their model's."""
+    block = json.loads(block_json)
+    try:
+        tokenizer = None
+        if block.get("pretrained") is None:
+            tokenizer = load_tokenizer(block["tokenizer"], "model.tokenizer")
+        return causal_lm_config(block.get("pretrained"), block.get("config"), tokenizer)
+    except ConfigurationError as e:
+        if "cannot load it" in str(e):
+            return None
+        raise
+
+
+class SavedModel:
+    """A step's model result (a Hugging Face directory in the workspace), read when needed."""
+
+    def __init__(self, step: Any, workspace: Any):
+        self.step, self.workspace = step, workspace
+        self.key = step.unique_id
+
+    def load(self) -> Model:
+        return use_model(self.key, lambda: self.workspace.step_cache[self.step], self.describe())
+
+    def describe(self) -> str:
+        return f"'{self.step.name}' ({self.directory()})"
+
+    def directory(self) -> Path:
+        return Path(self.workspace.step_cache.step_dir(self.step))
+
+    def info(self) -> dict[str, Any]:
+        """`catwalk_model.json`: objective, metric history, run card (no weights read)."""
+        return read_model_info(self.directory())
+
+    def lazy(self) -> Lazy[Model]:
+        """The model as each worker builds it: from the directory."""
+        block = {
+            "type": RANK_CLASSIFIER,
+            "pretrained": str(self.directory()),
+            "objective": self.info().get("objective", "lm"),
+        }
+        return Lazy(Model, Params(block))
+
+    def hf_config(self) -> Any:
+        return causal_lm_config(str(self.directory()), None)
+
+    def tokenizer_name(self) -> str:
+        return str(self.directory())
+
+
+class BuiltModel:
+    """A model built in Python and handed to the step (tests, notebooks)."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.key = f"built:{id(model)}"
+
+    def load(self) -> Model:
+        return self.model
+
+    def describe(self) -> str:
+        return type(self.model).__name__
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "metrics_history": getattr(self.model, "metrics_history", None),
+            "run_card": getattr(self.model, "run_card", None),
+        }
+
+    def lazy(self) -> Lazy[Model]:
+        raise ConfigurationError(
+            "evaluate.model: a model built in Python is scored in this process only; give a "
+            "model block (or a step's result) to score on several devices"
+        )
+
+    def hf_config(self) -> Any:
+        return getattr(getattr(self.model, "lm", None), "config", None)
+
+    def tokenizer_name(self) -> str:
+        return self.model.tokenizer.name_or_path
+
+
+ModelSource = ConfiguredModel | SavedModel | BuiltModel
+
+
+def model_source(model: Any, workspace: Any = None) -> ModelSource:
+    """The source of an evaluate step's `model` as the step receives it when it runs."""
+    if isinstance(model, (ConfiguredModel, SavedModel, BuiltModel)):
+        return model
+    if isinstance(model, Mapping):
+        return ConfiguredModel(model)
+    if isinstance(model, Model):
+        return BuiltModel(model)
+    raise ConfigurationError(
+        f"evaluate.model: expected a catwalk::rank_classifier block or a step's model, got "
+        f"{type(model).__name__}"
+    )
+
+
+def configured_model_of(step_or_block: Any) -> ConfiguredModel | None:
+    """At graph build: the block a model comes from, when it can be known without running
+    anything (a block, or a `catwalk::train` step's model block); else None."""
+    from tango import Step
+
+    if isinstance(step_or_block, Step):
+        step_or_block = step_or_block.kwargs.get("model")
+        if not isinstance(step_or_block, Lazy):
+            return None
+        step_or_block = model_block(step_or_block)
+    if isinstance(step_or_block, Mapping):
+        return ConfiguredModel(step_or_block)
+    return None
