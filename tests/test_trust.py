@@ -134,30 +134,52 @@ def test_a_planted_pickle_never_runs_wherever_the_checkpoint_is_read(finished, t
         )
         assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "holds something other than tensors" in done.stderr
-    else:
-        again = tmp_path / "again"
-        target = run if how == "rerun" else again
-        resume_from = None if how == "rerun" else run
-        run_training(job(target, device_count=1, train_steps=12, resume_from=resume_from))
-        assert history(target)["train"][0]["step"] == 1  # nothing was resumed: trained anew
+    elif how == "rerun":
+        run_training(job(run, device_count=1, train_steps=12))
+        assert history(run)["train"][0]["step"] == 1  # nothing was resumed: trained anew
+    else:  # an explicit resume_from that yields nothing fails, naming each refusal
+        with pytest.raises(CheckpointError) as error:
+            run_training(job(tmp_path / "again", device_count=1, train_steps=12, resume_from=run))
+        message = str(error.value)
+        assert message.startswith(f"train.resume_from {run}: nothing there can be resumed (")
+        assert message.count("holds something other than tensors") == 2  # steps 12 and 8
+        assert "\n" not in message
     assert not marker.exists()
 
 
-def test_a_planted_dcp_metadata_is_never_unpickled(tmp_path):
-    """FSDP2's checkpoint metadata is a pickle that torch.distributed.checkpoint reads itself:
-    it is read only once the manifest vouches for the file's content."""
+def test_a_planted_dcp_metadata_is_never_unpickled_even_when_the_manifest_vouches_for_it(
+    tmp_path, caplog
+):
+    """FSDP2's checkpoint metadata is a pickle: it is read with an unpickler that admits only
+    DCP's metadata classes, so a planted one fails in one line however the manifest was
+    rewritten; resuming skips that checkpoint for the one before it."""
+    import logging
+
     from catwalk_steps.steps.export import export_checkpoint
 
     run = tmp_path / "fsdp2"
-    run_training(
-        job(run, device_count=1, train_steps=2, engine_block=engine("catwalk::torch_fsdp"))
-    )
-    latest = checkpoint_dir(run, 2)
+    fsdp2 = engine("catwalk::torch_fsdp")
+    run_training(job(run, device_count=1, train_steps=4, engine_block=fsdp2, checkpoint_every=2))
+    latest = checkpoint_dir(run, 4)
     export_checkpoint(latest, tmp_path / "exported")  # whole, it exports
     marker = tmp_path / "pwned"
-    plant(latest / "dcp_model" / ".metadata", marker)
+    planted = latest / "dcp_model" / ".metadata"
+    plant(planted, marker)
     with pytest.raises(CheckpointError, match=r"\.metadata: (its content changed|\d+ bytes)"):
         export_checkpoint(latest, tmp_path / "again")
+    plant(planted, marker, rewrite_manifest=True)  # now the manifest says it is fine
+    with pytest.raises(CheckpointError) as error:
+        export_checkpoint(latest, tmp_path / "again")
+    assert str(error.value) == (
+        f"{planted}: names posix.system, which is not part of a checkpoint's metadata; the "
+        "file is not loaded (it was not written by torch.distributed.checkpoint)"
+    )
+    with caplog.at_level(logging.INFO):
+        run_training(
+            job(run, device_count=1, train_steps=6, engine_block=fsdp2, checkpoint_every=2)
+        )
+    assert f"Skipping checkpoint: {planted}: names posix.system" in caplog.text
+    assert f"Resumed from {checkpoint_dir(run, 2)} at step 2" in caplog.text
     assert not marker.exists()
 
 

@@ -128,8 +128,12 @@ class Checkpointer:
 
     def resume(self) -> TrainerState | None:
         """Loads the newest usable checkpoint: this job's own, else `resume_from`'s; returns the
-        loop's state there, or None when there is nothing to resume."""
-        for directory in resumable_checkpoints(self.job.work_dir, self.job.resume_from):
+        loop's state there, or None when there is nothing to resume. An explicit `resume_from`
+        none of whose checkpoints can be used fails, naming each and why (training from step 0
+        instead would be a different run under the same name)."""
+        candidates = resumable_checkpoints(self.job.work_dir, self.job.resume_from)
+        refused = []
+        for directory in candidates:
             # Rank 0 reads every file to check its content; the others check what they can see.
             problem = problem_with(directory, contents=self.main)
             trainer = None
@@ -140,14 +144,22 @@ class Checkpointer:
                 except CheckpointError as e:
                     problem = str(e)
             if not self.everyone_agrees(problem is None):
+                refused.append(problem or "damaged on another rank")
                 if self.main:
-                    logger.warning("Skipping checkpoint: %s", problem or "damaged on another rank")
+                    logger.warning("Skipping checkpoint: %s", refused[-1])
                 continue
             self.engine.apply_state(payload)
             state = self.restore(trainer)
             if self.main:
                 announce(logger, "Resumed from %s at step %d", directory, state.step)
             return state
+        own = complete_checkpoints(self.job.work_dir)
+        if self.job.resume_from is not None and not own:
+            reasons = "; ".join(refused) or "no checkpoint there"
+            raise CheckpointError(
+                f"train.resume_from {self.job.resume_from}: nothing there can be resumed "
+                f"({reasons})"
+            )
         return None
 
     def everyone_agrees(self, ok: bool) -> bool:

@@ -9,7 +9,6 @@ named for it (`history_from`), and strictly no weight missing or left over.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import torch
 
 from ...files import write_json_atomic
 from ...scoring.rank_classifier import RankClassifier
+from .dcp_metadata import whole_state
 from .layout import (
     DCP_MODEL_DIR,
     MODEL_FILE,
@@ -62,19 +62,14 @@ def full_model_state(directory: Path) -> dict[str, torch.Tensor]:
     """The whole model's state dict from a checkpoint of any engine, on the CPU.
 
     Engines that consolidate at save time wrote `model.pt`; FSDP2 wrote a sharded
-    torch.distributed.checkpoint directory, read here without a process group.
+    torch.distributed.checkpoint directory, read here without a process group (its metadata
+    as data: :mod:`.dcp_metadata`).
     """
     directory = Path(directory)
     if (directory / MODEL_FILE).is_file():
         return load_file(directory / MODEL_FILE)
     if (directory / DCP_MODEL_DIR).is_dir():
-        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-        with tempfile.TemporaryDirectory() as scratch:
-            target = Path(scratch) / "model.pt"
-            dcp_to_torch_save(directory / DCP_MODEL_DIR, target)
-            state = torch.load(target, map_location="cpu", weights_only=True)
-        return state.get("model", state)
+        return whole_state(directory / DCP_MODEL_DIR)
     raise CheckpointError(f"{directory}: no model weights ({MODEL_FILE} or {DCP_MODEL_DIR}/)")
 
 

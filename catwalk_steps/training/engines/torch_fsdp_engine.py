@@ -39,6 +39,7 @@ from tango.integrations.torch import (
 from ...distributed.groups import distributed_position
 from ...files import torch_save_atomic
 from ...scoring.rank_classifier import RankClassifier
+from ..checkpoints.dcp_metadata import MetadataCheckingReader, read_metadata
 from ..checkpoints.layout import (
     DCP_MODEL_DIR,
     DCP_OPTIMIZER_DIR,
@@ -176,7 +177,10 @@ class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
             torch_save_atomic(self.grad_scaler.state_dict(), directory / GRAD_SCALER_FILE)
 
     def read_state(self, directory: Path) -> dict[str, Any]:
-        # DCP reads inside the collective load; the manifest check has verified the files.
+        # DCP reads the tensors inside the collective load; its metadata (a pickle) is read here,
+        # as data, so that a planted one is refused on its own rank before any rank loads.
+        for part in (DCP_MODEL_DIR, DCP_OPTIMIZER_DIR):
+            read_metadata(directory / part)
         payload: dict[str, Any] = {"directory": directory}
         for key, name in (("lr_scheduler", LR_SCHEDULER_FILE), ("grad_scaler", GRAD_SCALER_FILE)):
             if (directory / name).is_file():
@@ -194,11 +198,12 @@ class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
 
         directory = payload["directory"]
         model_state = get_model_state_dict(self.model)
-        dcp.load(model_state, checkpoint_id=directory / DCP_MODEL_DIR)
+        dcp.load(model_state, storage_reader=MetadataCheckingReader(directory / DCP_MODEL_DIR))
         set_model_state_dict(self.model, model_state)
         # Asking for the optimizer state also creates it (empty AdamW state) to load into.
         optimizer_state = get_optimizer_state_dict(self.model, self.optimizer)
-        dcp.load(optimizer_state, checkpoint_id=directory / DCP_OPTIMIZER_DIR)
+        reader = MetadataCheckingReader(directory / DCP_OPTIMIZER_DIR)
+        dcp.load(optimizer_state, storage_reader=reader)
         set_optimizer_state_dict(self.model, self.optimizer, optimizer_state)
         if self.lr_scheduler is not None and "lr_scheduler" in payload:
             self.lr_scheduler.load_state_dict(payload["lr_scheduler"])
