@@ -267,6 +267,66 @@ CASES = [
     ),
     (
         DEMO,
+        {"steps.eval_untrained.max_length": 1000},
+        "ConfigurationError: evaluate.max_length: 1000 tokens, but the model has 128 positions; use max_length <= 128 (or leave it out: the model's own)",
+    ),
+    (
+        SUITE,
+        {"steps.suite,arc_easy,untrained.max_length": 1000},
+        "ConfigurationError: evaluate.max_length: 1000 tokens, but the model has 128 positions; use max_length <= 128 (or leave it out: the model's own)",
+    ),
+    (
+        DEMO,
+        {"steps.eval_trained.max_length": 1000},
+        "ConfigurationError: evaluate.max_length: 1000 tokens, but the model has 128 positions; use max_length <= 128 (or leave it out: the model's own)",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.model.initseed": 1},
+        "ConfigurationError: evaluate.model.initseed: RankClassifier has no such key; did you mean 'init_seed'?",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.device_count": 0},
+        "ConfigurationError: evaluate.device_count: must be a whole number >= 1, got 0",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.device_count": 2, "steps.eval_untrained.device": "cuda:1"},
+        "ConfigurationError: evaluate.device: expected one of cpu, cuda (or leave it out), got 'cuda:1'",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.engine": {"type": "catwalk::torch_fsdpp"}},
+        "ConfigurationError: evaluate.engine.type: unknown training engine type 'catwalk::torch_fsdpp'; did you mean 'catwalk::torch_fsdp'?",
+    ),
+    (
+        DEMO,
+        {
+            "steps.eval_untrained.engine": {
+                "type": "catwalk::torch_fsdp",
+                "optimizer": {"type": "torch::AdamW", "lr": 1e-3},
+            }
+        },
+        "ConfigurationError: evaluate.engine.optimizer: an evaluation trains nothing; leave it out",
+    ),
+    (
+        DEMO,
+        {"steps.eval_untrained.engine": {"type": "catwalk::torch_fsdp", "precision": "bf16"}},
+        "ConfigurationError: evaluate.engine.precision: 'bf16', but the step's precision is 'fp32'; give the step's precision alone",
+    ),
+    (
+        DEMO,
+        {
+            "steps.eval_untrained.engine": {
+                "type": "catwalk::fairscale",
+                "modules_to_wrap": ["blocks"],
+            }
+        },
+        "ConfigurationError: evaluate.engine.modules_to_wrap: pattern 'blocks' matches no module",
+    ),
+    (
+        DEMO,
         {"steps.report.metrics": {}},
         "ConfigurationError: report.metrics: give at least one run",
     ),

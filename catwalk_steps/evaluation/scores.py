@@ -50,7 +50,9 @@ def evaluation_scores(
     announce(log, "Evaluating on %s%s", job.devices.describe(), sharded)
     clear_scores(job.work_dir)
     run_job(job, score_share)
-    return merged_scores(job), job.max_length
+    scores, peaks = merged_scores(job)
+    announce(log, "Peak memory per rank: %s MiB", ", ".join(f"{peak:.0f}" for peak in peaks))
+    return scores, job.max_length
 
 
 def evaluation_job(

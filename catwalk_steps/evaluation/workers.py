@@ -33,6 +33,7 @@ from ..scoring.evaluation import score_choices
 from ..scoring.precision import Precision
 from ..scoring.sequences import MultipleChoiceCollator, Padding
 from ..training.engines.base import default_cpu_threads
+from ..training.throughput import peak_memory_mib
 from ..training.train_config import NodeAwareTrainConfig
 from .job import EvaluationJob
 
@@ -64,13 +65,30 @@ def clear_scores(work_dir: Path) -> None:
 def score_share(job: EvaluationJob, rank: int, local_rank: int) -> None:
     """One worker's work: its share scored, written to its scores file."""
     mine = share_of(job.instances, rank, job.world_size)
+    start = resident_mib()
     if job.engine is None:
         scores = replica_scores(job, mine, job.devices.device(local_rank), show=rank == 0)
     else:
         scores = engine_scores(job, mine, rank, local_rank)
     path = scores_file(job.work_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"indices": mine, "scores": scores})
+    share = {
+        "indices": mine,
+        "scores": scores,
+        "peak_memory_mib": peak_memory_mib(job.devices.device(local_rank)),
+        "start_memory_mib": start,  # this process before the model (its imports, its data)
+    }
+    write_json_atomic(path, share)
+
+
+def resident_mib() -> float:
+    """This process's resident memory now (Linux), in MiB; 0 where it cannot be read."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0.0
+    line = next((row for row in status.splitlines() if row.startswith("VmRSS:")), "VmRSS: 0")
+    return int(line.split()[1]) / 1024
 
 
 def replica_scores(
@@ -133,11 +151,14 @@ def evaluation_config(job: EvaluationJob, rank: int, local_rank: int) -> NodeAwa
     )
 
 
-def merged_scores(job: EvaluationJob) -> list[list[float]]:
-    """Every instance's scores, in input order, from the workers' files (each instance once)."""
+def merged_scores(job: EvaluationJob) -> tuple[list[list[float]], list[float]]:
+    """Every instance's scores, in input order, from the workers' files (each instance once),
+    and each rank's peak memory (MiB: the CUDA allocator's on a GPU, the process's on a CPU)."""
     scores: list[list[float] | None] = [None] * len(job.instances)
+    peaks = []
     for rank in range(job.world_size):
         share = json.loads(scores_file(job.work_dir, rank).read_text())
+        peaks.append(share["peak_memory_mib"])
         for index, row in zip(share["indices"], share["scores"], strict=True):
             if scores[index] is not None:
                 raise RuntimeError(f"evaluation: instance {index} was scored twice")
@@ -145,4 +166,4 @@ def merged_scores(job: EvaluationJob) -> list[list[float]]:
     missing = [i for i, row in enumerate(scores) if row is None]
     if missing:
         raise RuntimeError(f"evaluation: {len(missing)} instances were not scored ({missing[:5]})")
-    return scores  # type: ignore[return-value]
+    return scores, peaks  # type: ignore[return-value]

@@ -143,6 +143,7 @@ def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -
         )
         check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
     return {
+        "key": key,
         "name": name,
         "patterns": patterns,
         # Whether the engine wraps or recomputes inner modules: they must exist in the model.
@@ -217,7 +218,7 @@ def check_against_model(skeleton: Any, engine: dict[str, Any], collates: Iterabl
     if skeleton is None:
         return
     if engine["selects_modules"]:
-        select_modules(skeleton, engine["patterns"], "training_engine.modules_to_wrap")
+        select_modules(skeleton, engine["patterns"], f"{engine['key']}.modules_to_wrap")
     positions = max_positions(getattr(skeleton.lm, "config", None))
     for collate in collates:
         length = collate.get("max_length")
