@@ -13,8 +13,12 @@ tango.yml). The sub-packages, from the bottom up:
 - :mod:`.steps`: the Tango steps, config checks, the workspace, and fixes to `tango run`.
 """
 
-from .scoring import MultipleChoiceCollator, RankClassifier
-from .steps import (
+import catwalk_json_logging
+
+catwalk_json_logging.install()  # first: Tango's log receiver reads data only (see the module)
+
+from .scoring import MultipleChoiceCollator, RankClassifier  # noqa: E402
+from .steps import (  # noqa: E402
     Evaluate,
     ExportCheckpoint,
     HFModelFormat,
@@ -24,8 +28,8 @@ from .steps import (
     SuiteReport,
     TrainRankClassifier,
 )
-from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task, TemplatedTask
-from .training import (
+from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task, TemplatedTask  # noqa: E402
+from .training import (  # noqa: E402
     CatwalkFairScaleEngine,
     CatwalkTorchEngine,
     CatwalkTorchFSDPEngine,

@@ -1,16 +1,21 @@
-"""How the workers of every node find each other: node 0's rendezvous store and its settings.
+"""How the workers of every node find each other: the rendezvous store and its settings.
 
-Ports are bound once: the launcher holds the rendezvous store (a `TCPStore` server on port 0,
-or on the port a multi-node launch names), so no port is picked first and bound later by
-someone else.
+On one node the store is a file in a private directory (no port at all). Several nodes meet at
+node 0's `TCPStore`, whose port is bound once: the launcher holds its server (on the port the
+launch names), so no port is picked first and bound later by someone else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import shutil
 import socket
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
@@ -19,13 +24,36 @@ from tango.common.exceptions import ConfigurationError
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """How the workers of all nodes find each other: node 0's store, and the time limits."""
+    """How the workers of all nodes find each other: node 0's store, and the time limits.
+
+    On one node the store is a file in a directory only the run's user can enter (`file`):
+    nothing listens, so no other user of the machine can reach it. Several nodes meet at node
+    0's TCP store (`host`, `port`), which any process that reaches the port can read and write
+    (README, *Several nodes*)."""
 
     host: str = "127.0.0.1"
     port: int = 0
     num_nodes: int = 1
     join_timeout_s: float = 300.0
     collective_timeout_s: float = 1800.0
+    file: str = ""  # one node: the FileStore's path, set by the launcher
+
+
+@contextlib.contextmanager
+def private_store_file() -> Iterator[str]:
+    """The path of a FileStore in a new directory that only this user can enter (0700),
+    removed with everything in it afterwards."""
+    directory = tempfile.mkdtemp(prefix="catwalk-rendezvous-")
+    try:
+        yield str(Path(directory) / "store")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def open_file_store(path: str, timeout_s: float) -> dist.FileStore:
+    store = dist.FileStore(path, -1)  # users not counted: the launcher removes the file
+    store.set_timeout(datetime.timedelta(seconds=timeout_s))
+    return store
 
 
 def rendezvous_settings(

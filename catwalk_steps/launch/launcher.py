@@ -1,12 +1,13 @@
 """Worker processes: started together, watched together, stopped together.
 
 - One worker in all (`device_count: 1` on one node) trains in this process, as Tango does.
-- Otherwise this process holds the rendezvous store (its port bound once), publishes what the
-  other nodes need (`catwalk-worker`, :mod:`catwalk_steps.steps.worker_node`), and starts one
-  process per local device with `torch.multiprocessing.start_processes`, whose
-  `ProcessContext.join` watches them: it reaps a worker before reading its exit code (so a
-  worker that failed is never counted as finished) and, when one fails, gives the others a
-  grace period, then SIGTERM, then SIGKILL.
+- Otherwise it starts one process per local device with `torch.multiprocessing.start_processes`.
+  On one node they meet through a file in a directory only this user can enter (nothing
+  listens); with several nodes this process holds node 0's TCP store (its port bound once) and
+  publishes what the other nodes need (`catwalk-worker`, :mod:`catwalk_steps.steps.worker_node`).
+  Torch's `ProcessContext.join` watches the workers: it reaps a worker before reading its exit
+  code (so a worker that failed is never counted as finished) and, when one fails, gives the
+  others a grace period, then SIGTERM, then SIGKILL.
 - Workers fork from a server process (start method "forkserver") that imported torch,
   transformers (its model and tokenizer classes too), Tango and this package once
   (:data:`PRELOAD`); a spawned worker spent seconds importing them for every training step.
@@ -46,7 +47,7 @@ from typing import Any
 import torch.multiprocessing as torch_mp
 
 from ..distributed.groups import destroy_process_group_if_initialized
-from ..distributed.rendezvous import start_store
+from ..distributed.rendezvous import private_store_file, start_store
 from ..errors import one_line_error, rebuilt
 from ..files import write_atomic
 from ..tasks import dataset_fingerprint
@@ -104,6 +105,10 @@ def run_job(job: Any, work: Work, node_rank: int = 0) -> None:
         finally:
             destroy_process_group_if_initialized()
         return
+    if job.rendezvous.num_nodes == 1:
+        with private_store_file() as path:
+            start_workers(replace(job, rendezvous=replace(job.rendezvous, file=path)), 0, work)
+        return
     store = None
     if node_rank == 0:
         rendezvous = job.rendezvous
@@ -114,13 +119,12 @@ def run_job(job: Any, work: Work, node_rank: int = 0) -> None:
             timeout_s=rendezvous.join_timeout_s,
         )
         job = with_port(job, store.port)
-        if rendezvous.num_nodes > 1:
-            publish(store, job)
-            logger.info(
-                "Waiting for %d more node(s) at port %d (catwalk-worker; see the README)",
-                rendezvous.num_nodes - 1,
-                store.port,
-            )
+        publish(store, job)
+        logger.info(
+            "Waiting for %d more node(s) at port %d (catwalk-worker; see the README)",
+            rendezvous.num_nodes - 1,
+            store.port,
+        )
     try:
         start_workers(job, node_rank, work)
     finally:

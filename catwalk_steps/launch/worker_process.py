@@ -22,7 +22,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..distributed.groups import destroy_process_group_if_initialized, init_process_group
-from ..distributed.rendezvous import connect_store
+from ..distributed.rendezvous import connect_store, open_file_store
 from ..errors import first_line, one_line_error
 from ..training.job import TrainingJob, train_config_for
 from ..training.loop import Trainer
@@ -125,9 +125,12 @@ def prepare_worker(job: Any, rank: int) -> None:
 
 def join_process_group(job: Any, rank: int, local_rank: int) -> None:
     rendezvous = job.rendezvous
-    store = connect_store(
-        rendezvous.host, rendezvous.port, job.world_size, rendezvous.join_timeout_s
-    )
+    if rendezvous.file:  # one node: a file only this user can open
+        store = open_file_store(rendezvous.file, rendezvous.join_timeout_s)
+    else:
+        store = connect_store(
+            rendezvous.host, rendezvous.port, job.world_size, rendezvous.join_timeout_s
+        )
     wait_for_everyone(store, job, rank)
     device = job.devices.device(local_rank)
     init_process_group(

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ...console import announce
+from ...distributed.exchange import broadcast_data, gather_data
 from ...distributed.groups import barrier, distributed_position
 from ...files import torch_save_atomic
 from ..job import Schedule, TrainerState, TrainingJob
@@ -107,8 +108,9 @@ class Checkpointer:
         if self.world_size == 1:
             return
         decided = [state.best_checkpoint, state.best_checkpoint_metric]
-        dist.broadcast_object_list(decided, src=0)
-        state.best_checkpoint, state.best_checkpoint_metric = decided
+        state.best_checkpoint, state.best_checkpoint_metric = broadcast_data(
+            decided, 0, self.device
+        )
 
     def manifest_info(self, state: TrainerState) -> dict[str, Any]:
         return {
@@ -122,9 +124,7 @@ class Checkpointer:
     def gather_to_main(self, value: Any) -> list[Any] | None:
         if self.world_size == 1:
             return [value]
-        gathered: list[Any] | None = [None] * self.world_size if self.main else None
-        dist.gather_object(value, gathered, dst=0)
-        return gathered
+        return gather_data(value, 0, self.device)
 
     def resume(self) -> TrainerState | None:
         """Loads the newest usable checkpoint: this job's own, else `resume_from`'s; returns the

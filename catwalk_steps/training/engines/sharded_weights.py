@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,7 @@ def weight_files(directory: Path) -> dict[str, Path]:
         index = json.loads((directory / INDEX).read_text())["weight_map"]
         return {name: directory / file for name, file in index.items()}
     if (directory / SINGLE).is_file():
-        from safetensors import safe_open
-
-        with safe_open(str(directory / SINGLE), framework="pt") as f:
-            return dict.fromkeys(f.keys(), directory / SINGLE)
+        return dict.fromkeys(SafetensorsFile(directory / SINGLE).entries, directory / SINGLE)
     return {}
 
 
@@ -81,7 +79,6 @@ def file_names(sharded: torch.nn.Module, saved: dict[str, Path]) -> dict[str, st
 def read_own_rows(sharded: torch.nn.Module, model: Lazy, device: torch.device) -> bool:
     """Fills this rank's shard of every weight from the saved files; False (and nothing read,
     on any rank) unless every rank can. Collective."""
-    from safetensors import safe_open
     from torch.distributed.tensor import DTensor
 
     directory = saved_weights(model)
@@ -89,28 +86,78 @@ def read_own_rows(sharded: torch.nn.Module, model: Lazy, device: torch.device) -
     names = file_names(sharded, saved) if saved else None
     if not every_rank(names is not None):
         return False
-    assert directory is not None and names is not None
+    assert names is not None
     rank, world_size = distributed_position()
-    with contextlib.ExitStack() as files:
-        handles = {
-            path: files.enter_context(safe_open(str(path), framework="pt"))
-            for path in set(saved.values())
-        }
+    files = {path: SafetensorsFile(path) for path in set(saved.values())}
+    with contextlib.ExitStack() as stack:
+        handles = {path: stack.enter_context(open(path, "rb")) for path in files}
         for name, target in sharded.state_dict().items():
-            handle = handles[saved[names[name]]]
-            if isinstance(target, DTensor):
-                local = target.to_local()
-                if local.numel():
-                    rows = handle.get_slice(names[name])
-                    start, stop = own_rows(rows.get_shape()[0], rank, world_size)
-                    local.copy_(rows[start:stop].to(local.dtype))
-            else:
-                target.copy_(handle.get_tensor(names[name]).to(target.dtype))
-    for name, buffer in unsaved_buffers(model, set(sharded.state_dict())).items():
-        owner_name, _, buffer_name = name.rpartition(".")
-        owner = sharded.get_submodule(owner_name) if owner_name else sharded
-        owner.register_buffer(buffer_name, buffer.to(device), persistent=False)
+            path = saved[names[name]]
+            source = files[path]
+            local = target.to_local() if isinstance(target, DTensor) else target
+            if not local.numel():
+                continue
+            length = source.rows(names[name])
+            start, stop = own_rows(length, rank, world_size) if local is not target else (0, length)
+            source.read_rows(handles[path], names[name], start, stop, into=local)
+    saved_names = set(sharded.state_dict())
+    if any(name not in saved_names for name, _ in sharded.named_buffers()):
+        for name, buffer in unsaved_buffers(model, saved_names).items():
+            sharded.get_buffer(name).copy_(buffer)
     return True
+
+
+class SafetensorsFile:
+    """A safetensors file's header, and its tensors' rows read with plain file reads.
+
+    safetensors' own reader maps the whole file: every page a rank touches then counts in its
+    resident memory. The format is an 8-byte header length, a JSON header (each tensor's dtype,
+    shape and byte offsets) and the raw data, row-major, so a run of rows is one contiguous
+    range, read straight into the shard (huggingface/safetensors, docs: the format)."""
+
+    DTYPES = {
+        "F64": torch.float64,
+        "F32": torch.float32,
+        "F16": torch.float16,
+        "BF16": torch.bfloat16,
+        "I64": torch.int64,
+        "I32": torch.int32,
+        "I16": torch.int16,
+        "I8": torch.int8,
+        "U8": torch.uint8,
+        "BOOL": torch.bool,
+    }
+
+    def __init__(self, path: Path):
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        self.data_start = 8 + size
+        self.entries = {name: entry for name, entry in header.items() if name != "__metadata__"}
+
+    def rows(self, name: str) -> int:
+        shape = self.entries[name]["shape"]
+        return shape[0] if shape else 1
+
+    def read_rows(self, handle: Any, name: str, start: int, stop: int, into: torch.Tensor) -> None:
+        """Rows `start:stop` of tensor `name` copied into `into` (its dtype and device)."""
+        entry = self.entries[name]
+        dtype, shape = self.DTYPES[entry["dtype"]], entry["shape"]
+        row_shape = shape[1:] if shape else []
+        row_bytes = math.prod(row_shape) * torch.empty(0, dtype=dtype).element_size()
+        handle.seek(self.data_start + entry["data_offsets"][0] + start * row_bytes)
+        count = stop - start
+        if (
+            into.device.type == "cpu"
+            and into.dtype == dtype
+            and into.dim()
+            and into.is_contiguous()
+        ):
+            handle.readinto(memoryview(into.view(torch.uint8).numpy()))  # into the shard itself
+            return
+        data = bytearray(count * row_bytes)
+        handle.readinto(data)
+        into.copy_(torch.frombuffer(data, dtype=dtype).view(into.shape))
 
 
 def own_rows(length: int, rank: int, world_size: int) -> tuple[int, int]:

@@ -229,8 +229,8 @@ def materialise(sharded: Model, model: Model | Lazy[Model], device: torch.device
     (:mod:`.sharded_weights`). Otherwise rank 0 constructs the whole model (random init from its
     seed, or pretrained weights from the hub, read once) and sends each rank its shard of each
     parameter, freeing the parameter once it is sent: the other ranks never hold more than
-    their shards. Buffers, which FSDP2 does not shard, are broadcast whole; those outside the
-    state dict (rotary frequencies, say) too.
+    their shards. Buffers, which FSDP2 does not shard, are broadcast whole, as tensors; those
+    outside the state dict (rotary frequencies, say) too.
     """
     from torch.distributed.tensor import DTensor
 
@@ -239,8 +239,8 @@ def materialise(sharded: Model, model: Model | Lazy[Model], device: torch.device
     rank, world_size = distributed_position()
     whole = (model.construct() if isinstance(model, Lazy) else model) if rank == 0 else None
     full = whole.state_dict() if whole is not None else {}
-    persistent = set(full)
-    extra = [{n: b for n, b in whole.named_buffers() if n not in persistent}] if whole else [{}]
+    persistent_names = set(sharded.state_dict())
+    extra = {n: b for n, b in whole.named_buffers() if n not in persistent_names} if whole else {}
     for name, target in sharded.state_dict().items():
         if rank == 0 and name not in full:
             raise RuntimeError(f"materialise: the whole model has no '{name}'")
@@ -254,11 +254,12 @@ def materialise(sharded: Model, model: Model | Lazy[Model], device: torch.device
             _release(whole, name)  # the module's reference too: freed once sent
             del full[name]
     del whole
-    dist.broadcast_object_list(extra, src=0)
-    for name, buffer in extra[0].items():
-        owner_name, _, buffer_name = name.rpartition(".")
-        owner = sharded.get_submodule(owner_name) if owner_name else sharded
-        owner.register_buffer(buffer_name, buffer.to(device), persistent=False)
+    # Tensors, not objects: a collective carries data only (never a pickle).
+    for name, target in sharded.named_buffers():
+        if name not in persistent_names:
+            value = extra[name].to(target) if rank == 0 else torch.empty_like(target)
+            dist.broadcast(value, src=0)
+            target.copy_(value)
 
 
 def scatter_rows(whole: torch.Tensor | None, local: torch.Tensor, rank: int, world: int) -> None:

@@ -1,0 +1,167 @@
+"""Tango's log records as JSON, from the moment Tango's logging module is imported.
+
+`tango run` listens on 127.0.0.1 for the log records of its worker processes and `--parallelism`
+children (`LogRecordSocketReceiver` in tango/common/logging.py, ai2-tango 1.3.2) and unpickles
+whatever arrives there: any local user could run code as the user of the run. Here the receiver
+reads length-prefixed JSON objects of plain values instead (anything else is dropped, unread),
+and Tango's senders (the `SocketHandler` that `initialize_worker_logging` installs) write them:
+nothing that reaches that port is unpickled.
+
+It applies in two ways. `catwalk_steps` applies it when it is imported (what `tango run` does
+with `include_package`), which leaves the moment between Tango starting its receiver and that
+import; `catwalk_json_logging.pth`, written into the environment's site-packages by `make setup`
+(`python -m catwalk_json_logging` does it for any environment), imports this module when the
+interpreter starts, so the receiver is patched before it exists. Nothing here imports Tango or
+torch: an interpreter that never imports Tango only gains an import hook.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import logging
+import logging.handlers
+import struct
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+TANGO_LOGGING = "tango.common.logging"
+MAX_RECORD_BYTES = 1 << 20  # a longer record is not one of ours: the connection is closed
+PLAIN = (str, int, float, bool, type(None))
+
+
+def record_bytes(record: logging.LogRecord) -> bytes:
+    """A record as its sender's `SocketHandler.makePickle` would send it, in JSON: the message
+    formatted, the traceback as text, every other attribute a plain value."""
+    fields = dict(record.__dict__)
+    fields["msg"] = record.getMessage()
+    fields["args"] = None
+    if record.exc_info and not record.exc_text:
+        fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+    fields["exc_info"] = None
+    plain = {k: v if isinstance(v, PLAIN) else str(v) for k, v in fields.items()}
+    data = json.dumps(plain).encode()
+    return struct.pack(">L", len(data)) + data
+
+
+def _make_json(handler: logging.handlers.SocketHandler, record: logging.LogRecord) -> bytes:
+    return record_bytes(record)
+
+
+def plain_record(data: bytes) -> dict[str, Any] | None:
+    """The record's attributes, or None for anything that is not a JSON object of plain values."""
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, PLAIN) for k, v in fields.items()):
+        return None
+    return fields
+
+
+def _receive(connection: Any, size: int) -> bytes | None:
+    chunks, received = [], 0
+    while received < size:
+        chunk = connection.recv(size - received)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        received += len(chunk)
+    return b"".join(chunks)
+
+
+def handle_connection(self: Any) -> None:
+    """Replaces `LogRecordStreamHandler.handle`: length-prefixed JSON records, each logged as
+    Tango would; a frame that is not one ends the connection unread."""
+    while True:
+        header = _receive(self.connection, 4)
+        if header is None:
+            return
+        size = struct.unpack(">L", header)[0]
+        if size > MAX_RECORD_BYTES:
+            return
+        data = _receive(self.connection, size)
+        fields = plain_record(data) if data is not None else None
+        if fields is None:
+            return
+        self.handleLogRecord(logging.makeLogRecord(fields))
+
+
+def _refuse(self: Any, data: bytes) -> None:
+    raise ValueError("log records are JSON here; nothing is unpickled")
+
+
+def patch_tango_logging(module: types.ModuleType) -> None:
+    """Makes Tango's receiver read, and Tango's senders write, JSON records. Once."""
+    if getattr(module, "_catwalk_json_records", False):
+        return
+    module.LogRecordStreamHandler.handle = handle_connection
+    module.LogRecordStreamHandler.unPickle = _refuse
+    original = module._initialize_logging
+
+    def _initialize_logging(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        senders_write_json(module)
+        return result
+
+    module._initialize_logging = _initialize_logging
+    module._catwalk_json_records = True
+    senders_write_json(module)
+
+
+def senders_write_json(module: types.ModuleType) -> None:
+    """Every `SocketHandler` on Tango's loggers sends JSON instead of a pickle."""
+    loggers = [logging.getLogger(), module.cli_logger, logging.getLogger("tqdm")]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.handlers.SocketHandler):
+                handler.makePickle = types.MethodType(_make_json, handler)  # type: ignore[method-assign]
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Finds Tango's logging module as the path finder does, and patches it once executed."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != TANGO_LOGGING:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        execute = spec.loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            execute(module)
+            patch_tango_logging(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Patches Tango's logging now if it is imported, else as soon as it is."""
+    if TANGO_LOGGING in sys.modules:
+        patch_tango_logging(sys.modules[TANGO_LOGGING])
+    elif not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PatchAfterImport())
+
+
+PTH_NAME = "catwalk_json_logging.pth"
+
+
+def write_pth() -> Path:
+    """`catwalk_json_logging.pth` in this environment's site-packages: every interpreter of the
+    environment installs the hook at start."""
+    import sysconfig
+
+    path = Path(sysconfig.get_paths()["purelib"]) / PTH_NAME
+    path.write_text("import catwalk_json_logging; catwalk_json_logging.install()\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(f"{write_pth()}: Tango's log records are JSON in every interpreter of this environment")
