@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install $(TORCH_PIP_FLAGS) "$(TORCH)"
 	$(BIN)/python -m pip install -e '.[dev]'
-	$(BIN)/python -m catwalk_json_logging
+	$(BIN)/python -m catwalk_startup
 	@touch $@
 
 # The main job on the embedded default (no download); prints the metrics table.

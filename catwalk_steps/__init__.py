@@ -13,9 +13,9 @@ tango.yml). The sub-packages, from the bottom up:
 - :mod:`.steps`: the Tango steps, config checks, the workspace, and fixes to `tango run`.
 """
 
-import catwalk_json_logging
+import catwalk_startup
 
-catwalk_json_logging.install()  # first: Tango's log receiver reads data only (see the module)
+catwalk_startup.install()  # first: Tango's log receiver reads data only (see that package)
 
 from .scoring import MultipleChoiceCollator, RankClassifier  # noqa: E402
 from .steps import (  # noqa: E402

@@ -3,15 +3,16 @@
 Error types whose message already says all that (configuration errors, bad task data, a
 non-finite loss, a damaged checkpoint, a failed worker, ...) are registered here with
 :func:`one_line_error`; `tango run` then shows them as one line instead of a traceback
-(:func:`catwalk_steps.steps.run_command.one_line_errors`), and the traceback goes to the run's log.
+(:mod:`catwalk_startup.one_line`), and the traceback goes to the run's log.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 
 from tango.common.exceptions import ConfigurationError
+
+from catwalk_startup.one_line import chain, early_line, first_line
 
 _ONE_LINE: list[type[BaseException]] = [ConfigurationError]
 # Links of Tango's "Failed to construct argument ..." chains that say nothing about the cause.
@@ -60,44 +61,12 @@ def command_line(prog: str, action) -> int:
     return 0
 
 
-def first_line(error: BaseException) -> str:
-    """A one-line reason from a library error whose message may span many lines."""
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
-
-
-def chain(error: BaseException) -> list[BaseException]:
-    """The error and its causes, outermost first, as Python prints them: the explicit cause,
-    else the context unless `raise ... from None` suppressed it."""
-    seen: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and current not in seen:
-        seen.append(current)
-        if current.__cause__ is not None:
-            current = current.__cause__
-        else:
-            current = None if current.__suppress_context__ else current.__context__
-    return seen
-
-
-# Tango's own type check of a config value: "Expected device_count to be int, found 2 (...)".
-_TANGO_TYPE_ERROR = re.compile(r"Expected (\w+) to be (\w+), found (.*) \(<class '(\w+)'>\)\.?")
-
-
-# What a `catwalk: ...` error in our jsonnet library looks like once jsonnet has raised it.
-_JSONNET_ERROR = re.compile(r"runtime error: catwalk: (.*)", re.IGNORECASE)
-
-
 def one_line(error: BaseException) -> str | None:
     """`Type: message` for the innermost registered error in the chain, or None when the chain
     holds none (then the traceback is the best explanation there is)."""
-    for link in chain(error):
-        ours = _JSONNET_ERROR.match(first_line(link))
-        if ours:
-            return f"ConfigurationError: {ours.group(1)}"
-        wrong_type = _TANGO_TYPE_ERROR.fullmatch(str(link)) if isinstance(link, TypeError) else None
-        if wrong_type:
-            key, expected, value, actual = wrong_type.groups()
-            return f"ConfigurationError: {key}: expected {expected}, got {value!r} ({actual})"
+    early = early_line(error)
+    if early is not None:
+        return early
     known = [e for e in chain(error) if isinstance(e, tuple(_ONE_LINE))]
     meaningful = [e for e in known if not any(n in str(e) for n in _NOISE)]
     if not meaningful:

@@ -420,6 +420,48 @@ EXT_VAR_CASES = [
 ]
 
 
+# Errors Tango raises while it evaluates the experiment, before it imports catwalk_steps: only a
+# fresh interpreter shows whether they are one line (the patch applies from interpreter start).
+BEFORE_IMPORT = [
+    (
+        SWEEP,
+        ("--ext-var", "seeds=one"),
+        "ConfigurationError: --ext-var seeds=one: one is not a number",
+    ),
+    (SWEEP, ("--ext-var", "lrs=abc"), "ConfigurationError: --ext-var lrs=abc: abc is not a number"),
+    (
+        SWEEP,
+        ("--ext-var", "cell=99"),
+        "ConfigurationError: --ext-var cell=99: no such cell; the grid has 4 cells",
+    ),
+    (SWEEP, ("--ext-var", "cell=-1"), "ConfigurationError: --ext-var cell=-1: no such cell"),
+    (SWEEP, ("--ext-var", "cell=abc"), "ConfigurationError: --ext-var cell=abc: no such cell"),
+    (
+        DEMO,
+        ("-o", '{"steps.trained.train_steps": 20,'),
+        "ConfigurationError: -o: not valid JSON (syntax error: ",
+    ),
+    (
+        DEMO,
+        ("-o", '{"steps.trainedx.train_steps": 3}'),
+        "ConfigurationError: -o: the experiment has no 'steps.trainedx.train_steps' to override",
+    ),
+]
+
+
+@pytest.mark.slow
+def test_errors_before_the_package_is_imported_are_one_line_through_tango_run(tmp_path):
+    started = []
+    for index, (experiment, arguments, _) in enumerate(BEFORE_IMPORT):
+        argv = tango_command(experiment, tmp_path / "ws", f"early{index}", None, *arguments)
+        out = tmp_path / f"out{index}.txt"
+        started.append((commands.start(argv, out, fresh=True), out))  # side by side
+    for (command, out), (_, arguments, message) in zip(started, BEFORE_IMPORT, strict=True):
+        assert command.wait(120) != 0, arguments
+        lines = [line for line in out.read_text().splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0], (arguments, lines)
+
+
 @pytest.mark.parametrize(("experiment", "overrides", "message"), CASES, ids=lambda v: str(v)[:60])
 def test_a_bad_setting_fails_in_one_line_when_the_step_graph_is_built(
     experiment, overrides, message

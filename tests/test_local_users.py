@@ -155,7 +155,7 @@ def test_tangos_log_receiver_reads_json_from_interpreter_start():
 def test_a_record_that_is_not_json_is_dropped_and_a_json_one_is_logged(caplog):
     import logging
 
-    import catwalk_json_logging as records
+    from catwalk_startup import log_records as records
 
     assert records.plain_record(pickle.dumps({"msg": "x"})) is None
     assert records.plain_record(b'{"msg": {"nested": 1}}') is None

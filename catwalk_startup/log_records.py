@@ -1,4 +1,4 @@
-"""Tango's log records as JSON, from the moment Tango's logging module is imported.
+"""Tango's log records as JSON.
 
 `tango run` listens on 127.0.0.1 for the log records of its worker processes and `--parallelism`
 children (`LogRecordSocketReceiver` in tango/common/logging.py, ai2-tango 1.3.2) and unpickles
@@ -7,28 +7,19 @@ reads length-prefixed JSON objects of plain values instead (anything else is dro
 and Tango's senders (the `SocketHandler` that `initialize_worker_logging` installs) write them:
 nothing that reaches that port is unpickled.
 
-It applies in two ways. `catwalk_steps` applies it when it is imported (what `tango run` does
-with `include_package`), which leaves the moment between Tango starting its receiver and that
-import; `catwalk_json_logging.pth`, written into the environment's site-packages by `make setup`
-(`python -m catwalk_json_logging` does it for any environment), imports this module when the
-interpreter starts, so the receiver is patched before it exists. Nothing here imports Tango or
-torch: an interpreter that never imports Tango only gains an import hook.
+Applied when Tango's logging module is imported (:mod:`catwalk_startup`), so the receiver is
+patched before it exists.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import json
 import logging
 import logging.handlers
 import struct
-import sys
 import types
-from pathlib import Path
 from typing import Any
 
-TANGO_LOGGING = "tango.common.logging"
 MAX_RECORD_BYTES = 1 << 20  # a longer record is not one of ours: the connection is closed
 PLAIN = (str, int, float, bool, type(None))
 
@@ -121,47 +112,3 @@ def senders_write_json(module: types.ModuleType) -> None:
         for handler in logger.handlers:
             if isinstance(handler, logging.handlers.SocketHandler):
                 handler.makePickle = types.MethodType(_make_json, handler)  # type: ignore[method-assign]
-
-
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Finds Tango's logging module as the path finder does, and patches it once executed."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != TANGO_LOGGING:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        execute = spec.loader.exec_module
-
-        def exec_module(module: types.ModuleType) -> None:
-            execute(module)
-            patch_tango_logging(module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def install() -> None:
-    """Patches Tango's logging now if it is imported, else as soon as it is."""
-    if TANGO_LOGGING in sys.modules:
-        patch_tango_logging(sys.modules[TANGO_LOGGING])
-    elif not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _PatchAfterImport())
-
-
-PTH_NAME = "catwalk_json_logging.pth"
-
-
-def write_pth() -> Path:
-    """`catwalk_json_logging.pth` in this environment's site-packages: every interpreter of the
-    environment installs the hook at start."""
-    import sysconfig
-
-    path = Path(sysconfig.get_paths()["purelib"]) / PTH_NAME
-    path.write_text("import catwalk_json_logging; catwalk_json_logging.install()\n")
-    return path
-
-
-if __name__ == "__main__":
-    print(f"{write_pth()}: Tango's log records are JSON in every interpreter of this environment")

@@ -1,0 +1,81 @@
+"""What catwalk_steps changes in Tango from the interpreter's first moment, before Tango reads an
+experiment or imports `catwalk_steps`:
+
+- :mod:`.log_records`: Tango's log receiver reads, and its senders write, JSON records (its own
+  unpickle whatever reaches the port, from any local user);
+- :mod:`.one_line`: errors on the terminal in one line, also those raised while Tango evaluates
+  the experiment, `--ext-var` and `-o`, before the package is imported.
+
+`make setup` writes `catwalk_startup.pth` into the environment's site-packages (`python -m
+catwalk_startup` does it for any environment): every interpreter of the environment installs an
+import hook that patches Tango's logging module as it is imported. Nothing here imports Tango,
+torch or `catwalk_steps`: an interpreter that never imports Tango only gains the hook.
+`catwalk_steps` installs the same when it is imported (where there is no .pth, that leaves the
+moment between Tango starting its receiver and the package's import).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+TANGO_LOGGING = "tango.common.logging"
+CHECKED_TANGO = "1.3.2"
+PTH_NAME = "catwalk_startup.pth"
+
+
+def patch(module: types.ModuleType) -> None:
+    """Both changes, on Tango's logging module, when it is the Tango they were checked against
+    (any other is left alone: `catwalk_steps`, imported, then says which patch to check)."""
+    from importlib import metadata
+
+    try:
+        if metadata.version("ai2-tango") != CHECKED_TANGO:
+            return
+    except metadata.PackageNotFoundError:
+        return
+    from .log_records import patch_tango_logging
+    from .one_line import patch_log_exc_info
+
+    patch_tango_logging(module)
+    patch_log_exc_info(module)
+
+
+class _PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Finds Tango's logging module as the path finder does, and patches it once executed."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != TANGO_LOGGING:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        execute = spec.loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            execute(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Patches Tango's logging now if it is imported, else as soon as it is."""
+    if TANGO_LOGGING in sys.modules:
+        patch(sys.modules[TANGO_LOGGING])
+    elif not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PatchAfterImport())
+
+
+def write_pth() -> Path:
+    """`catwalk_startup.pth` in this environment's site-packages."""
+    import sysconfig
+
+    path = Path(sysconfig.get_paths()["purelib"]) / PTH_NAME
+    path.write_text("import catwalk_startup; catwalk_startup.install()\n")
+    return path
