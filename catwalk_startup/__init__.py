@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import logging
 import sys
 import types
 from pathlib import Path
@@ -38,11 +39,24 @@ def patch(module: types.ModuleType) -> None:
             return
     except metadata.PackageNotFoundError:
         return
-    from .log_records import patch_tango_logging
-    from .one_line import patch_log_exc_info
+    from .log_records import patch_tango_logging, senders_write_json
+    from .one_line import hide_tracebacks_on_the_terminal, patch_log_exc_info
 
     patch_tango_logging(module)
     patch_log_exc_info(module)
+    original = module._initialize_logging
+    if getattr(original, "_catwalk_after", False):
+        return
+
+    def _initialize_logging(*args: Any, **kwargs: Any) -> Any:
+        """Tango's, then: its socket senders write JSON, its terminal skips tracebacks."""
+        result = original(*args, **kwargs)
+        senders_write_json(module)
+        hide_tracebacks_on_the_terminal(logging.getLogger())
+        return result
+
+    _initialize_logging._catwalk_after = True  # type: ignore[attr-defined]
+    module._initialize_logging = _initialize_logging
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):

@@ -88,19 +88,12 @@ def _refuse(self: Any, data: bytes) -> None:
 
 
 def patch_tango_logging(module: types.ModuleType) -> None:
-    """Makes Tango's receiver read, and Tango's senders write, JSON records. Once."""
+    """Makes Tango's receiver read JSON records, and the senders set up so far write them (those
+    set up later: :func:`senders_write_json`, after each `_initialize_logging`). Once."""
     if getattr(module, "_catwalk_json_records", False):
         return
     module.LogRecordStreamHandler.handle = handle_connection
     module.LogRecordStreamHandler.unPickle = _refuse
-    original = module._initialize_logging
-
-    def _initialize_logging(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        senders_write_json(module)
-        return result
-
-    module._initialize_logging = _initialize_logging
     module._catwalk_json_records = True
     senders_write_json(module)
 

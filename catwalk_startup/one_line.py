@@ -105,10 +105,17 @@ class _HideTracebacks(logging.Filter):
         return record.name != TRACEBACK_LOGGER
 
 
+def verbose() -> bool:
+    """Tracebacks on the terminal: `--log-level debug`, or CATWALK_TRACEBACKS=1."""
+    return logging.getLogger().level <= logging.DEBUG or os.environ.get("CATWALK_TRACEBACKS") == "1"
+
+
 def hide_tracebacks_on_the_terminal(root: logging.Logger) -> None:
     """Every root handler but the run's log file (a `logging.FileHandler`, Tango's
-    `file_handler`) skips the traceback records; once per handler. Done when an error is logged:
-    a handler added later (Tango sets up its handlers after imports) is filtered too."""
+    `file_handler`) skips the traceback records; once per handler. Done when Tango has set up
+    its handlers and again when an error is logged (a handler added since is filtered too)."""
+    if verbose():
+        return
     for handler in root.handlers:
         terminal = not isinstance(handler, logging.FileHandler)
         if terminal and not any(isinstance(f, _HideTracebacks) for f in handler.filters):
@@ -123,9 +130,8 @@ def patch_log_exc_info(module: types.ModuleType) -> None:
 
     def log_exc_info(exctype: Any, value: Any, tb: Any, logger: Any = None) -> Any:
         root = logging.getLogger()
-        verbose = root.level <= logging.DEBUG or os.environ.get("CATWALK_TRACEBACKS") == "1"
         line = one_line(value) if isinstance(value, BaseException) else None
-        if verbose or line is None or value in module._EXCEPTIONS_LOGGED:
+        if verbose() or line is None or value in module._EXCEPTIONS_LOGGED:
             return original(exctype, value, tb, logger=logger)
         module._EXCEPTIONS_LOGGED.append(value)
         hide_tracebacks_on_the_terminal(root)

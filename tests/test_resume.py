@@ -192,6 +192,7 @@ def test_a_killed_worker_fails_the_step_and_the_rerun_resumes(tmp_path):
     assert first.returncode != 0, output
     assert time.monotonic() - started < 90
     assert "rank 1 died: killed by SIGKILL" in output
+    assert "Traceback" not in output  # the survivor's traceback is in the run's log only
     assert step_state(tmp_path / "ws") == "failed"  # never shown completed
     assert not any(alive(int(p.read_text())) for p in pids.glob("rank*"))
     rerun = tango(tmp_path / "ws", overrides, "rerun")
@@ -205,6 +206,22 @@ def test_a_killed_worker_fails_the_step_and_the_rerun_resumes(tmp_path):
     )["metrics_history"]
     assert [e["step"] for e in history["train"]] == list(range(1, 13))
     assert [v["step"] for v in history["validation"]] == [4, 8, 12]
+
+
+def test_a_killed_fsdp2_worker_is_one_line_on_the_terminal(tmp_path):
+    pids = tmp_path / "pids"
+    overrides = {
+        **faulty_demo(pids, kill_step=6),
+        "steps.trained.training_engine.type": "catwalk::torch_fsdp",
+    }
+    first = tango(tmp_path / "ws", overrides, "first")
+    output, _ = first.communicate(timeout=120)
+    assert first.returncode != 0, output
+    errors = [line for line in output.splitlines() if " ERROR " in line]
+    assert "WorkerFailed: rank 1 died: killed by SIGKILL" in errors[0], errors
+    assert "Traceback" not in output
+    log = next((tmp_path / "ws" / "runs" / "first").glob("out.log")).read_text()
+    assert "Traceback" in log  # kept for whoever looks
 
 
 def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path):
@@ -226,6 +243,8 @@ def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path)
     assert time.monotonic() - interrupted < 30
     assert first.returncode != 0
     assert not any(alive(pid) for pid in workers), output
+    stopped = "training stopped; run the same command again to resume from its last checkpoint, "
+    assert stopped + str(tmp_path / "ws") in output and "/checkpoints/step000000004" in output
     assert step_state(tmp_path / "ws") == "failed"
     rerun = tango(tmp_path / "ws", overrides, "rerun")
     output, _ = rerun.communicate(timeout=120)

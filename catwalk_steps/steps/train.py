@@ -30,6 +30,7 @@ from ..training.callbacks import RunMetrics
 from ..training.checkpoints import (
     best_checkpoint,
     check_resumable,
+    complete_checkpoints,
     latest_checkpoint,
     model_from_checkpoint,
 )
@@ -151,10 +152,34 @@ class TrainRankClassifier(Step[RankClassifier]):
         card = run_card(self, job)
         write_json_atomic(self.work_dir / RUN_CARD_FILE, card)
         started = time.monotonic()
-        run_training(job)
+        try:
+            run_training(job)
+        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: say where the rerun starts
+            message = stopped_message(self.work_dir, e)
+            self.logger.error(message)  # Tango's CLI then says "Aborted!" and nothing more
+            raise TrainingStopped(message) from None
         trained = trained_model(model, self.work_dir)
         trained.run_card = finished(card, time.monotonic() - started, trained.metrics_history)
         return trained
+
+
+class TrainingStopped(KeyboardInterrupt):
+    """Training was interrupted (Ctrl-C, SIGTERM); the message says how the rerun resumes. A
+    KeyboardInterrupt still: Tango marks the step failed and stops the run."""
+
+
+def stopped_message(work_dir: Path, interruption: BaseException) -> str:
+    how = f" by {interruption}" if str(interruption) else ""
+    complete = complete_checkpoints(work_dir)
+    if not complete:
+        return (
+            f"training stopped{how} before its first checkpoint; run the same command again to "
+            "train from the start"
+        )
+    return (
+        f"training stopped{how}; run the same command again to resume from its last "
+        f"checkpoint, {complete[0]}"
+    )
 
 
 def plan_training(step: Step, arguments: dict[str, Any]) -> TrainingJob:
