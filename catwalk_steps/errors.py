@@ -43,15 +43,18 @@ def rebuilt(type_name: str, message: str) -> BaseException | None:
     return None
 
 
-def command_line(prog: str, action) -> int:
-    """Runs a console command's `action`, printing what it returns. Any failure is one line on
-    stderr and exit status 1, as in `tango run` (the traceback with CATWALK_TRACEBACKS=1)."""
+def command_line(prog: str, action, quiet: bool = False) -> int:
+    """Runs a console command's `action`, printing what it returns (unless `quiet`). Any failure
+    is one line on stderr and exit status 1, as in `tango run` (the traceback with
+    CATWALK_TRACEBACKS=1)."""
     import os
     import sys
     import traceback
 
     try:
-        print(action())
+        result = action()
+        if not quiet:
+            print(result)
     except Exception as e:
         if os.environ.get("CATWALK_TRACEBACKS") == "1":
             traceback.print_exc()

@@ -21,7 +21,7 @@ import catwalk_steps  # noqa: F401  (registers the components)
 from catwalk_steps.errors import one_line
 
 from . import commands
-from .conftest import EXPERIMENTS, experiment_params, tango_command
+from .conftest import EXPERIMENTS, TANGO_ENV, experiment_params, tango_command
 
 DEMO, FSDP = EXPERIMENTS / "demo.jsonnet", EXPERIMENTS / "demo_fsdp.jsonnet"
 SUITE, ARC = EXPERIMENTS / "suite_demo.jsonnet", "steps.suite,arc_easy,trained.task"
@@ -556,6 +556,15 @@ def test_useless_settings_warn_with_what_to_do():
     [too_many] = training_warnings("cpu", 64)
     assert too_many.startswith("train.device_count: 64 CPU processes on ")
     assert training_warnings("cpu", 1) == []
+    from catwalk_steps.steps.start_warnings import schedule_warnings
+    from catwalk_steps.training.job import Schedule
+
+    [late] = schedule_warnings(Schedule(train_steps=40, checkpoint_every=100, validate_every=20))
+    assert late.startswith(
+        "train.checkpoint_every: 100, but the run has 40 steps: no checkpoint is written before "
+        "the end, so a crash starts it again from step 0"
+    )
+    assert schedule_warnings(Schedule(train_steps=200, checkpoint_every=100)) == []
 
 
 def test_blocks_wrapped_without_a_list_are_named_when_training_starts():
@@ -738,25 +747,157 @@ def swap_format_for_dill(path):
     path.write_text(json.dumps(metadata))
 
 
+WORKER_ALONE = {  # node 0 never starts: catwalk-worker waits rendezvous_timeout, no longer
+    "steps.trained.num_nodes": 2,
+    "steps.trained.rendezvous_timeout": 5,
+    "steps.trained.master_addr": "127.0.0.1",
+    "steps.trained.master_port": 9,
+}
+
+
 @pytest.mark.parametrize(
     ("command", "arguments", "message"),
     [
         (
             "catwalk-export",
-            ["/nonexistent/run", "/tmp/out"],
+            ["/nonexistent/run", "{tmp}/out"],
             "catwalk-export: CheckpointError: /nonexistent/run: no complete checkpoint",
+        ),
+        (
+            "catwalk-export",
+            ["/nonexistent/run", "{tmp}/full"],
+            "catwalk-export: ConfigurationError: {tmp}/full: not empty; export into a new or "
+            "empty directory, or give --force",
+        ),
+        (
+            "catwalk-export",
+            ["/nonexistent/run", "/proc/exported"],
+            "catwalk-export: ConfigurationError: /proc/exported: cannot be written (nothing can "
+            "be created in /proc",
         ),
         (
             "catwalk-clear-step",
             ["/tmp"],
             "catwalk-clear-step: ConfigurationError: /tmp: not a step's directory in a workspace",
         ),
+        (
+            "catwalk-clear-step",
+            ["{tmp}/cache/Evaluate-002-abc"],
+            "catwalk-clear-step: ConfigurationError: {tmp}/cache/Evaluate-002-abc: not a step's "
+            "directory in a workspace (<workspace>/cache/<step id>); nothing was changed",
+        ),
+        (
+            "catwalk-worker",
+            ["{tmp}/missing.jsonnet", "--node-rank", "1"],
+            "catwalk-worker: ConfigurationError: {tmp}/missing.jsonnet: no such experiment file",
+        ),
+        (
+            "catwalk-worker",
+            [str(DEMO), "--node-rank", "1", "-w", "{tmp}/ws", "-o", json.dumps(WORKER_ALONE)],
+            "catwalk-worker: RendezvousError: 127.0.0.1:9: node 0 did not answer within 5 s",
+        ),
     ],
+    ids=lambda v: str(v)[:50],
 )
-def test_console_commands_fail_in_one_line(command, arguments, message):
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name(command)), *arguments], capture_output=True, text=True
-    )
+def test_console_commands_fail_in_one_line(tmp_path, command, arguments, message):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("keep me")
+    (tmp_path / "cache" / "Evaluate-002-abc").mkdir(parents=True)
+    from catwalk_steps.steps.workspace import SharedLocalWorkspace
+
+    SharedLocalWorkspace(tmp_path / "ws")  # an empty workspace, as node 0 made it
+    workspace_files = sorted(p.name for p in (tmp_path / "ws").rglob("*"))
+    argv = [str(Path(sys.executable).with_name(command))]
+    argv += [a.replace("{tmp}", str(tmp_path)) for a in arguments]
+    started = time.monotonic()
+    done = commands.run(argv, timeout=120)
+    assert time.monotonic() - started < 60  # no hang
     assert done.returncode == 1
-    assert done.stderr.startswith(message), done.stderr
+    assert done.stderr.startswith(message.replace("{tmp}", str(tmp_path))), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "full", "ws"]  # nothing new
+    assert sorted(p.name for p in (tmp_path / "ws").rglob("*")) == workspace_files
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["notes.txt"]
+
+
+# --- Through `tango run`: a case of every class, each one line and the right exit status -------
+
+
+@pytest.fixture
+def silent_server():
+    """A local server that accepts connections and never answers (a hung proxy, a dead hub)."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted, stop = [], threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for connection in accepted:
+        connection.close()
+    listener.close()
+
+
+TINY_TRAINING = {**TINY_RUN, f"{T}.device_count": 1}
+
+
+@pytest.mark.slow
+def test_through_tango_run_every_class_is_one_line_within_its_bound(tmp_path, silent_server):
+    hub_task = {"name": "arc_easy", "source": "hub", "max_instances": 2}
+    cases = {
+        "hub": (
+            {"steps.eval_untrained.task": hub_task, "steps.eval_untrained.dataset_dict": None},
+            {"HF_ENDPOINT": silent_server},
+            f"HubUnreachable: allenai/ai2_arc/ARC-Easy [test] (hub): the Hugging Face hub "
+            f"({silent_server}) is unreachable (no answer within 10 s); work offline",
+        ),
+        "wandb": (
+            {
+                **TINY_TRAINING,
+                f"{T}.callbacks": [{"type": "wandb::log", "project": "p", "mode": "online"}],
+            },
+            {"WANDB_BASE_URL": silent_server, "WANDB_API_KEY": "x" * 40},
+            f"TrackerError: wandb::log: the W&B server ({silent_server}) is unreachable (no "
+            "answer within 10 s); log offline with mode: 'offline'",
+        ),
+        "tensorboard": (
+            {f"{T}.callbacks": [{"type": "catwalk::tensorboard", "log_dir": "/proc/tb"}]},
+            {},
+            "ConfigurationError: train.callbacks[0] (catwalk::tensorboard).log_dir: cannot write "
+            "to /proc/tb (nothing can be created in /proc",
+        ),
+        "max_length": (
+            {"steps.eval_untrained.max_length": 1000},
+            {},
+            "ConfigurationError: evaluate.max_length: 1000 tokens, but the model has 128 positions",
+        ),
+    }
+    started = {}
+    for name, (overrides, env, _) in cases.items():
+        argv = tango_command(DEMO, tmp_path / name, name, overrides)
+        out = tmp_path / f"{name}.txt"
+        started[name] = (commands.start(argv, out, env={**TANGO_ENV, **env}), out, time.monotonic())
+    for name, (command, out, began) in started.items():
+        assert command.wait(120) == 1, name
+        assert time.monotonic() - began < 90, name  # W&B and the hub used to wait past 300 s
+        text = out.read_text()
+        lines = [
+            line
+            for line in text.splitlines()
+            if (" ERROR " in line and "\N{BALLOT X}" not in line) or "Traceback" in line
+        ]  # besides Tango's own "✗ Step ... failed" and summary
+        assert len(lines) == 1 and cases[name][2] in lines[0], (name, lines or text[-2000:])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,21 @@ def test_report_is_written_as_markdown_and_csv(demo_run: Path):
     csv_lines = (report / "report.csv").read_text().splitlines()
     assert csv_lines[0] == "run,acc,acc_norm,n,peak MiB,tokens/s"
     assert {line.split(",")[0] for line in csv_lines[1:]} == {"untrained", "trained"}
+
+
+def test_a_saved_model_is_readable_like_its_directory_and_an_export_keeps_the_run_card(
+    demo_run: Path, tmp_path: Path
+):
+    from . import commands
+
+    directory = step_result(demo_run, "first", "trained")
+    modes = {
+        path.name: path.stat().st_mode & 0o777 for path in directory.iterdir() if path.is_file()
+    }
+    assert len(set(modes.values())) == 1, modes  # model.safetensors was 0600, the rest 0644
+    exported = tmp_path / "exported"
+    export = Path(sys.executable).with_name("catwalk-export")
+    done = commands.run([str(export), str(directory / "work"), str(exported)])
+    assert done.returncode == 0, done.stderr
+    card = json.loads((exported / "catwalk_model.json").read_text())["run_card"]
+    assert card["step"]["name"] == "trained" and card["checkpoint"].endswith("step000000200")

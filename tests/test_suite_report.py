@@ -90,7 +90,21 @@ def test_a_table_wider_than_the_terminal_is_printed_turned(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "40")
     tasks = ["arc_easy", "arc_challenge", "hellaswag", "winogrande"]
     results = {run: {t: result(0.25) for t in tasks} for run in ("untrained", "trained")}
-    print_report(build_suite_report(results), location=None)
+    location = "/workspace/cache/SuiteReport-001-4Gxj75CLdxgp1e5ths6YbhMmimdJ2jHB"
+    print_report(build_suite_report(results), location=location)
     lines = capsys.readouterr().out.splitlines()
     assert any("task (acc)" in line and "untrained" in line for line in lines)
     assert sum(line.startswith("│ ") for line in lines) == len(tasks) + 1  # and the average
+    assert any(line.startswith("(turned, one row per column of report.csv") for line in lines)
+    assert f"report.md / report.csv / plots in {location}" in lines or (
+        f"report.md / report.csv in {location}" in lines
+    )  # whole, however narrow the terminal
+
+
+def test_a_suite_reports_markdown_has_the_run_cards_under_its_table():
+    card = {"step": {"name": "trained", "unique_id": "T-1"}, "world_size": 2, "environment": {}}
+    results = {"trained": {"copa": {**result(0.5), "run_card": card}}}
+    report = build_suite_report(results, environment={"python": "3.11"}, step_times=[])
+    assert report.run_cards == {"trained": card}
+    table, cards = report.markdown().split("## Run card")
+    assert "| trained | 0.5000 |" in table and "| trained | `T-1` |" in cards

@@ -144,6 +144,15 @@ def test_a_task_of_ones_own_from_a_block_of_templates(tmp_path):
     assert second.context == "Q: Two plus two?\nA: four\n\nQ: Sky colour?\nA:"
 
 
+def test_too_many_examples_say_how_many_each_document_can_draw(tmp_path):
+    task = own_task(write_jsonl(tmp_path / "qa.jsonl", ROWS * 3), num_fewshot=6)
+    with pytest.raises(TaskDataError) as error:
+        task.evaluation_instances()
+    assert str(error.value).startswith(
+        "task 'my_qa': num_fewshot 6, but each document draws from the other 5 of the 6 rows of "
+    )
+
+
 def test_a_template_naming_a_missing_field_fails_before_loading(tmp_path):
     path = write_jsonl(tmp_path / "qa.jsonl", ROWS)
     with pytest.raises(ConfigurationError) as error:

@@ -174,6 +174,10 @@ def test_a_planted_dcp_metadata_is_never_unpickled_even_when_the_manifest_vouche
         f"{planted}: names posix.system, which is not part of a checkpoint's metadata; the "
         "file is not loaded (it was not written by torch.distributed.checkpoint)"
     )
+    export = Path(sys.executable).with_name("catwalk-export")
+    done = commands.run([str(export), str(latest), str(tmp_path / "cli")])  # the real command
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"CheckpointError: {planted}: names posix.system" in done.stderr
     with caplog.at_level(logging.INFO):
         run_training(
             job(run, device_count=1, train_steps=6, engine_block=fsdp2, checkpoint_every=2)

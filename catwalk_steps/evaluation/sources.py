@@ -23,6 +23,7 @@ from tango.common.det_hash import det_hash
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
+from ..remote import HubUnreachable
 from ..scoring.rank_classifier import RankClassifier, causal_lm_config
 from ..scoring.tokenization import load_tokenizer
 from ..training.checkpoints.weights import read_model_info
@@ -93,7 +94,7 @@ def _hf_config(block_json: str) -> Any:
             tokenizer = load_tokenizer(block["tokenizer"], "model.tokenizer")
         return causal_lm_config(block.get("pretrained"), block.get("config"), tokenizer)
     except ConfigurationError as e:
-        if "cannot load it" in str(e):
+        if isinstance(e, HubUnreachable) or "cannot load it" in str(e):
             return None
         raise
 

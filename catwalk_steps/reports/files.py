@@ -57,7 +57,8 @@ def print_report(report: Report, location: str | None = None) -> None:
     one column per run."""
     console = Console()
     header, body = report.table_rows()
-    if table_width(header, body) > console.width:
+    turn = table_width(header, body) > console.width
+    if turn:
         header, body = turned(header, body)
         metric = report.details.get("metric")
         header[0] = f"task ({metric})" if metric else "metric"
@@ -68,11 +69,20 @@ def print_report(report: Report, location: str | None = None) -> None:
     for cells in body:
         table.add_row(*cells)
     console.print(table)
+    # Lines that must stay whole (a path cut in the middle of a step's hash is no path).
+    whole = {"soft_wrap": True, "crop": False}
+    if turn:
+        console.print(
+            f"(turned, one row per column of report.csv, one column per run: a row per run "
+            f"needs {table_width(*report.table_rows())} columns, the terminal has "
+            f"{console.width})",
+            **whole,
+        )
     if report.aggregated:
         console.print("mean ± standard deviation over seeds")
     if location:
         plots = " / plots" if report.aggregated or report.task_histories else ""
-        console.print(f"report.md / report.csv{plots} in {location}")
+        console.print(f"report.md / report.csv{plots} in {location}", **whole)
 
 
 def table_width(header: list[str], body: list[list[str]]) -> int:

@@ -20,6 +20,8 @@ def build_suite_report(
     title: str = "Task suite",
     configs: Mapping[str, Mapping[str, Any]] | None = None,
     tasks: list[str] | None = None,
+    environment: Mapping[str, Any] | None = None,
+    step_times: list[dict[str, Any]] | None = None,
 ) -> Report:
     """A report of `{run: {task: evaluation result}}` showing each task's `metric`, the tasks
     in the order of `tasks` (default: as they come).
@@ -36,10 +38,14 @@ def build_suite_report(
         rows[run] = row
         details[run] = {task: scalars_and_parts(result) for task, result in by_task.items()}
     histories: dict[str, Mapping[str, Any]] = {}
+    cards: dict[str, dict[str, Any]] = {}
     for run, by_task in results.items():
         trained = [result for result in by_task.values() if result.get("training_history")]
         if trained:
             histories[run] = trained[0]
+        card = next((r["run_card"] for r in by_task.values() if r.get("run_card")), None)
+        if isinstance(card, Mapping):
+            cards[run] = dict(card)
     return Report(
         rows=rows,
         title=title,
@@ -47,6 +53,9 @@ def build_suite_report(
         task_histories=in_loop_histories(histories),
         column_order=[*tasks, AVERAGE],
         details={"metric": metric, "results": details},
+        run_cards=cards,
+        environment=dict(environment or {}),
+        step_times=list(step_times or []),
     )
 
 

@@ -12,6 +12,7 @@ Model code knows nothing of distribution or devices: batches arrive on the right
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
 from ..errors import first_line
+from ..remote import files_only
 from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
 from .shared_context import log_fallback, packed_scores, packing_support
 from .tokenization import load_tokenizer
@@ -43,8 +45,9 @@ def causal_lm_config(pretrained: str | None, config: Mapping[str, Any] | None, t
     from transformers import AutoConfig
 
     if pretrained is not None:
+        cached = files_only(pretrained, "model.pretrained")
         try:
-            return AutoConfig.from_pretrained(pretrained)
+            return AutoConfig.from_pretrained(pretrained, local_files_only=cached)
         except (OSError, ValueError) as e:
             raise cannot_load(pretrained, e) from None
     config = dict(config or {})
@@ -82,8 +85,11 @@ def build_causal_lm(
     from transformers import AutoModelForCausalLM
 
     if pretrained is not None and not skeleton:
+        cached = files_only(pretrained, "model.pretrained")
         try:
-            return AutoModelForCausalLM.from_pretrained(pretrained, dtype=torch.float32)
+            return AutoModelForCausalLM.from_pretrained(
+                pretrained, dtype=torch.float32, local_files_only=cached
+            )
         except (OSError, ValueError) as e:
             raise cannot_load(pretrained, e) from None
     hf_config = causal_lm_config(pretrained, config, tokenizer)
@@ -185,9 +191,16 @@ class RankClassifier(Model):
         return cls(pretrained=str(directory), objective=objective)
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """Writes a standard Hugging Face directory: `from_pretrained` loads it outside Tango."""
+        """Writes a standard Hugging Face directory: `from_pretrained` loads it outside Tango.
+        Every file gets the permissions of a file created here (transformers writes the weights
+        0600, through a temporary file, the rest with the umask's)."""
         self.lm.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
+        mask = os.umask(0)
+        os.umask(mask)
+        for path in Path(directory).iterdir():
+            if path.is_file():
+                path.chmod(0o666 & ~mask)
 
     def score_sequences(
         self,

@@ -7,6 +7,7 @@ import functools
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import first_line
+from ..remote import files_only
 
 BYTE_LEVEL_TOKENIZER = "catwalk::byte_level"
 
@@ -34,7 +35,7 @@ def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
     A tokenizer that cannot be loaded is a configuration error naming `field`.
     """
     try:
-        return _cached_tokenizer(name_or_path)
+        return _cached_tokenizer(name_or_path, field)
     except (OSError, ValueError) as e:
         raise ConfigurationError(
             f"{field} '{name_or_path}': cannot load it ({first_line(e)})"
@@ -42,13 +43,14 @@ def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_tokenizer(name_or_path: str):
+def _cached_tokenizer(name_or_path: str, field: str):
     if name_or_path == BYTE_LEVEL_TOKENIZER:
         tokenizer = byte_level_tokenizer()
     else:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        cached = files_only(name_or_path, field, "tokenizer_config.json")
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=cached)
     if tokenizer.pad_token_id is None:
         # Padding positions are masked out; any id will do, and GPT-2 has only end-of-text.
         tokenizer.pad_token = tokenizer.eos_token

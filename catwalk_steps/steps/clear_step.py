@@ -18,16 +18,26 @@ from .workspace import SharedLocalWorkspace
 def clear_step(step_dir: Path) -> str:
     """Removes one step's cached result and its record from the workspace that holds it."""
     step_dir = Path(step_dir).resolve()
-    if step_dir.parent.name != "cache":
+    root = step_dir.parent.parent
+    if step_dir.parent.name != "cache" or not is_workspace(root):
         raise ConfigurationError(
-            f"{step_dir}: not a step's directory in a workspace (<workspace>/cache/<step id>)"
+            f"{step_dir}: not a step's directory in a workspace (<workspace>/cache/<step id>); "
+            "nothing was changed"
         )
-    workspace = SharedLocalWorkspace(step_dir.parent.parent)
+    if not step_dir.is_dir():
+        raise ConfigurationError(f"{step_dir}: no such step directory; nothing was changed")
+    workspace = SharedLocalWorkspace(root)
     try:
         workspace.remove_step(step_dir.name)
     except KeyError:
         raise ConfigurationError(f"{step_dir}: the workspace has no such step") from None
     return step_dir.name
+
+
+def is_workspace(directory: Path) -> bool:
+    """A local Tango workspace: its cache and its step records (nothing is created to tell)."""
+    records = (directory / "settings.json", directory / "stepinfo.sqlite")
+    return (directory / "cache").is_dir() and any(path.is_file() for path in records)
 
 
 def main(argv: list[str] | None = None) -> int:

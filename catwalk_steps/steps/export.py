@@ -22,6 +22,7 @@ from tango import Step
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import command_line
+from ..files import unwritable
 from ..scoring.rank_classifier import RankClassifier
 from ..training.checkpoints import (
     CheckpointError,
@@ -64,10 +65,21 @@ class ExportCheckpoint(Step[RankClassifier]):
             raise ConfigurationError(f"export_checkpoint.checkpoint: {e}") from None
 
 
-def export_checkpoint(checkpoint: Path, out_dir: Path) -> Path:
-    """Writes the checkpoint's model as a `save_pretrained` directory; returns its path."""
-    model = model_from_checkpoint(resolve_checkpoint(Path(checkpoint)))
+def export_checkpoint(checkpoint: Path, out_dir: Path, force: bool = False) -> Path:
+    """Writes the checkpoint's model as a `save_pretrained` directory; returns its path. A
+    directory that holds anything already is refused unless `force` (files would mix)."""
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigurationError(f"{out_dir}: exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise ConfigurationError(
+            f"{out_dir}: not empty; export into a new or empty directory, or give --force to "
+            "write over what is there"
+        )
+    problem = unwritable(out_dir)
+    if problem:
+        raise ConfigurationError(f"{out_dir}: cannot be written ({problem})")
+    model = model_from_checkpoint(resolve_checkpoint(Path(checkpoint)))
     out_dir.mkdir(parents=True, exist_ok=True)
     HFModelFormat().write(model, out_dir)
     return out_dir
@@ -79,10 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("checkpoint", type=Path, help="checkpoint, or a step's work directory")
     parser.add_argument("out_dir", type=Path, help="where to write the save_pretrained files")
+    parser.add_argument("--force", action="store_true", help="write into a non-empty out_dir")
     args = parser.parse_args(argv)
 
     def export() -> str:
-        return f"{export_checkpoint(args.checkpoint, args.out_dir)}: from_pretrained loads it"
+        written = export_checkpoint(args.checkpoint, args.out_dir, force=args.force)
+        return f"{written}: from_pretrained loads it"
 
     return command_line("catwalk-export", export)
 

@@ -26,6 +26,7 @@ from tango.integrations.torch import (
 )
 
 from ..distributed.rendezvous import rendezvous_settings
+from ..remote import HubUnreachable
 from ..scoring.evaluation import max_positions
 from ..scoring.precision import Precision
 from ..training.components import check_keys, lazy_config, registered_name, resolve_config
@@ -207,8 +208,8 @@ def model_skeleton(lazy: Any) -> Any:
     try:
         return RankClassifier(**params, skeleton=True)
     except ConfigurationError as e:
-        if "cannot load it" in str(e):
-            return None  # not on this machine (yet): the step's own load will say so
+        if isinstance(e, HubUnreachable) or "cannot load it" in str(e):
+            return None  # not on this machine (yet): the step's own load says so, if it runs
         raise
 
 

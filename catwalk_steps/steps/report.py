@@ -44,27 +44,7 @@ class MetricsReport(Step[Report]):
         title: str = "Metrics",
         configs: dict[str, dict[str, Any]] | None = None,
     ) -> Report:
-        return build_report(metrics, title, configs, environment(), self.step_times())
-
-    def step_times(self) -> list[dict[str, Any]]:
-        """Name, unique id and wall time of every step this report depends on, from the
-        workspace's records, in the order they ran."""
-        times = []
-        for step in self.recursive_dependencies:
-            try:
-                info = self.workspace.step_info(step)
-            except (KeyError, ValueError):  # a step built outside a workspace
-                continue
-            duration = info.duration
-            times.append(
-                {
-                    "name": step.name,
-                    "unique_id": step.unique_id,
-                    "started": info.start_time.isoformat() if info.start_time else None,
-                    "wall_time_s": None if duration is None else duration.total_seconds(),
-                }
-            )
-        return sorted(times, key=lambda t: (t["started"] or "", t["name"]))
+        return build_report(metrics, title, configs, environment(), step_times(self))
 
 
 @Step.register("catwalk::suite_report")
@@ -99,4 +79,27 @@ class SuiteReport(Step[Report]):
         configs: dict[str, dict[str, Any]] | None = None,
         tasks: list[str] | None = None,
     ) -> Report:
-        return build_suite_report(results, metric, title, configs, tasks)
+        return build_suite_report(
+            results, metric, title, configs, tasks, environment(), step_times(self)
+        )
+
+
+def step_times(report: Step) -> list[dict[str, Any]]:
+    """Name, unique id and wall time of every step a report depends on, from the workspace's
+    records, in the order they ran."""
+    times = []
+    for step in report.recursive_dependencies:
+        try:
+            info = report.workspace.step_info(step)
+        except (KeyError, ValueError):  # a step built outside a workspace
+            continue
+        duration = info.duration
+        times.append(
+            {
+                "name": step.name,
+                "unique_id": step.unique_id,
+                "started": info.start_time.isoformat() if info.start_time else None,
+                "wall_time_s": None if duration is None else duration.total_seconds(),
+            }
+        )
+    return sorted(times, key=lambda t: (t["started"] or "", t["name"]))

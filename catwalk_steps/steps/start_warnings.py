@@ -1,6 +1,6 @@
 """Lines logged when training starts: settings that work but are probably not what was meant
-(more CPU processes than cores, answers cut by max_length), one warning each; and which blocks a
-sharded engine wraps when its `modules_to_wrap` is left out."""
+(more CPU processes than cores, answers cut by max_length, no checkpoint before the end), one
+warning each; and which blocks a sharded engine wraps when its `modules_to_wrap` is left out."""
 
 from __future__ import annotations
 
@@ -35,6 +35,18 @@ def wrapping_note(engine: tuple[Any, dict[str, Any]], model_lazy: Any) -> str | 
         f"training_engine.modules_to_wrap: left out, so the model's blocks (its "
         f"_no_split_modules) are {' and '.join(roles)}: {blocks}"
     )
+
+
+def schedule_warnings(schedule: Any) -> list[str]:
+    """A schedule that writes no checkpoint before its end: a crash would start again at 0."""
+    steps, every = schedule.train_steps, schedule.checkpoint_every
+    if steps is None or every < steps:
+        return []
+    return [
+        f"train.checkpoint_every: {every}, but the run has {steps} steps: no checkpoint is written "
+        f"before the end, so a crash starts it again from step 0 (set checkpoint_every below "
+        f"{steps}, e.g. to validate_every)"
+    ]
 
 
 def training_warnings(device_type: str, local_workers: int) -> list[str]:

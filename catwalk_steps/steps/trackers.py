@@ -11,7 +11,6 @@ run as `catwalk::wandb` (:mod:`catwalk_steps.training.trackers.wandb` says why).
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from tango.common import Lazy, Params
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainCallback
 
+from ..files import unwritable
 from ..training.components import lazy_params
 from ..training.trackers import TRACKER_ALIASES, TensorBoardTracker, Tracker, WandbTracker
 from ..training.trackers.wandb import OFFLINE_MODES, wandb_api_key_found, wandb_mode
@@ -123,16 +123,3 @@ def check_tensorboard(params: Mapping[str, Any], key: str) -> None:
     problem = unwritable(Path(log_dir))
     if problem:
         raise ConfigurationError(f"{key}.log_dir: cannot write to {log_dir} ({problem})")
-
-
-def unwritable(directory: Path) -> str | None:
-    """Why `directory` could not be created and written, judged from its nearest existing
-    ancestor without creating anything; None when it could."""
-    existing = directory.absolute()
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is not a directory"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} is not writable"
-    return None

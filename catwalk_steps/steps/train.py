@@ -39,7 +39,12 @@ from ..training.job import Schedule, TrainingJob
 from ..training.trackers import RUN_CARD_FILE
 from .formats import HFModelFormat
 from .preflight import check_train_step
-from .start_warnings import cut_answer_warnings, training_warnings, wrapping_note
+from .start_warnings import (
+    cut_answer_warnings,
+    schedule_warnings,
+    training_warnings,
+    wrapping_note,
+)
 from .trackers import split_trackers, tracker_callbacks
 
 
@@ -217,6 +222,7 @@ def build_job(
     engine = lazy_config(arguments["training_engine"], TrainingEngine, "training_engine")
     warnings = [devices.note] if devices.note else []
     warnings += training_warnings(devices.device_type, devices.count)
+    warnings += schedule_warnings(schedule)
     loader = arguments["train_dataloader"]
     splits = (schedule.train_split, schedule.validation_split)
     warnings += cut_answer_warnings(dataset_dict, loader, splits)

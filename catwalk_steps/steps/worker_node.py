@@ -18,6 +18,7 @@ filesystem every node sees at the same path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hmac
 import json
 import logging
@@ -29,8 +30,8 @@ from pathlib import Path
 from tango.common.exceptions import ConfigurationError
 
 from ..distributed.rendezvous import connect_store
-from ..errors import first_line
-from ..launch.launcher import JOB_KEY, RENDEZVOUS_TOKEN, WorkerFailed, start_workers
+from ..errors import command_line, first_line
+from ..launch.launcher import JOB_KEY, RENDEZVOUS_TOKEN, start_workers
 from ..launch.worker_process import RendezvousError
 from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob
@@ -58,7 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("-o", "--overrides", default=None, help="the same -o as node 0's")
     parser.add_argument("--ext-var", action="append", default=[], help="KEY=VALUE, as tango's")
     parser.add_argument("-i", "--include-package", action="append", default=[])
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to reach node 0")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds to reach node 0 (default: the step's rendezvous_timeout, 300 s)",
+    )
     parser.add_argument("-w", "--workspace", default=None, help="as tango run's (or tango.yml)")
     args = parser.parse_args(argv)
     if args.node_rank is None:
@@ -107,6 +113,11 @@ def shared_workspace(args: argparse.Namespace):
     from tango.workspace import Workspace
 
     if args.workspace:
+        if "://" not in args.workspace and not Path(args.workspace).is_dir():
+            raise ConfigurationError(
+                f"-w {args.workspace}: no workspace there; give the workspace node 0 uses (this "
+                "node reads it and writes nothing there)"
+            )
         return Workspace.from_url(args.workspace)
     settings = TangoGlobalSettings.find_or_default()
     if settings.workspace is None:
@@ -115,17 +126,26 @@ def shared_workspace(args: argparse.Namespace):
 
 
 def fetch_message(args: argparse.Namespace) -> dict:
-    """What node 0 published, as JSON (never unpickled)."""
+    """What node 0 published, as JSON (never unpickled); one line when nothing answers within
+    the timeout (torch's own error is a wall of C++ frames)."""
     from datetime import timedelta
 
-    store = connect_store(args.master_addr, args.master_port, 1, args.timeout)
+    where = f"{args.master_addr}:{args.master_port}"
+    try:
+        with native_stderr_silenced():  # c10d logs each failed attempt from C++
+            store = connect_store(args.master_addr, args.master_port, 1, args.timeout)
+    except Exception:
+        raise RendezvousError(
+            f"{where}: node 0 did not answer within {args.timeout:g} s (rendezvous_timeout, or "
+            "--timeout); is `tango run` running there, and is the port reachable from here?"
+        ) from None
     store.set_timeout(timedelta(seconds=args.timeout))
     try:
         payload = store.get(JOB_KEY)
     except Exception as e:
         raise RendezvousError(
-            f"{args.master_addr}:{args.master_port}: node 0 published no training job within "
-            f"{args.timeout:g} s ({first_line(e)}); is `tango run` running there?"
+            f"{where}: node 0 published no training job within {args.timeout:g} s "
+            f"({first_line(e)}); is `tango run` running there?"
         ) from None
     try:
         message = json.loads(payload)
@@ -135,6 +155,21 @@ def fetch_message(args: argparse.Namespace) -> dict:
             f"{args.master_addr}:{args.master_port}: what was published there is not a "
             "catwalk training job; refusing it"
         ) from None
+
+
+@contextlib.contextmanager
+def native_stderr_silenced():
+    """File descriptor 2 to /dev/null for the block: what torch's C++ side writes there (its
+    rendezvous retries) stays off the terminal; Python's own errors are said after the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def check_message(message: dict, step, work_dir: Path, args: argparse.Namespace) -> None:
@@ -174,6 +209,8 @@ def local_job(args: argparse.Namespace) -> TrainingJob:
     workspace = shared_workspace(args)
     work_dir = workspace.step_dir(step) / "work"
     args.master_addr, args.master_port = rendezvous_address(args, step)
+    if args.timeout is None:
+        args.timeout = float(step.kwargs.get("rendezvous_timeout", 300.0))
     message = fetch_message(args)
     check_message(message, step, work_dir, args)
     arguments = step_arguments(step, shared_dataset(step, workspace, message))
@@ -204,14 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     args = parse_args(argv)
     try:
-        run(args)
-    except (ConfigurationError, RendezvousError, WorkerFailed) as e:
-        print(f"catwalk-worker: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+        if not args.experiment.is_file():
+            raise ConfigurationError(f"{args.experiment}: no such experiment file")
+        return command_line("catwalk-worker", lambda: run(args), quiet=True)
     except KeyboardInterrupt:
         print("catwalk-worker: interrupted; this node's workers were stopped", file=sys.stderr)
         return 130
-    return 0
+    except ConfigurationError as e:
+        print(f"catwalk-worker: ConfigurationError: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..remote import require_hub
 from .base import MultipleChoiceInstance, Task, TaskDataError
 from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, read_jsonl, read_labels
 
@@ -120,6 +121,7 @@ class PiqaTask(Task):
             )
         import datasets
 
+        require_hub(f"{self.hub_name} [{split}] (hub)")
         rows = datasets.load_dataset(self.hub_name, split=split)
         return [
             piqa_instance(row, row.get("label"), f"{self.hub_name}[{split}]:{index}")

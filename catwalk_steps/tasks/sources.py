@@ -19,6 +19,7 @@ from typing import Any
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import first_line
+from ..remote import require_hub
 from .base import TaskDataError
 from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, read_jsonl, text_lines
 
@@ -74,6 +75,7 @@ class HubSource(RowSource):
     def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
         import datasets
 
+        require_hub(self.describe(split))
         try:
             loaded = datasets.load_dataset(self.path, self.name, split=split)
             return (

@@ -241,9 +241,15 @@ class InstanceBuilder:
         pool = self.source.rows(pool_split)
         exclude = self.task.excludes_evaluated(self.source)
         if len(pool) < self.task.num_fewshot + exclude:
+            where = self.source.describe(pool_split)
+            available = (
+                f"each document draws from the other {len(pool) - 1} of the {len(pool)} rows "
+                f"of {where}"
+                if exclude
+                else f"{where} has only {len(pool)} examples"
+            )
             raise TaskDataError(
-                f"task '{self.task.name}': num_fewshot {self.task.num_fewshot}, but "
-                f"{self.source.describe(pool_split)} has only {len(pool)} examples"
+                f"task '{self.task.name}': num_fewshot {self.task.num_fewshot}, but {available}"
             )
         sampler = FewshotSampler(pool, self.task.fewshot_seed, self.spec.fewshot_sampler, exclude)
         return sampler

@@ -32,6 +32,7 @@ GRAD_SCALER_FILE = "grad_scaler.pt"
 DCP_MODEL_DIR = "dcp_model"
 DCP_OPTIMIZER_DIR = "dcp_optimizer"
 MODEL_FILES = "model_files"  # beside the checkpoints: what rebuilds the model without the hub
+RUN_CARD_FILE = "run_card.json"  # in the work directory, written by `catwalk::train`
 MODEL_INFO = "catwalk_model.json"  # in model_files/ and in every exported model directory
 
 

@@ -22,6 +22,7 @@ from .layout import (
     MODEL_FILE,
     MODEL_FILES,
     MODEL_INFO,
+    RUN_CARD_FILE,
     TRAINER_FILE,
     CheckpointError,
     checkpoints_root,
@@ -129,7 +130,17 @@ def model_from_checkpoint(
     model.load_state_dict(weights, strict=False, assign=True)  # tied duplicates may be absent
     model.lm.tie_weights()
     model.metrics_history = checkpoint_history(history_from or checkpoint)
+    model.run_card = run_card_of(checkpoint)
     return model
+
+
+def run_card_of(checkpoint: Path) -> dict[str, Any] | None:
+    """The card the run wrote into its work directory when it started (None for a checkpoint
+    outside one), with the checkpoint the model comes from."""
+    path = Path(checkpoint).parent.parent / RUN_CARD_FILE  # <work dir>/checkpoints/stepN
+    if not path.is_file():
+        return None
+    return {**json.loads(path.read_text()), "checkpoint": str(checkpoint)}
 
 
 def skeleton_from_model_files(files: Path) -> RankClassifier:

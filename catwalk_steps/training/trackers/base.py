@@ -23,8 +23,6 @@ from tango.integrations.torch import TrainCallback
 
 from ...errors import one_line_error
 
-RUN_CARD_FILE = "run_card.json"  # in the work directory, written by `catwalk::train`
-
 
 @one_line_error
 class TrackerError(RuntimeError):

@@ -15,7 +15,8 @@ from typing import Any
 
 from tango.integrations.torch import TrainCallback
 
-from .base import RUN_CARD_FILE, Tracker, TrackerError
+from ..checkpoints.layout import RUN_CARD_FILE
+from .base import Tracker, TrackerError
 
 TENSORBOARD_DIR = "tensorboard"
 EVENT_FILES = "events.out.tfevents.*"

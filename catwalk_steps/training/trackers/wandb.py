@@ -31,9 +31,12 @@ from urllib.parse import urlsplit
 from tango.integrations.torch import TrainCallback
 
 from ...files import write_json_atomic
-from .base import RUN_CARD_FILE, Tracker
+from ...remote import unanswered
+from ..checkpoints.layout import RUN_CARD_FILE
+from .base import Tracker, TrackerError
 
 RUN_ID_FILE = "wandb_run.json"  # in the work directory: the W&B run this step logs to
+INIT_TIMEOUT_S = 60.0  # W&B's own bound on starting a run once its server has answered
 OFFLINE_MODES = ("offline", "dryrun", "disabled")
 
 
@@ -55,6 +58,18 @@ def wandb_mode(mode: str | None) -> str:
             if parser.has_option("default", "mode"):
                 return parser.get("default", "mode")
     return "online"
+
+
+def check_server_answers() -> None:
+    """Online, W&B retries an unanswered server for ever (login's key check, then the run):
+    ask it once, with a short timeout, and fail in one line when it does not answer."""
+    url = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").rstrip("/")
+    reason = unanswered(url)
+    if reason is not None:
+        raise TrackerError(
+            f"wandb::log: the W&B server ({url}) is unreachable ({reason}); log offline with "
+            "mode: 'offline' (or WANDB_MODE=offline) and upload later with `wandb sync`"
+        )
 
 
 def wandb_api_key_found() -> bool:
@@ -148,12 +163,15 @@ class WandbTracker(Tracker):
         work_dir.mkdir(parents=True, exist_ok=True)
         run_id = self.run_id(work_dir)
         offline = self.mode in OFFLINE_MODES
+        if not offline:
+            check_server_answers()
         self.run = wandb.init(
             id=run_id,
             dir=str(work_dir),
             mode=self.mode,
             config=self.config(),
             resume=None if offline else "allow",
+            settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S),
             **self.init_kwargs,
         )
         if self.watch_model:
