@@ -224,6 +224,7 @@ def test_hub_tasks_load_what_lm_evaluation_harness_loads(monkeypatch):
         return datasets.Dataset.from_list([row, {**row, "question": "R?"}, row])
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is faked: nothing to ask
     arc = TemplatedTask("arc_easy", num_fewshot=1)
     assert arc.evaluation_split() == "test"
     [first, _, _] = arc.evaluation_instances()

@@ -51,6 +51,7 @@ def test_piqa_hub_rows_go_through_the_same_parser(monkeypatch):
         return rows
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is faked: nothing to ask
     instances = PiqaTask().load(["validation"])["validation"]
     assert calls == [("baber/piqa", "validation")]
     assert instances == read_piqa_like(rows)
@@ -71,6 +72,7 @@ def test_hub_row_with_a_bad_label_names_dataset_row_and_field(monkeypatch):
     monkeypatch.setattr(
         datasets, "load_dataset", lambda name, split: [{**PIQA_ROWS[0], "label": -1}]
     )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub is faked: nothing to ask
     with pytest.raises(TaskDataError, match=r"baber/piqa\[test\]:0: field 'label' must be 0 or 1"):
         PiqaTask().load(["test"])
 

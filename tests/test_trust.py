@@ -228,6 +228,9 @@ def test_a_store_impersonating_node_0_gets_no_code_run_and_is_refused_in_one_lin
         "-o",
         json.dumps(overrides),
     ]
+    from catwalk_steps.steps.workspace import SharedLocalWorkspace
+
+    SharedLocalWorkspace(tmp_path / "ws")  # the shared workspace, without node 0's token in it
     done = commands.run(worker)
     refusal = [line for line in done.stderr.splitlines() if line.startswith("catwalk-worker:")]
     assert done.returncode == 1 and len(refusal) == 1, done.stderr[-2000:]

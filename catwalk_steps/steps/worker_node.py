@@ -206,12 +206,12 @@ def shared_dataset(step, workspace, message: dict):
 
 def local_job(args: argparse.Namespace) -> TrainingJob:
     step = training_step(args)
-    workspace = shared_workspace(args)
-    work_dir = workspace.step_dir(step) / "work"
     args.master_addr, args.master_port = rendezvous_address(args, step)
     if args.timeout is None:
         args.timeout = float(step.kwargs.get("rendezvous_timeout", 300.0))
-    message = fetch_message(args)
+    message = fetch_message(args)  # node 0 is up, so its workspace exists
+    workspace = shared_workspace(args)
+    work_dir = workspace.step_dir(step) / "work"
     check_message(message, step, work_dir, args)
     arguments = step_arguments(step, shared_dataset(step, workspace, message))
     job = build_job(arguments, step.unique_id, step.name, work_dir, None, logger)
