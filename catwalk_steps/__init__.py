@@ -9,22 +9,25 @@ tango.yml). The sub-packages, from the bottom up:
 - :mod:`.reports`: tables, task suites, sweep aggregates and plots of several runs;
 - :mod:`.distributed`: devices, the rendezvous store, process groups;
 - :mod:`.training`: engines, optimizers, loaders, callbacks, checkpoints, the loop;
+- :mod:`.checks`: what is checked before anything runs (when the step graph is built);
+- :mod:`.evaluation`: which model is scored, loaded once per process, where it is scored;
 - :mod:`.launch`: the worker processes of a job, on one node or several;
-- :mod:`.steps`: the Tango steps, config checks, the workspace, and fixes to `tango run`.
+- :mod:`.workspace`: the workspace several jobs share, its cache, results as data;
+- :mod:`.tango_fixes`: where `tango run` behaves otherwise than Tango 1.3.2 alone;
+- :mod:`.steps`: the Tango steps experiment files name; :mod:`.commands`: the console commands.
 """
 
 import catwalk_startup
 
 catwalk_startup.install()  # first: Tango's log receiver reads data only (see that package)
 
+from . import tango_fixes  # noqa: E402, F401  (apply the fixes to Tango)
 from .scoring import MultipleChoiceCollator, RankClassifier  # noqa: E402
 from .steps import (  # noqa: E402
     Evaluate,
     ExportCheckpoint,
-    HFModelFormat,
     LoadTask,
     MetricsReport,
-    SharedLocalWorkspace,
     SuiteReport,
     TrainRankClassifier,
 )
@@ -36,6 +39,7 @@ from .training import (  # noqa: E402
     RunMetrics,
     ShardedDataLoader,
 )
+from .workspace import HFModelFormat, SharedLocalWorkspace  # noqa: E402
 
 __all__ = [
     "CatwalkFairScaleEngine",

@@ -39,9 +39,9 @@ def _worker(rank, world_size, port, fn, args, init, out_dir):
 FORKSERVER_PRELOAD = [
     *PRELOAD,
     "tango.__main__",
-    "catwalk_steps.steps.export",
-    "catwalk_steps.steps.worker_node",
-    "catwalk_steps.steps.clear_step",
+    "catwalk_steps.commands.export",
+    "catwalk_steps.commands.worker",
+    "catwalk_steps.commands.clear_step",
     "tests.training",
     "tests.workspace_jobs",
     "tests.commands",

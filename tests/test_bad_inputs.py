@@ -551,12 +551,12 @@ def test_a_long_context_is_cut_before_it_is_tokenized():
 
 
 def test_useless_settings_warn_with_what_to_do():
-    from catwalk_steps.steps.start_warnings import training_warnings
+    from catwalk_steps.checks.start_warnings import training_warnings
 
     [too_many] = training_warnings("cpu", 64)
     assert too_many.startswith("train.device_count: 64 CPU processes on ")
     assert training_warnings("cpu", 1) == []
-    from catwalk_steps.steps.start_warnings import schedule_warnings
+    from catwalk_steps.checks.start_warnings import schedule_warnings
     from catwalk_steps.training.job import Schedule
 
     [late] = schedule_warnings(Schedule(train_steps=40, checkpoint_every=100, validate_every=20))
@@ -573,7 +573,7 @@ def test_blocks_wrapped_without_a_list_are_named_when_training_starts():
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model, TrainingEngine
 
-    from catwalk_steps.steps.start_warnings import wrapping_note
+    from catwalk_steps.checks.start_warnings import wrapping_note
     from catwalk_steps.training.components import lazy_config
 
     from .conftest import TINY_MODEL
@@ -599,8 +599,8 @@ def test_blocks_wrapped_without_a_list_are_named_when_training_starts():
 
 
 def test_answers_that_max_length_cuts_are_counted():
+    from catwalk_steps.checks.start_warnings import answers_cut
     from catwalk_steps.scoring.tokenization import load_tokenizer
-    from catwalk_steps.steps.start_warnings import answers_cut
     from catwalk_steps.tasks.base import MultipleChoiceInstance
 
     instances = [
@@ -616,7 +616,7 @@ def test_answers_that_max_length_cuts_are_counted():
 def test_a_workspace_that_cannot_be_written_is_one_line_naming_it(tmp_path):
     from tango.common.exceptions import ConfigurationError
 
-    from catwalk_steps.steps.workspace import SharedLocalWorkspace
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
 
     blocked = tmp_path / "ws"
     blocked.mkdir()
@@ -629,7 +629,7 @@ def test_a_workspace_that_cannot_be_written_is_one_line_naming_it(tmp_path):
 def test_a_read_only_workspace_is_one_line_naming_it(tmp_path):
     from tango.common.exceptions import ConfigurationError
 
-    from catwalk_steps.steps.workspace import SharedLocalWorkspace
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
 
     read_only = tmp_path / "read_only"
     read_only.mkdir()
@@ -699,11 +699,11 @@ def test_every_damaged_cached_result_is_one_line_naming_its_directory(tmp_path):
     from tango.common import DatasetDict
 
     from catwalk_steps.scoring.rank_classifier import RankClassifier
-    from catwalk_steps.steps.damaged_results import DamagedResultError
     from catwalk_steps.steps.evaluate import Evaluate
     from catwalk_steps.steps.load_task import LoadTask
-    from catwalk_steps.steps.workspace import SharedLocalWorkspace
     from catwalk_steps.tasks import SyntheticTask
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
+    from catwalk_steps.workspace.step_cache import DamagedResultError
 
     from .conftest import TINY_MODEL
 
@@ -803,7 +803,7 @@ def test_console_commands_fail_in_one_line(tmp_path, command, arguments, message
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("keep me")
     (tmp_path / "cache" / "Evaluate-002-abc").mkdir(parents=True)
-    from catwalk_steps.steps.workspace import SharedLocalWorkspace
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
 
     SharedLocalWorkspace(tmp_path / "ws")  # an empty workspace, as node 0 made it
     workspace_files = sorted(p.name for p in (tmp_path / "ws").rglob("*"))

@@ -27,7 +27,7 @@ from catwalk_steps.evaluation import (
 from catwalk_steps.scoring.evaluation import score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.steps.evaluate import Evaluate
-from catwalk_steps.steps.executor import execution_order
+from catwalk_steps.tango_fixes.executor import execution_order
 from catwalk_steps.tasks.base import MultipleChoiceInstance as Instance
 
 from .conftest import (

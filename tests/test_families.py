@@ -248,8 +248,8 @@ def test_exported_checkpoint_loads_with_from_pretrained_and_scores_the_same(
 ):
     from transformers import AutoTokenizer
 
+    from catwalk_steps.commands.export import export_checkpoint
     from catwalk_steps.scoring.tokenization import load_tokenizer
-    from catwalk_steps.steps.export import export_checkpoint
 
     ranks, work_dir = trained
     exported = export_checkpoint(work_dir / family / EXPORTED, tmp_path / "hf")

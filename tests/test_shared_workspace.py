@@ -13,7 +13,7 @@ import pytest
 from tango.step_info import StepState
 from tango.workspaces import LocalWorkspace
 
-from catwalk_steps.steps.workspace import SharedLocalWorkspace
+from catwalk_steps.workspace.shared import SharedLocalWorkspace
 
 from .distributed import forkserver_context
 from .workspace_jobs import (

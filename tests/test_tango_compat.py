@@ -10,8 +10,8 @@ from importlib import metadata
 import pytest
 from tango.step_info import EnvironmentMetadata
 
-from catwalk_steps.steps import patching
-from catwalk_steps.steps.run_metadata import (
+from catwalk_steps.tango_fixes import patching
+from catwalk_steps.tango_fixes.run_metadata import (
     git_metadata_or_none,
     installed_packages,
     record_environment_without_failures,

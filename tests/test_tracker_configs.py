@@ -10,9 +10,9 @@ from tango.integrations.torch import TrainCallback
 from tango.step_graph import StepGraph
 
 import catwalk_steps  # noqa: F401  (registers the components)
+from catwalk_steps.checks import trackers as step_trackers
+from catwalk_steps.checks.trackers import tracker_callbacks
 from catwalk_steps.errors import one_line
-from catwalk_steps.steps import trackers as step_trackers
-from catwalk_steps.steps.trackers import tracker_callbacks
 from catwalk_steps.training.components import lazy_config
 from catwalk_steps.training.trackers import TensorBoardTracker, WandbTracker
 

@@ -155,7 +155,7 @@ def test_a_planted_dcp_metadata_is_never_unpickled_even_when_the_manifest_vouche
     rewritten; resuming skips that checkpoint for the one before it."""
     import logging
 
-    from catwalk_steps.steps.export import export_checkpoint
+    from catwalk_steps.commands.export import export_checkpoint
 
     run = tmp_path / "fsdp2"
     fsdp2 = engine("catwalk::torch_fsdp")
@@ -210,7 +210,8 @@ def test_a_store_impersonating_node_0_gets_no_code_run_and_is_refused_in_one_lin
     if published == "pickle":
         store.set(JOB_KEY, pickle.dumps(Payload(marker)))
     else:
-        from catwalk_steps.steps.worker_node import parse_args, training_step
+        from catwalk_steps.commands.worker import parse_args
+        from catwalk_steps.launch.nodes import training_step
 
         arguments = [str(EXPERIMENTS / "demo.jsonnet"), "--node-rank", "1"]
         step_id = training_step(parse_args([*arguments, "-o", json.dumps(overrides)])).unique_id
@@ -228,7 +229,7 @@ def test_a_store_impersonating_node_0_gets_no_code_run_and_is_refused_in_one_lin
         "-o",
         json.dumps(overrides),
     ]
-    from catwalk_steps.steps.workspace import SharedLocalWorkspace
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
 
     SharedLocalWorkspace(tmp_path / "ws")  # the shared workspace, without node 0's token in it
     done = commands.run(worker)

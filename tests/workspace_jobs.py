@@ -19,7 +19,7 @@ from filelock import Timeout
 from tango import Step
 from tango.format import JsonFormat
 
-from catwalk_steps.steps.workspace import SharedLocalWorkspace
+from catwalk_steps.workspace.shared import SharedLocalWorkspace
 
 # The hold points of this process: name -> (reached, release). Set by `job` in each child.
 _HOLDS: dict[str, tuple[Any, Any]] = {}

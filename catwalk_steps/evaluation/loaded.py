@@ -4,7 +4,7 @@ A suite scores one model on many tasks, one `catwalk::evaluate` step each: each 
 the weights again, and Tango's step cache kept up to eight results in memory, models included.
 Here a step asks for its model by key: the model held is returned when the key is its own; any
 other is released first (its memory freed, the CUDA cache too), then loaded, with one log line.
-The executor runs the evaluations of one model together (:mod:`catwalk_steps.steps.executor`),
+The executor runs the evaluations of one model together (:mod:`catwalk_steps.tango_fixes.executor`),
 so a suite loads each model once.
 """
 

@@ -4,7 +4,7 @@
 - Otherwise it starts one process per local device with `torch.multiprocessing.start_processes`.
   On one node they meet through a file in a directory only this user can enter (nothing
   listens); with several nodes this process holds node 0's TCP store (its port bound once) and
-  publishes what the other nodes need (`catwalk-worker`, :mod:`catwalk_steps.steps.worker_node`).
+  publishes what the other nodes need (`catwalk-worker`, :mod:`catwalk_steps.launch.nodes`).
   Torch's `ProcessContext.join` watches the workers: it reaps a worker before reading its exit
   code (so a worker that failed is never counted as finished) and, when one fails, gives the
   others a grace period, then SIGTERM, then SIGKILL.

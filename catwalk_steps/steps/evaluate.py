@@ -10,6 +10,7 @@ from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 
+from ..checks.evaluation import check_evaluate_step
 from ..evaluation import (
     EvaluationSettings,
     SavedModel,
@@ -19,8 +20,7 @@ from ..evaluation import (
 )
 from ..scoring.evaluation import task_metrics
 from ..tasks import Task
-from .evaluate_checks import check_evaluate_step
-from .formats import HFModelFormat, PlainJsonFormat
+from ..workspace.formats import HFModelFormat, PlainJsonFormat
 
 
 @Step.register("catwalk::evaluate")

@@ -6,7 +6,7 @@ from tango import Step
 from tango.common import DatasetDict
 
 from ..tasks import Task
-from .formats import InstancesFormat
+from ..workspace.formats import InstancesFormat
 
 
 @Step.register("catwalk::load_task")

@@ -6,9 +6,9 @@ from typing import Any
 
 from tango import Step
 
+from ..checks.evaluation import check_report_step, check_suite_report_step
 from ..reports import Report, ReportFormat, build_report, build_suite_report
 from ..reports.run_card import environment
-from .evaluate_checks import check_report_step, check_suite_report_step
 
 
 @Step.register("catwalk::report")

@@ -3,49 +3,34 @@ checkpoint's model as a Hugging Face directory."""
 
 from __future__ import annotations
 
-import inspect
-import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from tango import Step
-from tango.common import DatasetDict, Lazy
+from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.common.util import get_extra_imported_modules
-from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
+from tango.integrations.torch import Model
 from tango.step import StepResources
 
-from ..console import announce
-from ..distributed.devices import plan_devices
-from ..distributed.rendezvous import rendezvous_settings
+from ..checks.trackers import split_trackers
+from ..checks.training import check_train_step
 from ..evaluation import release_model
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
-from ..reports.run_card import environment
-from ..reports.tables import training_figures
+from ..launch.plan import build_job
 from ..scoring.rank_classifier import RankClassifier
-from ..tasks import Task
-from ..training.callbacks import RunMetrics
 from ..training.checkpoints import (
     best_checkpoint,
-    check_resumable,
     complete_checkpoints,
     latest_checkpoint,
     model_from_checkpoint,
 )
-from ..training.components import lazy_config
-from ..training.job import Schedule, TrainingJob
+from ..training.run_card import finished, run_card
+from ..training.settings import TrainSettings, run_signature
 from ..training.trackers import RUN_CARD_FILE
-from .formats import HFModelFormat
-from .preflight import check_train_step
-from .start_warnings import (
-    cut_answer_warnings,
-    schedule_warnings,
-    training_warnings,
-    wrapping_note,
-)
-from .trackers import split_trackers, tracker_callbacks
+from ..workspace.formats import HFModelFormat
 
 
 @Step.register("catwalk::train")
@@ -112,49 +97,17 @@ class TrainRankClassifier(Step[RankClassifier]):
         check_train_step(kwargs)
         return split_trackers(kwargs)
 
-    def run(  # type: ignore[override]
-        self,
-        model: Lazy[Model],
-        training_engine: Lazy[TrainingEngine],
-        dataset_dict: DatasetDict,
-        train_dataloader: Lazy[DataLoader],
-        *,
-        train_split: str = "train",
-        validation_split: str | None = "validation",
-        validation_dataloader: Lazy[DataLoader] | None = None,
-        seed: int = 42,
-        train_steps: int | None = None,
-        train_epochs: int | None = None,
-        validation_steps: int | None = None,
-        grad_accum: int = 1,
-        log_every: int = 10,
-        checkpoint_every: int = 100,
-        validate_every: int | None = None,
-        device_count: int = 1,
-        device: str | None = None,
-        num_nodes: int = 1,
-        master_addr: str | None = None,
-        master_port: int | None = None,
-        distributed_port: int | None = None,
-        rendezvous_timeout: float = 300.0,
-        val_metric_name: str = "acc",
-        minimize_val_metric: bool = False,
-        callbacks: list[Lazy[TrainCallback]] | None = None,
-        trackers: list[Lazy[TrainCallback]] | None = None,
-        remove_stale_checkpoints: bool = True,
-        keep_last_checkpoints: int = 2,
-        resume_from: str | None = None,
-        evaluate_tasks: list[Task] | None = None,
-    ) -> RankClassifier:
-        arguments = dict(locals())  # every key of the step, as given or defaulted
-        del arguments["self"]
-        if device_count * num_nodes > 1:
+    def run(self, **keys: Any) -> RankClassifier:  # type: ignore[override]
+        settings = TrainSettings(**keys)  # the keys: `run.__signature__` below
+        if settings.processes > 1:
             # Only for a step that trains (not when its result is cached); its imports run
             # while the job is planned (the in-loop tasks read, the data checked).
             start_worker_server(get_extra_imported_modules())
         release_model()  # a model an evaluation left in this process: memory for training
-        job = plan_training(self, arguments)
-        card = run_card(self, job)
+        job = build_job(
+            settings, self.unique_id, self.name, self.work_dir, self.workspace, self.logger
+        )
+        card = run_card(job, self.resolved_config())
         write_json_atomic(self.work_dir / RUN_CARD_FILE, card)
         started = time.monotonic()
         try:
@@ -163,9 +116,17 @@ class TrainRankClassifier(Step[RankClassifier]):
             message = stopped_message(self.work_dir, e)
             self.logger.error(message)  # Tango's CLI then says "Aborted!" and nothing more
             raise TrainingStopped(message) from None
-        trained = trained_model(model, self.work_dir)
+        trained = trained_model(settings.model, self.work_dir)
         trained.run_card = finished(card, time.monotonic() - started, trained.metrics_history)
         return trained
+
+    run.__signature__ = run_signature(returns=RankClassifier)  # type: ignore[attr-defined]
+
+    def resolved_config(self) -> dict[str, Any] | None:
+        try:
+            return self.config
+        except ValueError:  # a step built in Python, not from an experiment file
+            return None
 
 
 class TrainingStopped(KeyboardInterrupt):
@@ -185,132 +146,6 @@ def stopped_message(work_dir: Path, interruption: BaseException) -> str:
         f"training stopped{how}; run the same command again to resume from its last "
         f"checkpoint, {complete[0]}"
     )
-
-
-def plan_training(step: Step, arguments: dict[str, Any]) -> TrainingJob:
-    """Node 0's job: the step's own identity, work directory and workspace."""
-    return build_job(
-        arguments, step.unique_id, step.name, step.work_dir, step.workspace, step.logger
-    )
-
-
-def step_arguments(step: Step, dataset_dict: DatasetDict) -> dict[str, Any]:
-    """The arguments `run` would get, from a step built from the config (on another node)."""
-    parameters = inspect.signature(type(step).run).parameters.values()
-    arguments = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
-    arguments.update(step.kwargs)
-    arguments["dataset_dict"] = dataset_dict
-    return arguments
-
-
-def build_job(
-    arguments: dict[str, Any],
-    step_id: str,
-    step_name: str,
-    work_dir: Path,
-    workspace: Any,
-    log: logging.Logger,
-) -> TrainingJob:
-    """Everything decided before a worker starts, each once: the schedule, the devices, the
-    engine's config, the rendezvous and the checkpoint to resume from; warnings are logged."""
-    schedule = Schedule.of(arguments)
-    dataset_dict = arguments["dataset_dict"]
-    check_splits(dataset_dict, schedule)
-    devices = plan_devices(
-        arguments["device_count"], requested=arguments["device"], field="train.device"
-    )
-    engine = lazy_config(arguments["training_engine"], TrainingEngine, "training_engine")
-    warnings = [devices.note] if devices.note else []
-    warnings += training_warnings(devices.device_type, devices.count)
-    warnings += schedule_warnings(schedule)
-    loader = arguments["train_dataloader"]
-    splits = (schedule.train_split, schedule.validation_split)
-    warnings += cut_answer_warnings(dataset_dict, loader, splits)
-    for warning in warnings:
-        log.warning(warning)
-    port = arguments["master_port"] or arguments["distributed_port"]
-    resume_from = arguments["resume_from"]
-    job = TrainingJob(
-        step_id=step_id,
-        step_name=step_name,
-        work_dir=Path(work_dir),
-        model=arguments["model"],
-        training_engine=arguments["training_engine"],
-        dataset_dict=dataset_dict,
-        train_dataloader=loader,
-        validation_dataloader=arguments["validation_dataloader"],
-        callbacks=[
-            *tracker_callbacks(arguments["trackers"]),
-            *(arguments["callbacks"] or []),
-            Lazy(RunMetrics),
-        ],
-        schedule=schedule,
-        devices=devices,
-        rendezvous=rendezvous_settings(
-            arguments["num_nodes"], arguments["master_addr"], port, arguments["rendezvous_timeout"]
-        ),
-        include_package=tuple(get_extra_imported_modules()),
-        resume_from=Path(resume_from) if resume_from else None,
-        workspace=workspace,
-        evaluate_tasks=in_loop_instances(arguments["evaluate_tasks"] or [], log),
-    )
-    check_resumable(job.work_dir, job.resume_from, engine[0].__name__, job.world_size)
-    nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
-    announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
-    note = wrapping_note(engine, arguments["model"])
-    if note:
-        log.info(note)
-    return job
-
-
-def run_card(step: Step, job: TrainingJob) -> dict[str, Any]:
-    """What produced this training: the step, its resolved config, where it runs, and the
-    environment (versions, git commit, host)."""
-    try:
-        config = step.config
-    except ValueError:  # a step built in Python, not from an experiment file
-        config = None
-    return {
-        "step": {"name": step.name, "unique_id": step.unique_id},
-        "config": config,
-        "world_size": job.world_size,
-        "num_nodes": job.rendezvous.num_nodes,
-        "devices": job.devices.describe(),
-        "environment": environment(),
-    }
-
-
-def finished(card: dict[str, Any], wall_time_s: float, history: dict | None) -> dict[str, Any]:
-    """The card with what training took: wall time (this run; a resumed one counts from its
-    resumption), steps, and the mean seconds per step, tokens/s and peak memory."""
-    entries = (history or {}).get("train", [])
-    figures = training_figures(history or {})
-    training = {
-        "wall_time_s": wall_time_s,
-        "train_steps": entries[-1]["step"] if entries else None,
-        "s_per_step": figures.get("s/step"),
-        "tokens_per_s": figures.get("tokens/s"),
-        "peak_memory_mib": figures.get("peak MiB"),
-    }
-    return {**card, "training": training}
-
-
-def in_loop_instances(tasks: list[Task], log: logging.Logger) -> dict[str, list]:
-    """Each in-loop task's instances, loaded once here and sent to the workers with the job."""
-    loaded = {}
-    for task in tasks:
-        loaded[task.name] = task.evaluation_instances()
-        log.info("In-loop task %s: %d instances", task.name, len(loaded[task.name]))
-    return loaded
-
-
-def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:
-    for split in (schedule.train_split, schedule.validation_split):
-        if split is not None and split not in dataset_dict:
-            raise ConfigurationError(
-                f"train: split '{split}' is not in the dataset "
-                f"(splits: {', '.join(dataset_dict.keys())})"
-            )
 
 
 def trained_model(model: Lazy[Model], work_dir: Path) -> RankClassifier:

@@ -1,8 +1,9 @@
 """FairScale FullyShardedDataParallel with the model's blocks (or modules chosen by regex) as
 inner units: `catwalk::fairscale`.
 
-Also the model constructors `catwalk::with_wrapped_modules` and (replacing Tango's own, with the
-same parameters) `fairscale::with_wrapped_modules`, for configs that wrap inside the model block.
+Also the model constructor `catwalk::with_wrapped_modules`, for configs that wrap inside the model
+block (Tango's `fairscale::with_wrapped_modules` is bound to it too:
+:mod:`catwalk_steps.tango_fixes.names`).
 """
 
 import contextlib
@@ -237,5 +238,3 @@ def with_wrapped_modules(
 
 
 Model.register("catwalk::with_wrapped_modules")(with_wrapped_modules)
-# Existing configs that name Tango's constructor get the same behaviour.
-Model.register("fairscale::with_wrapped_modules", exist_ok=True)(with_wrapped_modules)

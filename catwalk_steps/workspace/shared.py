@@ -26,8 +26,8 @@ from tango.workspaces import LocalWorkspace
 
 from ..errors import first_line
 from ..files import write_json_atomic
-from .damaged_results import CheckedStepCache
-from .patching import check_tango
+from .step_cache import CheckedStepCache
+from ..tango_fixes.patching import check_tango
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,8 +82,9 @@ class SharedLocalWorkspace(LocalWorkspace):
       milliseconds it takes; a look-up never fails because of the lock's state, and resets a
       record that says "running" only when it can take the step's lock itself (its job died).
 
-    Registered as `catwalk::local`, and under Tango's own name `local` too, so that `-w DIR`,
-    `local://DIR` and `workspace: {type: local}` all get it once `catwalk_steps` is imported.
+    Registered as `catwalk::local`; Tango's own name `local` is bound to it too
+    (:mod:`catwalk_steps.tango_fixes.names`), so that `-w DIR`, `local://DIR` and
+    `workspace: {type: local}` all get it once `catwalk_steps` is imported.
     """
 
     RECORDS_LOCK = "stepinfo.lock"
@@ -289,8 +290,3 @@ def _write_settings_once(directory: Path) -> None:
     if settings.exists() or any((directory / "cache").glob("*/stepinfo.dill")):
         return  # written already, or a version-1 workspace that Tango itself upgrades
     write_json_atomic(settings, {"version": 2})
-
-
-# A plain `-w DIR`, `local://DIR` or `type: local` builds the workspace Tango registered as
-# "local": make that ours too.
-Workspace.register("local", exist_ok=True)(SharedLocalWorkspace)

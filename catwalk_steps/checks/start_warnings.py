@@ -13,7 +13,7 @@ from tango.integrations.torch import DataLoader, TrainingEngine
 from ..scoring.tokenization import load_tokenizer
 from ..training.components import lazy_config, registered_name
 from ..training.wrapping import describe_blocks, find_blocks
-from .preflight import SHARDED_ENGINES, model_skeleton
+from .training import SHARDED_ENGINES, model_skeleton
 
 
 def wrapping_note(engine: tuple[Any, dict[str, Any]], model_lazy: Any) -> str | None:

@@ -1,7 +1,5 @@
-"""The command every node but node 0 runs to join a multi-node `catwalk::train` step.
-
-    catwalk-worker EXPERIMENT --node-rank N [--step trained] [-o OVERRIDES] [--ext-var K=V]
-                   [-w WORKSPACE] [--master-addr HOST] [--master-port PORT] [--timeout SECONDS]
+"""The other nodes of a multi-node `catwalk::train` step: how one joins (`catwalk-worker`,
+:mod:`catwalk_steps.commands.worker`, is its command line).
 
 Node 0 runs `tango run EXPERIMENT` as usual and owns the workspace. This command builds the same
 experiment's step graph (nothing is computed) and the training job from it, on this node: node 0
@@ -30,48 +28,15 @@ from pathlib import Path
 from tango.common.exceptions import ConfigurationError
 
 from ..distributed.rendezvous import connect_store
-from ..errors import command_line, first_line
-from ..launch.launcher import JOB_KEY, RENDEZVOUS_TOKEN, start_workers
-from ..launch.worker_process import RendezvousError
+from ..errors import first_line
 from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob
-from .train import build_job, step_arguments
+from ..training.settings import TrainSettings
+from .launcher import JOB_KEY, RENDEZVOUS_TOKEN, start_workers
+from .plan import build_job
+from .worker_process import RendezvousError
 
 logger = logging.getLogger("catwalk-worker")
-
-
-def env_int(*names: str) -> int | None:
-    for name in names:
-        if os.environ.get(name):
-            return int(os.environ[name])
-    return None
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="catwalk-worker", description="Join node 0's catwalk::train step from another node."
-    )
-    parser.add_argument("experiment", type=Path, help="the same experiment file as node 0's")
-    parser.add_argument("--step", default="trained", help="the catwalk::train step's name")
-    parser.add_argument("--node-rank", type=int, default=env_int("NODE_RANK", "SLURM_NODEID"))
-    parser.add_argument("--master-addr", default=os.environ.get("MASTER_ADDR"))
-    parser.add_argument("--master-port", type=int, default=env_int("MASTER_PORT"))
-    parser.add_argument("-o", "--overrides", default=None, help="the same -o as node 0's")
-    parser.add_argument("--ext-var", action="append", default=[], help="KEY=VALUE, as tango's")
-    parser.add_argument("-i", "--include-package", action="append", default=[])
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=None,
-        help="seconds to reach node 0 (default: the step's rendezvous_timeout, 300 s)",
-    )
-    parser.add_argument("-w", "--workspace", default=None, help="as tango run's (or tango.yml)")
-    args = parser.parse_args(argv)
-    if args.node_rank is None:
-        parser.error("missing --node-rank (or NODE_RANK, SLURM_NODEID)")
-    if args.node_rank < 1:
-        parser.error("--node-rank: node 0 runs `tango run`; workers are nodes 1, 2, ...")
-    return args
 
 
 def training_step(args: argparse.Namespace):
@@ -213,13 +178,16 @@ def local_job(args: argparse.Namespace) -> TrainingJob:
     workspace = shared_workspace(args)
     work_dir = workspace.step_dir(step) / "work"
     check_message(message, step, work_dir, args)
-    arguments = step_arguments(step, shared_dataset(step, workspace, message))
-    job = build_job(arguments, step.unique_id, step.name, work_dir, None, logger)
+    settings = TrainSettings(
+        **{**step.kwargs, "dataset_dict": shared_dataset(step, workspace, message)}
+    )
+    job = build_job(settings, step.unique_id, step.name, work_dir, None, logger)
     rendezvous = replace(job.rendezvous, host=args.master_addr, port=args.master_port)
     return replace(job, rendezvous=rendezvous)
 
 
-def run(args: argparse.Namespace) -> None:
+def join(args: argparse.Namespace) -> None:
+    """This node's workers, once node 0's job is checked; returns when they have finished."""
     job = local_job(args)
     if args.node_rank >= job.rendezvous.num_nodes:
         raise ConfigurationError(
@@ -235,22 +203,3 @@ def run(args: argparse.Namespace) -> None:
         job.world_size,
     )
     start_workers(job, args.node_rank)
-
-
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    args = parse_args(argv)
-    try:
-        if not args.experiment.is_file():
-            raise ConfigurationError(f"{args.experiment}: no such experiment file")
-        return command_line("catwalk-worker", lambda: run(args), quiet=True)
-    except KeyboardInterrupt:
-        print("catwalk-worker: interrupted; this node's workers were stopped", file=sys.stderr)
-        return 130
-    except ConfigurationError as e:
-        print(f"catwalk-worker: ConfigurationError: {e}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

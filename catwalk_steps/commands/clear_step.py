@@ -12,7 +12,7 @@ from pathlib import Path
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import command_line
-from .workspace import SharedLocalWorkspace
+from ..workspace.shared import SharedLocalWorkspace
 
 
 def clear_step(step_dir: Path) -> str:

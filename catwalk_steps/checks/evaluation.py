@@ -12,7 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from ..scoring.evaluation import max_positions
 from ..scoring.precision import Precision
 from ..training.components import lazy_params
-from .preflight import check_against_model, check_engine, model_skeleton, whole
+from .training import check_against_model, check_engine, model_skeleton, whole
 
 
 def check_evaluate_step(kwargs: Mapping[str, Any]) -> None:
@@ -84,7 +84,7 @@ def check_length_fits(model: Any, max_length: int | None) -> None:
 
 def loaded_splits(data: Any) -> list[str] | None:
     """The splits a `catwalk::load_task` step will load, when `data` is one."""
-    from .load_task import LoadTask
+    from ..steps.load_task import LoadTask
 
     if not isinstance(data, LoadTask):
         return None

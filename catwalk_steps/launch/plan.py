@@ -1,0 +1,102 @@
+"""A training job planned once, before any worker starts: on node 0 from the step, on the other
+nodes from their own copy of the experiment (:mod:`.nodes`)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from tango.common import DatasetDict, Lazy
+from tango.common.exceptions import ConfigurationError
+from tango.common.util import get_extra_imported_modules
+from tango.integrations.torch import TrainingEngine
+
+from ..checks.start_warnings import (
+    cut_answer_warnings,
+    schedule_warnings,
+    training_warnings,
+    wrapping_note,
+)
+from ..checks.trackers import tracker_callbacks
+from ..console import announce
+from ..distributed.devices import plan_devices
+from ..distributed.rendezvous import rendezvous_settings
+from ..tasks import Task
+from ..training.callbacks import RunMetrics
+from ..training.checkpoints import check_resumable
+from ..training.components import lazy_config
+from ..training.job import Schedule, TrainingJob
+from ..training.settings import TrainSettings
+
+
+def build_job(
+    settings: TrainSettings,
+    step_id: str,
+    step_name: str,
+    work_dir: Path,
+    workspace: Any,
+    log: logging.Logger,
+) -> TrainingJob:
+    """Everything decided before a worker starts, each once: the schedule, the devices, the
+    engine's config, the rendezvous and the checkpoint to resume from; warnings are logged."""
+    schedule = Schedule.of(settings.as_mapping())
+    check_splits(settings.dataset_dict, schedule)
+    devices = plan_devices(settings.device_count, requested=settings.device, field="train.device")
+    engine = lazy_config(settings.training_engine, TrainingEngine, "training_engine")
+    warnings = [devices.note] if devices.note else []
+    warnings += training_warnings(devices.device_type, devices.count)
+    warnings += schedule_warnings(schedule)
+    splits = (schedule.train_split, schedule.validation_split)
+    warnings += cut_answer_warnings(settings.dataset_dict, settings.train_dataloader, splits)
+    for warning in warnings:
+        log.warning(warning)
+    job = TrainingJob(
+        step_id=step_id,
+        step_name=step_name,
+        work_dir=Path(work_dir),
+        model=settings.model,
+        training_engine=settings.training_engine,
+        dataset_dict=settings.dataset_dict,
+        train_dataloader=settings.train_dataloader,
+        validation_dataloader=settings.validation_dataloader,
+        callbacks=[
+            *tracker_callbacks(settings.trackers),
+            *(settings.callbacks or []),
+            Lazy(RunMetrics),
+        ],
+        schedule=schedule,
+        devices=devices,
+        rendezvous=rendezvous_settings(
+            settings.num_nodes, settings.master_addr, settings.port, settings.rendezvous_timeout
+        ),
+        include_package=tuple(get_extra_imported_modules()),
+        resume_from=Path(settings.resume_from) if settings.resume_from else None,
+        workspace=workspace,
+        evaluate_tasks=in_loop_instances(settings.evaluate_tasks or [], log),
+    )
+    check_resumable(job.work_dir, job.resume_from, engine[0].__name__, job.world_size)
+    nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
+    announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
+    note = wrapping_note(engine, settings.model)
+    if note:
+        announce(log, "%s", note)
+    return job
+
+
+def in_loop_instances(tasks: list[Task], log: logging.Logger) -> dict[str, list]:
+    """Each in-loop task's instances, loaded once here and sent to the workers with the job."""
+    loaded = {}
+    for task in tasks:
+        loaded[task.name] = task.evaluation_instances()
+        log.info("In-loop task %s: %d instances", task.name, len(loaded[task.name]))
+    return loaded
+
+
+def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:
+    for split in (schedule.train_split, schedule.validation_split):
+        if split is not None and split not in dataset_dict:
+            raise ConfigurationError(
+                f"train: split '{split}' is not in the dataset "
+                f"(splits: {', '.join(dataset_dict.keys())})"
+            )

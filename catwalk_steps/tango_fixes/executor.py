@@ -1,0 +1,81 @@
+"""`catwalk::executor`, named in tango.yml: Tango's executors, and what `tango run` should do
+around them (Tango 1.3.2 has no other seam for it).
+
+- The evaluations of one model run one after another (:func:`execution_order`), so that the
+  process's one loaded model (:mod:`catwalk_steps.evaluation.loaded`) serves them all: a suite
+  loads each model once. Without `--parallelism` steps run in this process, as Tango's default
+  executor runs them; with `--parallelism N` Tango's multicore executor runs each in a process
+  of its own.
+- The run's reports are printed once it is over, cached or not, also with `--parallelism`, in
+  this process: Tango calls a step's `ensure_result` in whichever process runs it, and does not
+  touch a cached step at all, so a table printed by the step would appear only sometimes.
+- SIGTERM acts as Ctrl-C does: the running step is marked failed and its lock released before
+  the process exits (Tango installs no handler; SIGTERM killed the process on the spot and left
+  the step "running").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterable
+from typing import Any
+
+from tango import Step
+from tango.executor import Executor
+from tango.executors import MulticoreExecutor
+from tango.step_graph import StepGraph
+
+from ..evaluation import release_model
+from ..reports import ReportFormat, print_report
+
+
+@Executor.register("catwalk::executor")
+class CatwalkExecutor(Executor):
+    """Runs a step graph as the module says."""
+
+    def execute_step_graph(self, step_graph: StepGraph, run_name: str | None = None) -> Any:
+        install_sigterm_as_interrupt()
+        try:
+            if self.parallelism:
+                parallel = MulticoreExecutor(self.workspace, self.include_package, self.parallelism)
+                return parallel.execute_step_graph(step_graph, run_name)
+            ordered = {step.name: step for step in execution_order(step_graph.values())}
+            return super().execute_step_graph(StepGraph(ordered), run_name)
+        finally:
+            release_model()
+            print_reports(step_graph, self.workspace)
+
+
+def execution_order(steps: Iterable[Step]) -> list[Step]:
+    """Tango's order (each step after its dependencies), with each model's evaluations next to
+    each other: first the steps that need no evaluation (data, training), then the evaluations,
+    grouped by model in the order the models first appear, then the steps that read evaluations
+    (reports). An evaluation is a step that names its model (`model_key`)."""
+    steps = list(steps)
+
+    def evaluates(step: Step) -> bool:
+        return callable(getattr(step, "model_key", None))
+
+    reads_evaluations = {s for s in steps if any(map(evaluates, s.recursive_dependencies))}
+    first = [s for s in steps if not evaluates(s) and s not in reads_evaluations]
+    by_model: dict[str, list[Step]] = {}
+    for step in steps:
+        if evaluates(step):
+            by_model.setdefault(step.model_key(), []).append(step)
+    last = [s for s in steps if not evaluates(s) and s in reads_evaluations]
+    return first + [step for group in by_model.values() for step in group] + last
+
+
+def print_reports(step_graph: StepGraph, workspace: Any) -> None:
+    """Every report of the graph that is in the cache, with where its files are."""
+    for step in step_graph.values():
+        if isinstance(step.format, ReportFormat) and step in workspace.step_cache:
+            location = workspace.step_info(step).result_location
+            print_report(workspace.step_cache[step], location)
+
+
+def install_sigterm_as_interrupt() -> None:
+    """SIGTERM raises KeyboardInterrupt in the main thread (elsewhere: left alone)."""
+    with contextlib.suppress(ValueError):
+        signal.signal(signal.SIGTERM, signal.default_int_handler)

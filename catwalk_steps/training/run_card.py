@@ -1,0 +1,37 @@
+"""What produced a training, gathered where it runs: the step, its resolved config, the job's
+devices, the environment (versions, git commit, host); and, once it ends, what it took.
+(`reports.run_card` shows cards under a report's table.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..reports.run_card import environment
+from ..reports.tables import training_figures
+from .job import TrainingJob
+
+
+def run_card(job: TrainingJob, config: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "step": {"name": job.step_name, "unique_id": job.step_id},
+        "config": config,
+        "world_size": job.world_size,
+        "num_nodes": job.rendezvous.num_nodes,
+        "devices": job.devices.describe(),
+        "environment": environment(),
+    }
+
+
+def finished(card: dict[str, Any], wall_time_s: float, history: dict | None) -> dict[str, Any]:
+    """The card with what training took: wall time (this run; a resumed one counts from its
+    resumption), steps, and the mean seconds per step, tokens/s and peak memory."""
+    entries = (history or {}).get("train", [])
+    figures = training_figures(history or {})
+    training = {
+        "wall_time_s": wall_time_s,
+        "train_steps": entries[-1]["step"] if entries else None,
+        "s_per_step": figures.get("s/step"),
+        "tokens_per_s": figures.get("tokens/s"),
+        "peak_memory_mib": figures.get("peak MiB"),
+    }
+    return {**card, "training": training}

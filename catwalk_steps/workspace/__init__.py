@@ -1,0 +1,14 @@
+"""Where results live: the workspace several jobs share (:mod:`.shared`), its step cache with
+one-line errors for damaged results and one loaded model per process (:mod:`.step_cache`), and
+how each result is stored, as data (:mod:`.formats`)."""
+
+from .formats import HFModelFormat, InstancesFormat, PlainJsonFormat
+from .shared import SharedLocalWorkspace, check_writable
+
+__all__ = [
+    "HFModelFormat",
+    "InstancesFormat",
+    "PlainJsonFormat",
+    "SharedLocalWorkspace",
+    "check_writable",
+]
