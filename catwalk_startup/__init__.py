@@ -40,19 +40,19 @@ def patch(module: types.ModuleType) -> None:
     except metadata.PackageNotFoundError:
         return
     from .log_records import patch_tango_logging, senders_write_json
-    from .one_line import hide_tracebacks_on_the_terminal, patch_log_exc_info
+    from .one_line import one_line_on_the_terminal
 
     patch_tango_logging(module)
-    patch_log_exc_info(module)
     original = module._initialize_logging
     if getattr(original, "_catwalk_after", False):
         return
 
     def _initialize_logging(*args: Any, **kwargs: Any) -> Any:
-        """Tango's, then: its socket senders write JSON, its terminal skips tracebacks."""
+        """Tango's (private in 1.3.2: the one place that makes its handlers), then: its socket
+        senders write JSON, its terminal handlers show errors in one line."""
         result = original(*args, **kwargs)
         senders_write_json(module)
-        hide_tracebacks_on_the_terminal(logging.getLogger())
+        one_line_on_the_terminal(logging.getLogger())
         return result
 
     _initialize_logging._catwalk_after = True  # type: ignore[attr-defined]

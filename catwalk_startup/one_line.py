@@ -2,10 +2,11 @@
 
 Tango logs every failure with its traceback (`log_exc_info` in tango/common/logging.py, used by
 its `sys.excepthook` and its executor): a wall of 30-110 lines with the cause at the end. Here
-an error that one line says all of is shown as `Type: message`, and its traceback goes to the
-logger `catwalk_steps.traceback`, which the terminal's handlers skip and the run's log file
-(`<workspace>/runs/<run>/out.log`) keeps. `--log-level debug` or CATWALK_TRACEBACKS=1 shows
-tracebacks on the terminal as before.
+a filter on the terminal's handlers (:class:`OneLineOnTheTerminal`) shows an error that one line
+says all of as `Type: message`; the run's log file (`<workspace>/runs/<run>/out.log`) keeps the
+traceback, as it keeps those of failed workers (logger `catwalk_steps.traceback`, which the
+terminal skips). `--log-level debug` or CATWALK_TRACEBACKS=1 shows tracebacks on the terminal
+as before.
 
 Which errors: what can be told before `catwalk_steps` is imported, because Tango evaluates the
 experiment before it imports the package (:func:`early_line`: our jsonnet library's `catwalk:`
@@ -21,8 +22,6 @@ import os
 import re
 import sys
 import traceback
-import types
-from typing import Any
 
 TRACEBACK_LOGGER = "catwalk_steps.traceback"
 # What a `catwalk: ...` error in our jsonnet library looks like once jsonnet has raised it.
@@ -98,47 +97,40 @@ def one_line(error: BaseException) -> str | None:
     return early_line(error)
 
 
-class _HideTracebacks(logging.Filter):
-    """A filter for the terminal's handlers: the traceback records are for the log file."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.name != TRACEBACK_LOGGER
-
-
 def verbose() -> bool:
     """Tracebacks on the terminal: `--log-level debug`, or CATWALK_TRACEBACKS=1."""
     return logging.getLogger().level <= logging.DEBUG or os.environ.get("CATWALK_TRACEBACKS") == "1"
 
 
-def hide_tracebacks_on_the_terminal(root: logging.Logger) -> None:
+class OneLineOnTheTerminal(logging.Filter):
+    """A terminal handler's filter: a record that carries a one-line error is shown by this
+    handler as that line, without its traceback; the records of `catwalk_steps.traceback` (a
+    worker's traceback) are not shown. The record itself is left as it is, so the run's log file
+    (a handler without this filter) keeps every traceback."""
+
+    def __init__(self, handler: logging.Handler):
+        super().__init__()
+        self.handler = handler
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if verbose():
+            return True
+        if record.name == TRACEBACK_LOGGER:
+            return False
+        error = record.exc_info[1] if record.exc_info else None
+        line = one_line(error) if isinstance(error, BaseException) else None
+        if line is None:
+            return True
+        shown = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        shown.msg, shown.args = line, None
+        self.handler.handle(shown)  # passes this filter: it carries no error
+        return False
+
+
+def one_line_on_the_terminal(root: logging.Logger) -> None:
     """Every root handler but the run's log file (a `logging.FileHandler`, Tango's
-    `file_handler`) skips the traceback records; once per handler. Done when Tango has set up
-    its handlers and again when an error is logged (a handler added since is filtered too)."""
-    if verbose():
-        return
+    `file_handler`) gets :class:`OneLineOnTheTerminal`; once per handler."""
     for handler in root.handlers:
         terminal = not isinstance(handler, logging.FileHandler)
-        if terminal and not any(isinstance(f, _HideTracebacks) for f in handler.filters):
-            handler.addFilter(_HideTracebacks())
-
-
-def patch_log_exc_info(module: types.ModuleType) -> None:
-    """Tango's `log_exc_info` shows a one-line error as one line (see the module). Once."""
-    original = module.log_exc_info
-    if getattr(original, "_catwalk_one_line", False):
-        return
-
-    def log_exc_info(exctype: Any, value: Any, tb: Any, logger: Any = None) -> Any:
-        root = logging.getLogger()
-        line = one_line(value) if isinstance(value, BaseException) else None
-        if verbose() or line is None or value in module._EXCEPTIONS_LOGGED:
-            return original(exctype, value, tb, logger=logger)
-        module._EXCEPTIONS_LOGGED.append(value)
-        hide_tracebacks_on_the_terminal(root)
-        logging.getLogger(TRACEBACK_LOGGER).error(
-            "Traceback of the error below", exc_info=(exctype, value, tb)
-        )
-        (logger or root).error(line)
-
-    log_exc_info._catwalk_one_line = True  # type: ignore[attr-defined]
-    module.log_exc_info = log_exc_info
+        if terminal and not any(isinstance(f, OneLineOnTheTerminal) for f in handler.filters):
+            handler.addFilter(OneLineOnTheTerminal(handler))

@@ -574,14 +574,14 @@ def test_blocks_wrapped_without_a_list_are_named_when_training_starts():
     from tango.integrations.torch import Model, TrainingEngine
 
     from catwalk_steps.checks.start_warnings import wrapping_note
-    from catwalk_steps.training.components import lazy_config
+    from catwalk_steps.checks.training import check_engine
 
     from .conftest import TINY_MODEL
 
     def note(**engine):
-        lazy = Lazy(TrainingEngine, Params(engine))
-        config = lazy_config(lazy, TrainingEngine, "training_engine")
-        return wrapping_note(config, Lazy(Model, Params(dict(TINY_MODEL))))
+        optimizer = {"type": "torch::AdamW", "lr": 1e-4}
+        lazy = Lazy(TrainingEngine, Params({**engine, "optimizer": optimizer}))
+        return wrapping_note(check_engine(lazy), Lazy(Model, Params(dict(TINY_MODEL))))
 
     prefix = "training_engine.modules_to_wrap: left out, so the model's blocks (its "
     assert note(type="catwalk::fairscale") == (

@@ -12,7 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.fairscale import FSDPConfig
 from tango.integrations.torch import Model, Optimizer, TrainConfig
 
-from catwalk_steps.scoring.sequences import MultipleChoiceCollator
+from catwalk_steps.scoring.collate import MultipleChoiceCollator
 from catwalk_steps.tasks.synthetic import SyntheticTask
 from catwalk_steps.training.checkpoints import full_model_state
 from catwalk_steps.training.engines.fairscale_engine import CatwalkFairScaleEngine

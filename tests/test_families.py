@@ -17,8 +17,8 @@ import torch
 from tango.common import Lazy, Params
 from tango.integrations.torch import Model, Optimizer, TrainingEngine
 
+from catwalk_steps.scoring.collate import MultipleChoiceCollator
 from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.scoring.sequences import MultipleChoiceCollator
 from catwalk_steps.tasks.synthetic import SyntheticTask
 from catwalk_steps.training.train_config import NodeAwareTrainConfig
 from catwalk_steps.training.wrapping import describe_blocks, select_modules

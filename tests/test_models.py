@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from tango.common.exceptions import ConfigurationError
 
+from catwalk_steps.scoring.collate import MultipleChoiceCollator
 from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.scoring.sequences import MultipleChoiceCollator
 
 from .conftest import TINY_GPT2
 

@@ -7,7 +7,7 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps.scoring.precision import Precision
-from catwalk_steps.training.engines.base import CatwalkEngineMixin, NonFiniteLossError
+from catwalk_steps.training.engines.base import CatwalkEngine, NonFiniteLossError
 
 
 def test_precision_names_and_errors():
@@ -24,28 +24,56 @@ def test_precision_names_and_errors():
     Precision.parse("fp16").check_device("cuda")
 
 
-def test_precision_maps_to_autocast_and_fairscale_flags():
+def test_precision_sets_autocast():
     with Precision.parse("bf16").autocast("cpu"):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype is torch.bfloat16
     with Precision.parse("fp32").autocast("cpu"):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype is torch.float32
-    assert Precision.parse("fp32").fairscale_fsdp_kwargs() == {"mixed_precision": False}
-    assert Precision.parse("bf16").fairscale_fsdp_kwargs() == {
-        "mixed_precision": True,
-        "compute_dtype": torch.bfloat16,
-        "buffer_dtype": torch.float32,
-        "fp32_reduce_scatter": True,
-    }
-    assert Precision.parse("fp16").fairscale_fsdp_kwargs()["compute_dtype"] is torch.float16
-    assert Precision.parse("fp16").needs_grad_scaler
-    assert not Precision.parse("bf16").needs_grad_scaler
+
+
+@pytest.mark.parametrize("engine", ["fairscale", "fsdp2"])
+@pytest.mark.parametrize("name", ["fp32", "bf16"])
+def test_the_sharded_engines_compute_in_the_precision_and_keep_float32_masters(engine, name):
+    """What the flags do, not what they are: one FSDP unit on a one-process group computes in
+    the precision's dtype, keeps its parameters float32 and hands float32 gradients to the
+    optimizer."""
+    from fairscale.nn.data_parallel import FullyShardedDataParallel
+    from torch.distributed.fsdp import fully_shard
+
+    from catwalk_steps.distributed.groups import (
+        destroy_process_group_if_initialized,
+        init_process_group,
+    )
+    from catwalk_steps.training.engines.fairscale_cpu import use_worker_device
+    from catwalk_steps.training.engines.mixed_precision import fairscale_flags, fsdp2_policy
+
+    precision = Precision.parse(name)
+    init_process_group("cpu", 0, 1)
+    try:
+        torch.manual_seed(0)  # token ids in, as the rank classifier takes them
+        layer = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 4))
+        if engine == "fairscale":
+            use_worker_device(torch.device("cpu"))
+            unit = FullyShardedDataParallel(
+                layer, compute_device=torch.device("cpu"), **fairscale_flags(precision)
+            )
+        else:
+            unit = fully_shard(layer, mp_policy=fsdp2_policy(precision))
+        output = unit(torch.tensor([[1, 2, 3]]))
+        output.float().sum().backward()
+        expected = precision.compute_dtype or torch.float32
+        assert output.dtype is expected
+        assert all(p.dtype is torch.float32 for p in unit.parameters())
+        assert all(p.grad.dtype is torch.float32 for p in unit.parameters())
+    finally:
+        destroy_process_group_if_initialized()
 
 
 class FakeConfig:
     device_type = "cpu"
 
 
-class FakeEngine(CatwalkEngineMixin):
+class FakeEngine(CatwalkEngine):
     """Just enough of an engine to run `forward_train`."""
 
     def __init__(self, loss: float, precision: str):

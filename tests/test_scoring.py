@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from catwalk_steps.scoring.collate import MultipleChoiceCollator, Padding
 from catwalk_steps.scoring.evaluation import metrics_from_scores, score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.scoring.sequences import MultipleChoiceCollator, Padding
 from catwalk_steps.tasks.base import MultipleChoiceInstance
 
 from .conftest import PIQA_LABELS, PIQA_ROWS, TINY_GPT2

@@ -13,7 +13,6 @@ from tango.step_info import EnvironmentMetadata
 from catwalk_steps.tango_fixes import patching
 from catwalk_steps.tango_fixes.run_metadata import (
     git_metadata_or_none,
-    installed_packages,
     record_environment_without_failures,
 )
 
@@ -25,11 +24,16 @@ def test_a_repository_without_commits_records_no_git_metadata(tmp_path, monkeypa
     assert EnvironmentMetadata().git is None  # Tango's own factory raised ValueError here
 
 
-def test_packages_are_read_without_pkg_resources():
-    packages = dict(installed_packages())
-    assert packages["torch"] == metadata.version("torch")
-    assert packages["ai2-tango"] == "1.3.2"
-    assert dict(EnvironmentMetadata().packages)["torch"] == packages["torch"]
+def test_packages_are_recorded_where_pkg_resources_cannot_be_imported(monkeypatch):
+    """Tango's own factory imports pkg_resources (gone from current setuptools); the record
+    holds every installed distribution's version without it."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pkg_resources", None)  # `import pkg_resources` fails
+    recorded = dict(EnvironmentMetadata().packages)
+    assert recorded["torch"] == metadata.version("torch")
+    assert recorded["transformers"] == metadata.version("transformers")
+    assert len(recorded) == len({d.metadata["Name"] for d in metadata.distributions()})
 
 
 def test_a_patch_is_applied_once():
@@ -67,16 +71,18 @@ def test_a_patched_classmethod_stays_a_classmethod():
     assert isinstance(vars(Owner)["name"], classmethod)
 
 
-def test_errors_are_one_line_on_the_terminal_whose_handler_came_after_the_import(
-    tmp_path, monkeypatch
-):
-    """Tango's handlers set up after this package was imported (forked commands, API users):
-    the terminal shows the one line, the run's log file keeps the traceback."""
+def test_errors_are_one_line_on_the_terminal_and_whole_in_the_log_file(tmp_path, monkeypatch):
+    """Tango's handlers as `_initialize_logging` leaves them (the terminal's filtered by
+    catwalk_startup), then the run's log file added, as `tango run` adds it: the terminal shows
+    the one line, the log file keeps the traceback, and a worker's traceback reaches only the
+    file."""
     import io
     import logging
 
     import tango.common.logging as tango_logging
     from tango.common.exceptions import ConfigurationError
+
+    from catwalk_startup.one_line import TRACEBACK_LOGGER, one_line_on_the_terminal
 
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [])
@@ -84,8 +90,10 @@ def test_errors_are_one_line_on_the_terminal_whose_handler_came_after_the_import
     monkeypatch.delenv("CATWALK_TRACEBACKS", raising=False)
     terminal = io.StringIO()
     root.addHandler(logging.StreamHandler(terminal))
+    one_line_on_the_terminal(root)  # what the patched `_initialize_logging` does
     log_file = tmp_path / "out.log"
     root.addHandler(logging.FileHandler(log_file))
+    logging.getLogger(TRACEBACK_LOGGER).error("rank 1 failed:\nTraceback ...")
     try:
         raise ConfigurationError("train.grad_accum: must be a whole number >= 1, got 0")
     except ConfigurationError as e:
@@ -95,4 +103,16 @@ def test_errors_are_one_line_on_the_terminal_whose_handler_came_after_the_import
     assert terminal.getvalue() == (
         "ConfigurationError: train.grad_accum: must be a whole number >= 1, got 0\n"
     )
-    assert "Traceback (most recent call last)" in log_file.read_text()
+    kept = log_file.read_text()
+    assert "Traceback (most recent call last)" in kept and "rank 1 failed:" in kept
+
+
+def test_tangos_logging_is_patched_where_it_makes_its_handlers():
+    """The fixes of catwalk_startup hold on to what Tango 1.3.2 has: a receiver whose handler
+    reads records, and one function that sets up every handler."""
+    import tango.common.logging as tango_logging
+
+    from catwalk_startup.log_records import handle_connection
+
+    assert tango_logging.LogRecordStreamHandler.handle is handle_connection
+    assert getattr(tango_logging._initialize_logging, "_catwalk_after", False)

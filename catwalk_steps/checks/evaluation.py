@@ -12,7 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from ..scoring.evaluation import max_positions
 from ..scoring.precision import Precision
 from ..training.components import lazy_params
-from .training import check_against_model, check_engine, model_skeleton, whole
+from .training import check_against_model, check_engine, whole
 
 
 def check_evaluate_step(kwargs: Mapping[str, Any]) -> None:
@@ -66,7 +66,7 @@ def check_evaluation_engine(engine: Any, precision: str, model: Any) -> None:
         )
     configured = configured_model_of(model)
     if configured is not None and checked["selects_modules"]:
-        check_against_model(model_skeleton(configured.lazy()), checked, [])
+        check_against_model(configured.lazy(), checked, [])
 
 
 def check_length_fits(model: Any, max_length: int | None) -> None:

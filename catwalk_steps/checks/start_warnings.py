@@ -8,28 +8,25 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from tango.integrations.torch import DataLoader, TrainingEngine
+from tango.integrations.torch import DataLoader
 
 from ..scoring.tokenization import load_tokenizer
-from ..training.components import lazy_config, registered_name
-from ..training.wrapping import describe_blocks, find_blocks
-from .training import SHARDED_ENGINES, model_skeleton
+from ..training.components import lazy_config
+from ..training.wrapping import describe_blocks
+from .training import SHARDED_ENGINES, chosen_modules, model_skeleton
 
 
-def wrapping_note(engine: tuple[Any, dict[str, Any]], model_lazy: Any) -> str | None:
+def wrapping_note(engine: dict[str, Any], model: Any) -> str | None:
     """Where `modules_to_wrap` is left out: which of the model's block classes become FSDP units
     (or are recomputed in backward), and how many; None when nothing is selected, or when the
-    model cannot be built here. `engine` is the engine's (class, keys), as
-    :func:`~catwalk_steps.training.components.lazy_config` reads it."""
-    constructor, params = engine
-    sharded = registered_name(TrainingEngine, constructor) in SHARDED_ENGINES
-    checkpointing = bool(params.get("activation_checkpointing"))
-    if params.get("modules_to_wrap") is not None or not (sharded or checkpointing):
+    model cannot be built here. `engine` is what :func:`.training.check_engine` says of it."""
+    if engine["patterns"] is not None:
         return None
-    skeleton = model_skeleton(model_lazy)
-    if skeleton is None:
+    names = chosen_modules(model, engine)  # the graph-build check's match, not a second one
+    if not names:
         return None
-    blocks = describe_blocks(skeleton, find_blocks(skeleton, "training_engine.modules_to_wrap"))
+    blocks = describe_blocks(model_skeleton(model), names)
+    sharded, checkpointing = engine["name"] in SHARDED_ENGINES, engine["activation_checkpointing"]
     roles = (["FSDP units"] if sharded else []) + (["recomputed"] if checkpointing else [])
     return (
         f"training_engine.modules_to_wrap: left out, so the model's blocks (its "

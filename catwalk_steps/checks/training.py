@@ -9,7 +9,9 @@ their `type` and keys are read without building them, against the constructors' 
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -30,7 +32,8 @@ from ..remote import HubUnreachable
 from ..scoring.evaluation import max_positions
 from ..scoring.precision import Precision
 from ..training.components import check_keys, lazy_config, registered_name, resolve_config
-from ..training.wrapping import NOTHING_TO_RECOMPUTE, compile_patterns, select_modules
+from ..training.engines.base import CatwalkEngine
+from ..training.wrapping import select_modules
 from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
@@ -113,29 +116,10 @@ def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -
                     f"{key}.{unused}: an evaluation trains nothing; leave it out"
                 )
     check_keys(engine, params, key)
-    Precision.parse(params.get("precision", "fp32"), f"{key}.precision")
+    if isinstance(engine, type) and issubclass(engine, CatwalkEngine):
+        engine.check_params(params, key)  # the rules the engine's constructor applies too
     patterns = params.get("modules_to_wrap")  # None (left out): the model's own blocks
-    if patterns is not None and (
-        not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)
-    ):
-        raise ConfigurationError(f"{key}.modules_to_wrap: a list of regexes, got {patterns!r}")
-    compile_patterns(patterns or [], f"{key}.modules_to_wrap")
-    checkpointing = params.get("activation_checkpointing", False)
-    if checkpointing and patterns == []:
-        raise ConfigurationError(NOTHING_TO_RECOMPUTE)
     name = registered_name(TrainingEngine, engine)
-    if name == "catwalk::torch" and patterns and not checkpointing:
-        raise ConfigurationError(
-            f"{key}.modules_to_wrap: DDP wraps no inner modules; set activation_checkpointing "
-            "or use catwalk::fairscale / catwalk::torch_fsdp"
-        )
-    if name == "catwalk::torch_fsdp":
-        from ..training.engines.torch_fsdp_engine import offload_setting
-
-        offload_setting(dict(params.get("fsdp_config") or {}))
-    grad_norm = params.get("max_grad_norm")
-    if grad_norm is not None and not (is_number(grad_norm) and grad_norm > 0):
-        raise ConfigurationError(f"{key}.max_grad_norm: a number > 0, got {grad_norm!r}")
     if trains:
         check_optimizer(params.get("optimizer"), f"{key}.optimizer")
     if params.get("lr_scheduler") is not None:
@@ -145,10 +129,12 @@ def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -
         check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
     return {
         "key": key,
+        "class": engine,
         "name": name,
         "patterns": patterns,
+        "activation_checkpointing": bool(params.get("activation_checkpointing")),
         # Whether the engine wraps or recomputes inner modules: they must exist in the model.
-        "selects_modules": name in SHARDED_ENGINES or bool(checkpointing),
+        "selects_modules": name in SHARDED_ENGINES or bool(params.get("activation_checkpointing")),
         "precision": params.get("precision", "fp32"),
     }
 
@@ -198,28 +184,60 @@ def check_loader(lazy: Any, key: str) -> dict[str, Any]:
 
 def model_skeleton(lazy: Any) -> Any:
     """The rank classifier's structure on the meta device, or None when it cannot be built
-    without a download (then the real construction reports what is wrong)."""
-    from ..scoring.rank_classifier import RankClassifier
+    without a download (then the real construction reports what is wrong). Built once per
+    model block and process: the graph-build checks and the warnings when training starts
+    share it."""
+    return _skeleton(*_model_key(lazy))
 
+
+def _model_key(lazy: Any) -> tuple[str, Any]:
     constructor, params = lazy_config(lazy, Model, "model")
     check_keys(constructor, params, "model")
+    return json.dumps(params, sort_keys=True, default=str), constructor
+
+
+@functools.lru_cache(maxsize=8)
+def _skeleton(params_json: str, constructor: Any) -> Any:
+    from ..scoring.rank_classifier import RankClassifier
+
     if not (inspect.isclass(constructor) and issubclass(constructor, RankClassifier)):
         return None
     try:
-        return RankClassifier(**params, skeleton=True)
+        return RankClassifier(**json.loads(params_json), skeleton=True)
     except ConfigurationError as e:
         if isinstance(e, HubUnreachable) or "cannot load it" in str(e):
             return None  # not on this machine (yet): the step's own load says so, if it runs
         raise
 
 
-def check_against_model(skeleton: Any, engine: dict[str, Any], collates: Iterable[Mapping]) -> None:
+def chosen_modules(model: Any, engine: dict[str, Any]) -> list[str] | None:
+    """The inner modules the engine's `modules_to_wrap` chooses in the model, deepest first,
+    matched on its skeleton (:func:`~catwalk_steps.training.wrapping.select_modules`) once per
+    process: the graph-build check, the note when training starts and every worker (through
+    the job) use this one match. None when the engine chooses none, or when the model cannot be
+    built here (each worker then matches its own)."""
+    if not engine["selects_modules"]:
+        return None
+    patterns = json.dumps(engine["patterns"])
+    chosen = _chosen(*_model_key(model), patterns, f"{engine['key']}.modules_to_wrap")
+    return None if chosen is None else list(chosen)
+
+
+@functools.lru_cache(maxsize=8)
+def _chosen(params_json: str, constructor: Any, patterns: str, field: str) -> tuple | None:
+    skeleton = _skeleton(params_json, constructor)
+    if skeleton is None:
+        return None
+    return tuple(select_modules(skeleton, json.loads(patterns), field))
+
+
+def check_against_model(model: Any, engine: dict[str, Any], collates: Iterable[Mapping]) -> None:
     """Inner modules that cannot be found (a regex that matches nothing; no `modules_to_wrap`
     for a model that declares no blocks), and a max_length the model's positions cannot hold."""
+    skeleton = model_skeleton(model)
     if skeleton is None:
         return
-    if engine["selects_modules"]:
-        select_modules(skeleton, engine["patterns"], f"{engine['key']}.modules_to_wrap")
+    chosen_modules(model, engine)
     positions = max_positions(getattr(skeleton.lm, "config", None))
     for collate in collates:
         length = collate.get("max_length")
@@ -267,7 +285,7 @@ def check_train_step(kwargs: dict[str, Any]) -> None:
         check_loader(kwargs.get("train_dataloader"), "train_dataloader"),
         check_loader(kwargs.get("validation_dataloader"), "validation_dataloader"),
     ]
-    check_against_model(model_skeleton(kwargs["model"]), engine, collates)
+    check_against_model(kwargs["model"], engine, collates)
     check_trackers(kwargs, engine["name"])
 
 

@@ -29,9 +29,9 @@ from tango.common import Lazy, Params
 from tango.integrations.torch import Optimizer
 
 from ..files import write_json_atomic
+from ..scoring.collate import MultipleChoiceCollator, Padding
 from ..scoring.evaluation import score_choices
 from ..scoring.precision import Precision
-from ..scoring.sequences import MultipleChoiceCollator, Padding
 from ..training.engines.base import default_cpu_threads
 from ..training.throughput import peak_memory_mib
 from ..training.train_config import NodeAwareTrainConfig

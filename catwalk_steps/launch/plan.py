@@ -10,7 +10,6 @@ from typing import Any
 from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.common.util import get_extra_imported_modules
-from tango.integrations.torch import TrainingEngine
 
 from ..checks.start_warnings import (
     cut_answer_warnings,
@@ -19,13 +18,13 @@ from ..checks.start_warnings import (
     wrapping_note,
 )
 from ..checks.trackers import tracker_callbacks
+from ..checks.training import check_engine, chosen_modules
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
 from ..tasks import Task
 from ..training.callbacks import RunMetrics
 from ..training.checkpoints import check_resumable
-from ..training.components import lazy_config
 from ..training.job import Schedule, TrainingJob
 from ..training.settings import TrainSettings
 
@@ -43,7 +42,7 @@ def build_job(
     schedule = Schedule.of(settings.as_mapping())
     check_splits(settings.dataset_dict, schedule)
     devices = plan_devices(settings.device_count, requested=settings.device, field="train.device")
-    engine = lazy_config(settings.training_engine, TrainingEngine, "training_engine")
+    engine = check_engine(settings.training_engine)
     warnings = [devices.note] if devices.note else []
     warnings += training_warnings(devices.device_type, devices.count)
     warnings += schedule_warnings(schedule)
@@ -74,8 +73,9 @@ def build_job(
         resume_from=Path(settings.resume_from) if settings.resume_from else None,
         workspace=workspace,
         evaluate_tasks=in_loop_instances(settings.evaluate_tasks or [], log),
+        inner_modules=chosen_modules(settings.model, engine),
     )
-    check_resumable(job.work_dir, job.resume_from, engine[0].__name__, job.world_size)
+    check_resumable(job.work_dir, job.resume_from, engine["class"].__name__, job.world_size)
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
     announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
     note = wrapping_note(engine, settings.model)

@@ -5,10 +5,11 @@ arithmetic of log-probabilities and metrics, and scoring a whole split.
 Pure model-and-data code: nothing here knows of devices, ranks or process groups.
 """
 
+from .collate import MultipleChoiceCollator
 from .evaluation import metrics_from_scores, model_max_length, score_choices, task_metrics
 from .precision import Precision
 from .rank_classifier import RankClassifier
-from .sequences import MultipleChoiceCollator, SequenceEncoder
+from .sequences import SequenceEncoder
 
 __all__ = [
     "MultipleChoiceCollator",

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:  # sequences.py imports this module for its collator
-    from .sequences import ChoiceSequence
+from .sequences import ChoiceSequence
 
 CONTEXT_SEGMENT = 0
 PAD_SEGMENT = -1

@@ -1,16 +1,17 @@
-"""One precision setting, mapped here (and only here) to everything that depends on it.
+"""One precision setting, parsed once where the config enters, asked by everything that depends
+on it.
 
-`precision: "fp32" | "bf16" | "fp16"` in jsonnet decides the autocast dtype, whether a gradient
-scaler is needed, FairScale FSDP's mixed-precision flags and FSDP2's `MixedPrecisionPolicy`, so
-the engine and the wrapped inner modules can never disagree. Losses and log-softmax stay in
-float32 in the model code.
+`precision: "fp32" | "bf16" | "fp16"` in jsonnet decides the autocast dtype (here) and whether a
+gradient scaler is needed; the sharded engines ask it for FairScale FSDP's mixed-precision flags
+and FSDP2's `MixedPrecisionPolicy` (:mod:`catwalk_steps.training.engines.mixed_precision`: what
+ranks exchange is the engines' concern, not scoring's). Losses and log-softmax stay in float32 in
+the model code.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -53,30 +54,3 @@ class Precision:
     def needs_grad_scaler(self) -> bool:
         """fp16 gradients underflow without loss scaling; bf16 has float32's exponent range."""
         return self.name == "fp16"
-
-    def fairscale_fsdp_kwargs(self) -> dict[str, Any]:
-        """FairScale FSDP flags: parameters gathered and computed in the autocast dtype.
-
-        Gradients are reduce-scattered in float32 (`fp32_reduce_scatter`): summing half-precision
-        gradients across ranks overflows (fp16) or loses precision (bf16). FSDP keeps the float32
-        master shard for the optimizer. Tango's `FSDPConfig.mixed_precision` could only mean fp16;
-        `compute_dtype` makes bf16 possible.
-        """
-        if self.compute_dtype is None:
-            return {"mixed_precision": False}
-        return {
-            "mixed_precision": True,
-            "compute_dtype": self.compute_dtype,
-            "buffer_dtype": torch.float32,
-            "fp32_reduce_scatter": True,
-        }
-
-    def fsdp2_policy(self) -> Any:
-        """FSDP2's `MixedPrecisionPolicy`: parameters gathered in the autocast dtype, gradients
-        reduced in float32 (as for FairScale, and for the same reason); the sharded master
-        parameters and the optimizer state stay float32."""
-        from torch.distributed.fsdp import MixedPrecisionPolicy
-
-        if self.compute_dtype is None:
-            return MixedPrecisionPolicy()
-        return MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)

@@ -1,8 +1,6 @@
-"""From multiple-choice instances to padded CPU tensors: (context, continuation) pairs tokenized
-and cut as lm-evaluation-harness does, and batches of whole instances for the rank classifier.
-
-The collator never asks the model for its device: the training engine moves batches.
-"""
+"""From multiple-choice instances to token sequences: (context, continuation) pairs tokenized and
+cut as lm-evaluation-harness does, and padded into CPU tensors (the batches themselves:
+:mod:`.collate`)."""
 
 from __future__ import annotations
 
@@ -11,12 +9,9 @@ from dataclasses import dataclass
 
 import torch
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import DataCollator
 
 from ..tasks import MultipleChoiceInstance, TaskDataError
 from ..tasks.base import joined_choice_chars
-from .packing import pack_rows, packed_rows
-from .tokenization import load_tokenizer
 
 CHARS_PER_TOKEN = 64
 
@@ -164,43 +159,3 @@ def pad_sequences(sequences: Sequence[ChoiceSequence], pad_id: int) -> dict[str,
         "continuation_mask": continuation_mask,
         "logits_from": logits_from,
     }
-
-
-@dataclass(frozen=True)
-class Padding:
-    """A stand-in that evens out ranks' shares; it is run like an instance but weighs 0."""
-
-    instance: MultipleChoiceInstance
-
-
-@DataCollator.register("catwalk::multiple_choice")
-class MultipleChoiceCollator(DataCollator):
-    """Batches instances with all their choices for the rank classifier
-    (:class:`~catwalk_steps.scoring.rank_classifier.RankClassifier`).
-
-    :param tokenizer: the model's tokenizer: hub name, path, or "catwalk::byte_level".
-    :param max_length: the model's input length in tokens (lm-evaluation-harness's); longer
-        (context + choice) pairs are cut on the left of the context.
-    """
-
-    def __init__(self, tokenizer: str, max_length: int = 256):
-        self.encoder = SequenceEncoder(
-            load_tokenizer(tokenizer, "collate_fn.tokenizer"), max_length, "collate_fn.max_length"
-        )
-
-    def __call__(self, items: list) -> dict:
-        instances = [item.instance if isinstance(item, Padding) else item for item in items]
-        weights = [0.0 if isinstance(item, Padding) else 1.0 for item in items]
-        sequences = self.encoder.sequences(instances)
-        batch = pad_sequences(sequences, self.encoder.tokenizer.pad_token_id)
-        batch.update(
-            instance_index=torch.tensor([s.instance for s in sequences]),
-            choice_index=torch.tensor([s.choice for s in sequences]),
-            choice_chars=torch.tensor([s.choice_chars for s in sequences]),
-            labels=torch.tensor([instance.label for instance in instances]),
-            weights=torch.tensor(weights),
-            num_choices=max(len(instance.choices) for instance in instances),
-            # The same sequences as rows that run each context once, for scoring all choices.
-            packed=pack_rows(packed_rows(sequences), self.encoder.tokenizer.pad_token_id),
-        )
-        return batch

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tango.common import Registrable
+from tango.common import Params, Registrable
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import one_line_error
@@ -67,17 +67,34 @@ class MultipleChoiceInstance:
         return tuple(joined_choice_chars(choice) for choice in self.choices)
 
 
+TASK_TYPE = "catwalk::task"
+
+
+def named_task_params(cls: type, params: Any) -> Any:
+    """A task given by name (`'arc_easy'` arrives as `{type: 'arc_easy'}`) or as a block
+    without a type (`{name: 'arc_easy', ...}`) becomes a `catwalk::task` block."""
+    if isinstance(params, str):
+        params = Params({"type": params})
+    if cls is not Task or not isinstance(params, (Params, Mapping)):
+        return params
+    given = params.as_dict(quiet=True) if isinstance(params, Params) else dict(params)
+    kind = given.get("type")
+    if kind is None and "name" in given:
+        return Params({**given, "type": TASK_TYPE})
+    if isinstance(kind, str) and "::" not in kind and kind not in Task.list_available():
+        return Params({**given, "type": TASK_TYPE, "name": kind})
+    return params
+
+
 class Task(Registrable):
     """A multiple-choice task: loads named splits of instances."""
 
     @classmethod
     def from_params(cls, params_: Any, *args: Any, **kwargs: Any) -> Task:
         """Tango's construction, where a task may also be given by name (`'arc_easy'`, or a
-        block `{name: 'arc_easy', ...}` without a type: :mod:`.templated`), with a message
+        block `{name: 'arc_easy', ...}` without a type: :func:`named_task_params`), with a message
         that says what to do about keys of another task type (overriding only `type` keeps the
         old task's keys: replace the whole block)."""
-        from .templated import named_task_params
-
         params_ = named_task_params(cls, params_)
         try:
             return super().from_params(params_, *args, **kwargs)  # type: ignore[misc]

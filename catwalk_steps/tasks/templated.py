@@ -13,32 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tango.common import Params
 from tango.common.exceptions import ConfigurationError
 
-from .base import MultipleChoiceInstance, Task, TaskDataError
+from .base import TASK_TYPE, MultipleChoiceInstance, Task, TaskDataError
 from .fewshot import FewshotSampler, Rendered, contexts, example_text
 from .sources import FileSource, HubSource, OlmoEvalSource, RowSource
 from .spec import TaskSpec
 from .templates import TemplateError
-
-TASK_TYPE = "catwalk::task"
-
-
-def named_task_params(cls: type, params: Any) -> Any:
-    """A task given by name (`'arc_easy'` arrives as `{type: 'arc_easy'}`) or as a block
-    without a type (`{name: 'arc_easy', ...}`) becomes a `catwalk::task` block."""
-    if isinstance(params, str):
-        params = Params({"type": params})
-    if cls is not Task or not isinstance(params, (Params, Mapping)):
-        return params
-    given = params.as_dict(quiet=True) if isinstance(params, Params) else dict(params)
-    kind = given.get("type")
-    if kind is None and "name" in given:
-        return Params({**given, "type": TASK_TYPE})
-    if isinstance(kind, str) and "::" not in kind and kind not in Task.list_available():
-        return Params({**given, "type": TASK_TYPE, "name": kind})
-    return params
 
 
 def whole(value: Any, key: str, minimum: int) -> None:

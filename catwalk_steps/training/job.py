@@ -86,6 +86,9 @@ class TrainingJob:
     workspace: Any = None  # handed to callbacks, as Tango does
     # In-loop task suite: {task name: instances}, scored whenever the job validates.
     evaluate_tasks: dict[str, list[Any]] = field(default_factory=dict)
+    # The inner modules the engine wraps or recomputes, matched once on node 0 (None: each
+    # worker matches its own model, as an engine built outside a job does).
+    inner_modules: list[str] | None = None
 
     @property
     def local_world_size(self) -> int:
@@ -130,5 +133,6 @@ def train_config_for(job: TrainingJob, rank: int, local_rank: int) -> NodeAwareT
         local_world_size=job.local_world_size,
         num_nodes=job.rendezvous.num_nodes,
         device=str(job.devices.device(local_rank)),
+        inner_modules=None if job.inner_modules is None else tuple(job.inner_modules),
         **schedule,
     )

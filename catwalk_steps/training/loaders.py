@@ -12,7 +12,7 @@ from tango.integrations.torch import DataCollator, DataLoader
 from torch.utils.data import Dataset, DistributedSampler
 
 from ..distributed.groups import distributed_position
-from ..scoring.sequences import Padding
+from ..scoring.collate import Padding
 
 
 class PaddedDataset(Dataset):

@@ -20,6 +20,7 @@ class NodeAwareTrainConfig(TrainConfig):
     local_world_size: int = 1
     num_nodes: int = 1
     device: str = "cpu"
+    inner_modules: tuple[str, ...] | None = None  # chosen once for the job (TrainingJob)
 
     @property
     def worker_local_default_device(self) -> torch.device:

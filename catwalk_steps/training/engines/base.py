@@ -1,18 +1,28 @@
-"""What every catwalk engine adds to Tango's: one precision setting, activation checkpointing
-(of the model's blocks, or of modules chosen by regex), a clear stop on a non-finite loss, and
-CPU threads shared fairly between ranks.
+"""What every catwalk engine adds to Tango's (:class:`CatwalkEngine`): one constructor and one
+set of checks, one precision setting, activation checkpointing (of the model's blocks, or of
+modules chosen by regex), a clear stop on a non-finite loss, and CPU threads shared fairly
+between ranks.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import LRScheduler, Model, Optimizer, TrainConfig, TrainingEngine
+from tango.integrations.torch import (
+    LRScheduler,
+    Model,
+    Optimizer,
+    TorchTrainingEngine,
+    TrainConfig,
+    TrainingEngine,
+)
 from tango.integrations.torch.util import move_to_device
 
 from ...distributed.groups import cuda_device_for, distributed_position, init_process_group
@@ -28,7 +38,14 @@ from ..checkpoints.layout import (
 from ..checkpoints.state import load_file
 from ..optim import full_optimizer_state
 from ..train_config import local_world_size
-from ..wrapping import NOTHING_TO_RECOMPUTE, checkpoint_activations, select_modules
+from ..wrapping import (
+    NOTHING_TO_RECOMPUTE,
+    checkpoint_activations,
+    compile_patterns,
+    select_modules,
+)
+
+KEY = "training_engine"  # the config key engines are given under
 
 
 @one_line_error
@@ -66,58 +83,83 @@ def ensure_process_group(train_config: TrainConfig, always: bool) -> None:
         init_process_group(train_config.device_type, rank=0, world_size=1)
 
 
-class CatwalkEngineMixin:
-    """Behaviour shared by the catwalk engines; mixed in before a Tango `TrainingEngine`.
+class CatwalkEngine(TorchTrainingEngine):
+    """What every catwalk engine shares: its constructor, its checks, one precision setting,
+    activation checkpointing, a clear stop on a non-finite loss, CPU threads shared between
+    ranks, and checkpoint state the same whatever the number of ranks.
 
-    The engines are Tango engines (`TorchTrainingEngine` and its subclasses), but they are built
-    by :meth:`_start`, not by Tango's constructors: those start a process group of their own
-    (and FairScale's refuses a single worker). What the mixin needs of the Tango engine:
+    The engines are Tango engines, but built here, not by Tango's constructors: those start a
+    process group of their own (and FairScale's refuses a single worker). An engine adds its own
+    keys in its own constructor (which passes the rest on) and its own rules in
+    :meth:`check_params`, which the graph-build checks call too (:mod:`catwalk_steps.checks`).
     """
 
-    train_config: TrainConfig
-    model: Model
-    optimizer: Optimizer
-    lr_scheduler: LRScheduler | None
-    grad_scaler: Any  # torch's or FairScale's grad scaler; None unless precision is fp16
-    device: torch.device  # the worker's device, where the model lives and batches go
-    max_grad_norm: float | None
     needs_process_group: bool = False  # sharded engines need one even for a single worker
+    options: dict[str, Any] = {}  # an engine's own keys, set by its constructor, checked here
 
-    def _start(
+    def __init__(
         self,
         train_config: TrainConfig,
         model: Lazy[Model],
         optimizer: Lazy[Optimizer],
-        lr_scheduler: Lazy[LRScheduler] | None,
-        max_grad_norm: float | None,
+        *,
+        lr_scheduler: Lazy[LRScheduler] | None = None,
+        precision: str = "fp32",
+        max_grad_norm: float | None = None,
+        modules_to_wrap: list[str] | None = None,
+        activation_checkpointing: bool = False,
+        cpu_threads: int | None = None,
     ) -> None:
-        """What Tango's `TorchTrainingEngine.__init__` does, with our process-group rule; then
-        Tango's `TrainingEngine.__init__` builds the model, optimizer and scheduler."""
-        self.device = train_config.worker_local_default_device
-        self.max_grad_norm = max_grad_norm
-        self.grad_scaler = None
-        ensure_process_group(train_config, always=self.needs_process_group)
-        TrainingEngine.__init__(self, train_config, model, optimizer, lr_scheduler=lr_scheduler)  # type: ignore[arg-type]
-
-    def _configure(
-        self,
-        train_config: TrainConfig,
-        precision: str,
-        modules_to_wrap: list[str] | None,
-        activation_checkpointing: bool,
-        cpu_threads: int | None,
-    ) -> None:
-        self.precision = Precision.parse(precision, "training_engine.precision")
-        self.precision.check_device(train_config.device_type, "training_engine.precision")
+        given = {
+            "precision": precision,
+            "max_grad_norm": max_grad_norm,
+            "modules_to_wrap": modules_to_wrap,
+            "activation_checkpointing": activation_checkpointing,
+        }
+        self.check_params({**given, **self.options}, KEY)
+        self.precision = Precision.parse(precision, f"{KEY}.precision")
+        self.precision.check_device(train_config.device_type, f"{KEY}.precision")
         # None (left out): the model's own blocks; []: no inner module, on purpose.
         self.modules_to_wrap = None if modules_to_wrap is None else list(modules_to_wrap)
         self.activation_checkpointing = activation_checkpointing
-        if activation_checkpointing and self.modules_to_wrap == []:
-            raise ConfigurationError(NOTHING_TO_RECOMPUTE)
         self.steps_taken = 0
         if train_config.device_type == "cpu":
             ranks = local_world_size(train_config)
             torch.set_num_threads(cpu_threads or default_cpu_threads(ranks))
+        self.device = train_config.worker_local_default_device
+        self.max_grad_norm = max_grad_norm
+        self.grad_scaler = None
+        self.before_model(train_config)
+        ensure_process_group(train_config, always=self.needs_process_group)
+        # Tango's own: builds the model (`_construct_model`), the optimizer and the scheduler.
+        TrainingEngine.__init__(self, train_config, model, optimizer, lr_scheduler=lr_scheduler)  # type: ignore[arg-type]
+        if self.precision.needs_grad_scaler:
+            self.grad_scaler = self.make_grad_scaler()
+
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any], key: str) -> None:
+        """The engine's keys as given (a config's, or the constructor's), each rule here once:
+        a precision, regexes that compile, something to recompute, a positive clipping norm."""
+        Precision.parse(params.get("precision", "fp32"), f"{key}.precision")
+        patterns = params.get("modules_to_wrap")  # None (left out): the model's own blocks
+        if patterns is not None and (
+            not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)
+        ):
+            raise ConfigurationError(f"{key}.modules_to_wrap: a list of regexes, got {patterns!r}")
+        compile_patterns(patterns or [], f"{key}.modules_to_wrap")
+        if params.get("activation_checkpointing") and patterns == []:
+            raise ConfigurationError(NOTHING_TO_RECOMPUTE)
+        norm = params.get("max_grad_norm")
+        number = isinstance(norm, (int, float)) and not isinstance(norm, bool)
+        if norm is not None and not (number and math.isfinite(norm) and norm > 0):
+            raise ConfigurationError(f"{key}.max_grad_norm: a number > 0, got {norm!r}")
+
+    def before_model(self, train_config: TrainConfig) -> None:
+        """What must hold before the process group and the model exist (FairScale's CPU layer)."""
+
+    def make_grad_scaler(self) -> Any:
+        """The gradient scaler of fp16 training (FairScale has its own)."""
+        return torch.amp.GradScaler("cuda")
 
     def _build_model(self, model: Model | Lazy[Model]) -> Model:
         """Constructs the model on CPU and turns on activation checkpointing where asked."""
@@ -127,7 +169,11 @@ class CatwalkEngineMixin:
         return model
 
     def inner_modules(self, model: Model) -> list[str]:
-        """The modules to wrap or recompute, deepest first (:func:`select_modules`)."""
+        """The modules to wrap or recompute, deepest first: those the job chose (matched once,
+        on node 0), else :func:`select_modules` of this model."""
+        chosen = getattr(self.train_config, "inner_modules", None)
+        if chosen is not None:
+            return list(chosen)
         return select_modules(model, self.modules_to_wrap, "training_engine.modules_to_wrap")
 
     def _checkpoint_activations(self, model: Model) -> None:

@@ -9,7 +9,8 @@ block (Tango's `fairscale::with_wrapped_modules` is bound to it too:
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
 from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
@@ -17,19 +18,14 @@ from fairscale.optim.grad_scaler import ShardedGradScaler
 from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.fairscale import FairScaleTrainingEngine, FSDPConfig
-from tango.integrations.torch import (
-    LRScheduler,
-    Model,
-    Optimizer,
-    TrainConfig,
-    TrainingEngine,
-)
+from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngine
 
 from ...distributed.groups import distributed_position
 from ...scoring.precision import Precision
 from ..wrapping import checkpoint_activations, match_modules, wrap_modules
-from .base import CatwalkEngineMixin
+from .base import CatwalkEngine
 from .fairscale_cpu import use_worker_device
+from .mixed_precision import fairscale_flags
 
 # FairScale 0.4.13 calls APIs that torch deprecates (TypedStorage, the private collectives);
 # every rank warned at every run, and there is nothing a user can do about it.
@@ -41,7 +37,7 @@ for _message in (
 
 
 @TrainingEngine.register("catwalk::fairscale")
-class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
+class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
     """FairScale FSDP: parameters, gradients and optimizer state sharded across ranks.
 
     :param precision: "fp32", "bf16" (FSDP computes in bf16; CPU or CUDA) or "fp16" (CUDA, with
@@ -72,34 +68,39 @@ class CatwalkFairScaleEngine(CatwalkEngineMixin, FairScaleTrainingEngine):
         model: Lazy[Model],
         optimizer: Lazy[Optimizer],
         *,
-        lr_scheduler: Lazy[LRScheduler] | None = None,
-        precision: str = "fp32",
-        modules_to_wrap: list[str] | None = None,
-        activation_checkpointing: bool = False,
         fsdp_config: FSDPConfig | None = None,
-        max_grad_norm: float | None = None,
-        cpu_threads: int | None = None,
+        **common: Any,  # CatwalkEngine's keys
     ) -> None:
-        if fsdp_config is not None and fsdp_config.mixed_precision:
-            raise ConfigurationError(
-                "training_engine.fsdp_config.mixed_precision: set 'precision' (fp16 or bf16) "
-                "on the engine instead; it sets FSDP's flags and autocast together"
-            )
-        # Before any FSDP unit exists: where units compute, and the CPU layer on CPU workers.
-        use_worker_device(train_config.worker_local_default_device)
-        self._configure(
-            train_config, precision, modules_to_wrap, activation_checkpointing, cpu_threads
-        )
+        self.options = {"fsdp_config": fsdp_config}
         self.fsdp_config = fsdp_config or FSDPConfig()
         self.logger = logging.getLogger(type(self).__name__)
-        self._start(train_config, model, optimizer, lr_scheduler, max_grad_norm)
-        if self.precision.needs_grad_scaler:
-            self.grad_scaler = ShardedGradScaler()
+        super().__init__(train_config, model, optimizer, **common)
+
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any], key: str) -> None:
+        super().check_params(params, key)
+        fsdp_config = params.get("fsdp_config") or {}
+        if isinstance(fsdp_config, FSDPConfig):
+            mixed = fsdp_config.mixed_precision
+        else:
+            mixed = dict(fsdp_config).get("mixed_precision")
+        if mixed:
+            raise ConfigurationError(
+                f"{key}.fsdp_config.mixed_precision: set 'precision' (fp16 or bf16) on the "
+                "engine instead; it sets FSDP's flags and autocast together"
+            )
+
+    def before_model(self, train_config: TrainConfig) -> None:
+        # Before any FSDP unit exists: where units compute, and the CPU layer on CPU workers.
+        use_worker_device(train_config.worker_local_default_device)
+
+    def make_grad_scaler(self) -> Any:
+        return ShardedGradScaler()
 
     def fsdp_kwargs(self) -> dict:
         return {
             **self.fsdp_config.as_kwargs(),
-            **self.precision.fairscale_fsdp_kwargs(),
+            **fairscale_flags(self.precision),
             "compute_device": self.train_config.worker_local_default_device,
         }
 
@@ -198,7 +199,7 @@ def has_fsdp_units(model: torch.nn.Module) -> bool:
 
 def check_inner_units_precision(model: torch.nn.Module, precision: Precision) -> None:
     """FSDP units created by a model constructor must use the engine's precision."""
-    expected = precision.fairscale_fsdp_kwargs()
+    expected = fairscale_flags(precision)
     for name, module in model.named_modules():
         if not isinstance(module, FSDP):
             continue

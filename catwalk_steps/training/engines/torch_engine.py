@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 import torch
 from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import (
-    LRScheduler,
-    Model,
-    Optimizer,
-    TorchTrainingEngine,
-    TrainConfig,
-    TrainingEngine,
-)
+from tango.integrations.torch import Model, TrainingEngine
 
-from .base import CatwalkEngineMixin
+from .base import CatwalkEngine
 
 
 @TrainingEngine.register("catwalk::torch")
-class CatwalkTorchEngine(CatwalkEngineMixin, TorchTrainingEngine):
+class CatwalkTorchEngine(CatwalkEngine):
     """Tango's `torch` engine (DDP when `device_count` > 1) with one `precision` setting.
 
     :param precision: "fp32", "bf16" (autocast; CPU or CUDA) or "fp16" (CUDA, with a grad scaler).
@@ -32,30 +26,14 @@ class CatwalkTorchEngine(CatwalkEngineMixin, TorchTrainingEngine):
         at most `OMP_NUM_THREADS` when it is set.
     """
 
-    def __init__(
-        self,
-        train_config: TrainConfig,
-        model: Lazy[Model],
-        optimizer: Lazy[Optimizer],
-        *,
-        lr_scheduler: Lazy[LRScheduler] | None = None,
-        precision: str = "fp32",
-        max_grad_norm: float | None = None,
-        modules_to_wrap: list[str] | None = None,
-        activation_checkpointing: bool = False,
-        cpu_threads: int | None = None,
-    ) -> None:
-        if modules_to_wrap and not activation_checkpointing:
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any], key: str) -> None:
+        super().check_params(params, key)
+        if params.get("modules_to_wrap") and not params.get("activation_checkpointing"):
             raise ConfigurationError(
-                "training_engine.modules_to_wrap: DDP wraps no inner modules; "
-                "set activation_checkpointing or use catwalk::fairscale"
+                f"{key}.modules_to_wrap: DDP wraps no inner modules; set activation_checkpointing "
+                "or use catwalk::fairscale / catwalk::torch_fsdp"
             )
-        self._configure(
-            train_config, precision, modules_to_wrap, activation_checkpointing, cpu_threads
-        )
-        self._start(train_config, model, optimizer, lr_scheduler, max_grad_norm)
-        if self.precision.needs_grad_scaler:
-            self.grad_scaler = torch.amp.GradScaler("cuda")
 
     def _construct_model(self, model: Model | Lazy[Model]) -> Model:
         model = self._build_model(model)

@@ -20,6 +20,7 @@ shard, nothing is gathered at save time, and DCP reshards when resuming on anoth
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,7 @@ import torch
 import torch.distributed as dist
 from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import (
-    LRScheduler,
-    Model,
-    Optimizer,
-    TorchTrainingEngine,
-    TrainConfig,
-    TrainingEngine,
-)
+from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngine
 
 from ...distributed.groups import distributed_position
 from ...files import torch_save_atomic
@@ -48,7 +42,8 @@ from ..checkpoints.layout import (
 )
 from ..checkpoints.state import load_file
 from ..components import lazy_config
-from .base import CatwalkEngineMixin
+from .base import CatwalkEngine
+from .mixed_precision import fsdp2_policy
 from .sharded_weights import read_own_rows
 
 # FairScale `fsdp_config` keys: what each means under FSDP2.
@@ -83,7 +78,7 @@ def offload_setting(fsdp_config: dict[str, Any]) -> bool:
 
 
 @TrainingEngine.register("catwalk::torch_fsdp")
-class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
+class CatwalkTorchFSDPEngine(CatwalkEngine):
     """PyTorch FSDP2: parameters, gradients and optimizer state sharded across ranks.
 
     :param precision: "fp32", "bf16" or "fp16" (CUDA): FSDP2's `MixedPrecisionPolicy` (gathered
@@ -112,31 +107,26 @@ class CatwalkTorchFSDPEngine(CatwalkEngineMixin, TorchTrainingEngine):
         model: Lazy[Model],
         optimizer: Lazy[Optimizer],
         *,
-        lr_scheduler: Lazy[LRScheduler] | None = None,
-        precision: str = "fp32",
-        modules_to_wrap: list[str] | None = None,
-        activation_checkpointing: bool = False,
         fsdp_config: dict[str, Any] | None = None,
-        max_grad_norm: float | None = None,
-        cpu_threads: int | None = None,
+        **common: Any,  # CatwalkEngine's keys
     ) -> None:
         fsdp_config = dict(fsdp_config or {})
+        self.options = {"fsdp_config": fsdp_config}
         self.offload = offload_setting(fsdp_config)
         self.reshard_after_forward = bool(fsdp_config.get("reshard_after_forward", True))
-        self._configure(
-            train_config, precision, modules_to_wrap, activation_checkpointing, cpu_threads
-        )
-        self._start(train_config, model, optimizer, lr_scheduler, max_grad_norm)
-        if self.precision.needs_grad_scaler:
-            # DTensor makes the inf check global across shards (torch >= 2.4).
-            self.grad_scaler = torch.amp.GradScaler("cuda")
+        super().__init__(train_config, model, optimizer, **common)
+
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any], key: str) -> None:
+        super().check_params(params, key)
+        offload_setting(dict(params.get("fsdp_config") or {}))
 
     def fully_shard_kwargs(self) -> dict[str, Any]:
         from torch.distributed.fsdp import CPUOffloadPolicy
 
         kwargs: dict[str, Any] = {
             "reshard_after_forward": self.reshard_after_forward,
-            "mp_policy": self.precision.fsdp2_policy(),
+            "mp_policy": fsdp2_policy(self.precision),
         }
         if self.offload:
             # Pinned host memory needs an accelerator; on CPU workers offloading is a no-op.

@@ -1,0 +1,57 @@
+"""Batches for the rank classifier: instances with all their choices, as the collate function
+of a data loader (training, validation, the in-loop suite, sharded evaluation). The choices are
+tokenized by :mod:`.sequences` and also laid out as packed rows (:mod:`.packing`); every tensor
+is built on the CPU, and the engine moves the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tango.integrations.torch import DataCollator
+
+from ..tasks import MultipleChoiceInstance
+from .packing import pack_rows, packed_rows
+from .sequences import SequenceEncoder, pad_sequences
+from .tokenization import load_tokenizer
+
+
+@dataclass(frozen=True)
+class Padding:
+    """A stand-in that evens out ranks' shares; it is run like an instance but weighs 0."""
+
+    instance: MultipleChoiceInstance
+
+
+@DataCollator.register("catwalk::multiple_choice")
+class MultipleChoiceCollator(DataCollator):
+    """Batches instances with all their choices for the rank classifier
+    (:class:`~catwalk_steps.scoring.rank_classifier.RankClassifier`).
+
+    :param tokenizer: the model's tokenizer: hub name, path, or "catwalk::byte_level".
+    :param max_length: the model's input length in tokens (lm-evaluation-harness's); longer
+        (context + choice) pairs are cut on the left of the context.
+    """
+
+    def __init__(self, tokenizer: str, max_length: int = 256):
+        self.encoder = SequenceEncoder(
+            load_tokenizer(tokenizer, "collate_fn.tokenizer"), max_length, "collate_fn.max_length"
+        )
+
+    def __call__(self, items: list) -> dict:
+        instances = [item.instance if isinstance(item, Padding) else item for item in items]
+        weights = [0.0 if isinstance(item, Padding) else 1.0 for item in items]
+        sequences = self.encoder.sequences(instances)
+        batch = pad_sequences(sequences, self.encoder.tokenizer.pad_token_id)
+        batch.update(
+            instance_index=torch.tensor([s.instance for s in sequences]),
+            choice_index=torch.tensor([s.choice for s in sequences]),
+            choice_chars=torch.tensor([s.choice_chars for s in sequences]),
+            labels=torch.tensor([instance.label for instance in instances]),
+            weights=torch.tensor(weights),
+            num_choices=max(len(instance.choices) for instance in instances),
+            # The same sequences as rows that run each context once, for scoring all choices.
+            packed=pack_rows(packed_rows(sequences), self.encoder.tokenizer.pad_token_id),
+        )
+        return batch
