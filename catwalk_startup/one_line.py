@@ -26,7 +26,10 @@ import traceback
 TRACEBACK_LOGGER = "catwalk_steps.traceback"
 # What a `catwalk: ...` error in our jsonnet library looks like once jsonnet has raised it.
 JSONNET_CATWALK = re.compile(r"runtime error: catwalk: (.*)", re.IGNORECASE)
-# Tango's own type check of a config value: "Expected device_count to be int, found 2 (...)".
+# Tango's own type check of a config value: "Expected device_count to be int, found 2 (...)",
+# and its override check below: Tango 1.3.2 raises them as plain TypeError and ValueError with no
+# field naming the key, so their text is parsed (tests/test_tango_compat.py fails when it changes;
+# an unparsed message is then shown as Tango's own).
 TANGO_TYPE = re.compile(r"Expected (\w+) to be (\w+), found (.*) \(<class '(\w+)'>\)\.?")
 UNUSED_OVERRIDES = re.compile(r"overrides dict contains unused keys: \[(.*)\]")
 LOCATION = re.compile(r"(\S*:\d+:\d+(?:-\d+:\d+|-\d+)?)")

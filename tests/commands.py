@@ -1,13 +1,12 @@
 """Console commands (`tango run`, `catwalk-worker`, `catwalk-export`, ...) as the tests run them.
 
 A command runs in a process of its own, as a user's does: its own arguments, environment,
-working directory, output files, exit code and signals. The process is forked from the server
-the test process already keeps for its distributed tests (`tests/distributed.py`), which has
-imported torch, transformers, Tango and this package once, and it calls the console script's
-entry point: a fresh interpreter spent 6-8 s of CPU importing them for every `tango run`, about
-a third of the whole suite. It then exits as the interpreter would: with `sys.exit`'s code; with
-1 after `sys.excepthook` for an error; killed by SIGINT after a KeyboardInterrupt; `atexit`
-functions run first.
+working directory, output files, exit code and signals. The process is forked from a command
+server (tests/command_server.py), an ordinary interpreter this process starts once with
+`subprocess`, which has imported torch, transformers, Tango and this package: a fresh
+interpreter spent 6-8 s of CPU importing them for every `tango run`, about a third of the whole
+suite. The command calls the console script's entry point and ends as the interpreter would:
+`sys.exit`'s code, an uncaught error printed, killed by SIGINT after a KeyboardInterrupt.
 
 `CATWALK_TEST_COMMANDS=exec` runs every command as a fresh interpreter instead; the demo fixture
 (`main_job_run`) and the console-script tests always do, so the installed scripts stay tested.
@@ -16,13 +15,15 @@ functions run first.
 from __future__ import annotations
 
 import atexit
-import importlib
-import multiprocessing
+import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -39,67 +40,86 @@ def entry_point(script: str) -> str | None:
     return next((ep.value for ep in found), None) if venv_script else None
 
 
-def exit_as_python_does(main) -> None:
-    try:
-        code = main()
-    except SystemExit as e:
-        code = e.code
-    except KeyboardInterrupt:
-        sys.excepthook(*sys.exc_info())
-        _finish()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        code = 130  # not reached
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)
-        code = 1
-    _finish()
-    os._exit(code or 0)
+class CommandServer:
+    """This process's command server, started on first use; it stops with this process."""
+
+    _running: CommandServer | None = None
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="catwalk-commands-")  # mode 0700: ours alone
+        self.path = os.path.join(self.directory, "socket")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.command_server", self.path],
+            cwd=REPO,
+            env=TANGO_ENV,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the command server exited with {self.process.wait()}")
+        atexit.register(self.stop)
+
+    @classmethod
+    def running(cls) -> CommandServer:
+        if cls._running is None:
+            cls._running = CommandServer()
+        return cls._running
+
+    def connect(self, request: dict) -> socket.socket:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(self.path)
+        connection.sendall(json.dumps(request).encode() + b"\n")
+        return connection
+
+    def stop(self) -> None:
+        self.process.stdin.close()  # the server exits when its stdin closes
+        self.process.wait(30)
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _finish() -> None:
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+class ServedProcess:
+    """A command forked by the server: its pid, and its exit code once the server reports it."""
+
+    def __init__(
+        self, target: str, argv: list[str], env: dict, cwd: str, out: str, err: str | None
+    ):
+        request = dict(target=target, argv=argv, env=env, cwd=cwd, out=out, err=err)
+        self._connection = CommandServer.running().connect(request)
+        self._received = b""
+        self.pid = self._message(None)["pid"]
+        self.exitcode: int | None = None
+
+    def _message(self, timeout: float | None) -> dict | None:
+        """The server's next JSON line, or None if none arrives within `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._received:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._connection.settimeout(left)
+            try:
+                chunk = self._connection.recv(4096)
+            except (TimeoutError, BlockingIOError):
+                return None
+            if not chunk:  # the last message has no newline: the connection closes after it
+                self._received += b"\n"
+                break
+            self._received += chunk
+        line, _, self._received = self._received.partition(b"\n")
+        return json.loads(line)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.exitcode is None:
+            message = self._message(timeout)
+            if message is not None:
+                self.exitcode = message["returncode"]
+                self._connection.close()
 
 
-def become_a_main_process() -> None:
-    """multiprocessing's view of this process as a fresh interpreter's: no parent, named
-    MainProcess, no start method chosen (Tango sets one, and logs from its main process only).
-    The names are multiprocessing's own (3.11); they have not changed since 3.8."""
-    from multiprocessing import process
-
-    me = process.current_process()
-    me._identity, me._name, me._parent_pid, me._parent_name = (), "MainProcess", None, None
-    process._parent_process = None
-    process._children.clear()
-    multiprocessing.set_start_method(None, force=True)
-
-
-def _forked_command(
-    target: str, argv: list[str], env: dict, cwd: str, out: str, err: str | None
-) -> None:
-    """The forked process: the command's files, environment and signals, then its entry point."""
-    out_fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    err_fd = os.open(err, os.O_WRONLY | os.O_CREAT | os.O_APPEND) if err else out_fd
-    os.dup2(out_fd, 1)
-    os.dup2(err_fd, 2)
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
-    sys.argv = list(argv)
-    become_a_main_process()
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a foreground job starts
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if "OMP_NUM_THREADS" in env:
-        import torch
-
-        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
-    module, _, function = target.partition(":")
-    exit_as_python_does(getattr(importlib.import_module(module), function))
+def run_served(target: str, argv: list[str], out: Path, err: Path | None = None) -> int:
+    """`target` ('module:function') as a served command's entry point; its exit code."""
+    process = ServedProcess(target, argv, dict(TANGO_ENV), str(REPO), str(out), err and str(err))
+    process.join(120)
+    return process.exitcode
 
 
 class Command:
@@ -126,20 +146,17 @@ class Command:
             self._process = None
             self.pid = self._popen.pid
             return
-        from .distributed import forkserver_context
-
         self._popen = None
-        self._process = forkserver_context().Process(
-            target=_forked_command,
-            args=(target, argv, dict(env), str(cwd), str(out), str(err) if err else None),
+        self._process = ServedProcess(
+            target, list(argv), dict(env), str(cwd), str(out), str(err) if err else None
         )
-        self._process.start()
         self.pid = self._process.pid
 
     @property
     def returncode(self) -> int | None:
         if self._popen is not None:
             return self._popen.poll()
+        self._process.join(0)
         return self._process.exitcode
 
     def poll(self) -> int | None:

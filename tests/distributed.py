@@ -34,18 +34,9 @@ def _worker(rank, world_size, port, fn, args, init, out_dir):
 
 
 # One list for every forkserver of the test process: the server is started once, with the
-# list set at that moment, and serves every later test.
-# Commands (tests/commands.py) fork from it too: Tango's CLI and this package's scripts.
-FORKSERVER_PRELOAD = [
-    *PRELOAD,
-    "tango.__main__",
-    "catwalk_steps.commands.export",
-    "catwalk_steps.commands.worker",
-    "catwalk_steps.commands.clear_step",
-    "tests.training",
-    "tests.workspace_jobs",
-    "tests.commands",
-]
+# list set at that moment, and serves every later test. (Console commands have a server of
+# their own: tests/command_server.py.)
+FORKSERVER_PRELOAD = [*PRELOAD, "tests.training", "tests.workspace_jobs"]
 
 
 def forkserver_context():

@@ -24,4 +24,18 @@ def interrupted():
     raise KeyboardInterrupt
 
 
-ALL = [returns_none, exits_3, exits_with_a_message, raises, interrupted]
+def is_a_main_process():
+    """0 where multiprocessing sees a fresh interpreter's main process (Tango sets a start
+    method, and logs from its main process only), else 5."""
+    import multiprocessing
+
+    fresh = (
+        multiprocessing.current_process().name == "MainProcess"
+        and multiprocessing.parent_process() is None
+        and multiprocessing.get_start_method(allow_none=True) is None
+        and not multiprocessing.active_children()
+    )
+    return 0 if fresh else 5
+
+
+ALL = [returns_none, exits_3, exits_with_a_message, raises, interrupted, is_a_main_process]

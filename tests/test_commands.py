@@ -1,5 +1,6 @@
-"""The tests' forked commands (tests/commands.py) end as a fresh interpreter running the same
-console script ends: exit code, output, and the signal after a KeyboardInterrupt."""
+"""The tests' served commands (tests/commands.py, forked by tests/command_server.py) end as a
+fresh interpreter running the same console script ends: exit code, output, and the signal after
+a KeyboardInterrupt; and they are main processes as a fresh interpreter's is."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ import pytest
 
 from . import commands, exit_cases
 from .conftest import REPO, TANGO_ENV
-from .distributed import forkserver_context
 
 pytestmark = pytest.mark.slow  # fresh interpreters
 
 
 @pytest.mark.parametrize("main", exit_cases.ALL)
-def test_a_forked_command_exits_as_a_fresh_interpreter_would(main):
+def test_a_served_command_exits_as_a_fresh_interpreter_would(main, tmp_path):
     fresh = subprocess.run(
         [
             sys.executable,
@@ -28,10 +28,8 @@ def test_a_forked_command_exits_as_a_fresh_interpreter_would(main):
         env=TANGO_ENV,
         capture_output=True,
     )
-    forked = forkserver_context().Process(target=commands.exit_as_python_does, args=(main,))
-    forked.start()
-    forked.join(60)
-    assert forked.exitcode == fresh.returncode, fresh.stderr
+    served = commands.run_served(f"tests.exit_cases:{main.__name__}", ["x"], tmp_path / "out")
+    assert served == fresh.returncode, fresh.stderr
 
 
 @pytest.mark.parametrize("arguments", [["/tmp"], ["--help"]])

@@ -1,5 +1,6 @@
-"""The named fixes to Tango 1.3.2: run metadata that records without failing, and the patch
-mechanism itself (applied once, refused on a Tango it was not checked against)."""
+"""The named fixes to Tango 1.3.2: run metadata that records without failing, the patch
+mechanism itself (applied once, refused on a Tango it was not checked against), the logging
+fixes, and, for every fix, what it relies on in Tango, so that a changed Tango fails here."""
 
 from __future__ import annotations
 
@@ -116,3 +117,138 @@ def test_tangos_logging_is_patched_where_it_makes_its_handlers():
 
     assert tango_logging.LogRecordStreamHandler.handle is handle_connection
     assert getattr(tango_logging._initialize_logging, "_catwalk_after", False)
+
+
+# --- What each fix relies on in Tango 1.3.2: these fail when Tango changes under a fix ---------
+
+
+def test_tangos_own_names_build_ours():
+    """tango_fixes/names.py: `-w DIR` (a `local://` URL), `type: local` and the old model name."""
+    from tango.integrations.torch import Model
+    from tango.workspace import Workspace
+
+    from catwalk_steps.training.engines.fairscale_engine import with_wrapped_modules
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
+
+    assert Workspace.resolve_class_name("local")[0] is SharedLocalWorkspace
+    assert Workspace.resolve_class_name("catwalk::local")[0] is SharedLocalWorkspace
+    assert Model.resolve_class_name("fairscale::with_wrapped_modules")[0] is with_wrapped_modules
+    assert Workspace.from_url.__func__ is vars(Workspace)["from_url"].__func__  # not patched
+
+
+def test_a_plain_workspace_directory_gets_the_shared_workspace(tmp_path):
+    from tango.workspace import Workspace
+
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
+
+    assert type(Workspace.from_url(str(tmp_path / "ws"))) is SharedLocalWorkspace
+
+
+def test_the_local_workspace_still_has_what_the_shared_one_extends(tmp_path):
+    """workspace/shared.py reads and overrides these private parts of LocalWorkspace."""
+    from tango.workspaces import LocalWorkspace
+
+    workspace = LocalWorkspace(tmp_path)
+    assert str(workspace.step_info_file).endswith("stepinfo.sqlite")
+    assert workspace.locks == {}
+    for private in ("_step_lock_file", "_fix_step_info"):
+        assert callable(getattr(workspace, private)), private
+    overridden = ("step_info", "step_starting", "step_finished", "step_failed", "register_run")
+    for method in (*overridden, "remove_step"):
+        assert method in vars(LocalWorkspace), method
+
+
+def test_the_step_cache_still_has_its_memory_and_metadata_seams(tmp_path):
+    """workspace/step_cache.py overrides the in-memory cache and reads the metadata's path."""
+    from tango import Step
+    from tango.step_caches import LocalStepCache
+
+    class Plain(Step):
+        def run(self) -> int:
+            return 1
+
+    cache = LocalStepCache(tmp_path)
+    step = Plain(step_name="plain")
+    assert cache._metadata_path(step) == cache.step_dir(step) / "cache-metadata.json"
+    cache[step] = 1
+    assert cache._get_from_cache(step.unique_id) == 1  # written results are held in memory
+    cache._add_to_cache("other", 2)
+    assert cache._get_from_cache("other") == 2
+
+
+def test_a_step_still_turns_its_inputs_into_results_through_one_method():
+    """steps/evaluate.py overrides `_replace_steps_with_results`; Tango calls it on the kwargs."""
+    import inspect
+
+    from tango import Step
+
+    source = inspect.getsource(Step._run_with_work_dir)
+    assert "kwargs = self._replace_steps_with_results(self.kwargs, workspace)" in source
+
+
+def test_lazy_still_keeps_its_config_where_we_read_it():
+    from tango.common import Lazy, Params
+    from tango.integrations.torch import Model
+
+    from catwalk_steps.training.components import lazy_params
+
+    lazy = Lazy(Model, Params({"type": "transformers::AutoModelForCausalLM::from_config"}))
+    assert lazy_params(lazy) == {"type": "transformers::AutoModelForCausalLM::from_config"}
+
+
+def test_the_executor_still_has_what_catwalk_executor_uses(tmp_path):
+    """tango_fixes/executor.py: the executor tango.yml names, its attributes, and the multicore
+    executor it hands `--parallelism` to."""
+    import inspect
+
+    from tango.common import Params
+    from tango.executor import Executor
+    from tango.executors import MulticoreExecutor
+
+    from catwalk_steps.tango_fixes.executor import CatwalkExecutor
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
+
+    workspace = SharedLocalWorkspace(tmp_path)
+    built = Executor.from_params(
+        Params({"type": "catwalk::executor"}), workspace=workspace, include_package=["x"]
+    )
+    assert isinstance(built, CatwalkExecutor)
+    assert (built.workspace, built.include_package, built.parallelism) == (workspace, ["x"], None)
+    assert list(inspect.signature(Executor.execute_step_graph).parameters) == [
+        "self",
+        "step_graph",
+        "run_name",
+    ]
+    assert list(inspect.signature(MulticoreExecutor.__init__).parameters)[:4] == [
+        "self",
+        "workspace",
+        "include_package",
+        "parallelism",
+    ]
+
+
+def test_tangos_messages_are_still_the_ones_we_parse():
+    """tango_fixes/registry.py, tasks/base.py and catwalk_startup/one_line.py read Tango's
+    message text (it gives no field naming the key): each pattern matches what Tango says."""
+    from tango.common import Params
+    from tango.common.exceptions import ConfigurationError
+    from tango.common.params import with_overrides
+
+    from catwalk_startup.one_line import TANGO_TYPE, UNUSED_OVERRIDES
+    from catwalk_steps.tango_fixes.registry import EXTRA_PARAMETERS, unknown_key_message
+    from catwalk_steps.tasks import Task
+
+    with pytest.raises(ConfigurationError) as extra:
+        Params({"train_stpes": 10}).assert_empty("TrainRankClassifier")
+    assert EXTRA_PARAMETERS.match(str(extra.value))
+    assert unknown_key_message(str(extra.value)).startswith(
+        "catwalk::train: unknown key 'train_stpes'; did you mean 'train_steps'?"
+    )
+    with pytest.raises(ConfigurationError, match="does not take"):
+        Task.from_params({"type": "catwalk::task", "name": "piqa", "data_dir": "/x"})
+    with pytest.raises(TypeError) as wrong_type:
+        Task.from_params({"type": "catwalk::task", "name": "piqa", "num_fewshot": "2"})
+    assert TANGO_TYPE.fullmatch(str(wrong_type.value)), str(wrong_type.value)
+    with pytest.raises(ValueError) as unused:
+        with_overrides({"steps": {}}, {"stpes.train": 1})
+    assert UNUSED_OVERRIDES.match(str(unused.value))

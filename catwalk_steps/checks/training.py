@@ -249,15 +249,11 @@ def check_against_model(model: Any, engine: dict[str, Any], collates: Iterable[M
 
 
 def check_evaluate_tasks(kwargs: dict[str, Any]) -> None:
-    """The in-loop tasks run when the step validates. Each is built here if Tango has not
-    (given `list[Task] | None`, Tango 1.3.2 passes the raw config on when building fails, and
-    the task's own error is lost), so a bad task fails with its own message."""
+    """The in-loop tasks run when the step validates, each built here if Tango has not
+    (:meth:`Task.built`), so a bad task fails with its own message."""
     from ..tasks import Task
 
-    tasks = [
-        task if isinstance(task, Task) else Task.from_params(task)
-        for task in kwargs.get("evaluate_tasks") or []
-    ]
+    tasks = [Task.built(task) for task in kwargs.get("evaluate_tasks") or []]
     if tasks:
         kwargs["evaluate_tasks"] = tasks
     if tasks and kwargs.get("validation_split", "validation") is None:

@@ -58,12 +58,10 @@ class Evaluate(Step[dict]):
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
-        # When the step graph is built: a bad setting fails before any step has run. Given
-        # `Task | None`, Tango 1.3.2 may pass the raw config on when building the task fails;
-        # build it here, so its own error is the message.
-        task = kwargs.get("task")
-        if task is not None and not isinstance(task, Task):
-            kwargs = {**kwargs, "task": Task.from_params(task)}
+        # When the step graph is built: a bad setting fails before any step has run, a bad task
+        # with its own message (Task.built).
+        if kwargs.get("task") is not None:
+            kwargs = {**kwargs, "task": Task.built(kwargs["task"])}
         if "model" in kwargs:  # a block is kept as data: the step's identity, nothing built
             kwargs = {**kwargs, "model": model_block(kwargs["model"])}
         check_evaluate_step(kwargs)

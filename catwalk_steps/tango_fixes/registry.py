@@ -30,7 +30,9 @@ def unknown_type_message(cls: type, name: str, registered: list[str]) -> str:
     return f"unknown {kind} type '{name}'{hint} (registered: {', '.join(registered)})"
 
 
-# Tango's message for a key that the component does not take.
+# Tango's message for a key that the component does not take. Tango 1.3.2 raises a bare
+# ConfigurationError with no field naming the key, so its text is parsed; when the text changes
+# the message is Tango's own (tests/test_tango_compat.py fails first).
 EXTRA_PARAMETERS = re.compile(r"Extra parameters passed to (\w+): \{'([^']+)'")
 
 

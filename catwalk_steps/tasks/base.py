@@ -90,6 +90,14 @@ class Task(Registrable):
     """A multiple-choice task: loads named splits of instances."""
 
     @classmethod
+    def built(cls, task: Any) -> Task:
+        """`task` itself, or the task its config describes. Given `Task | None` (or a list of
+        them), Tango 1.3.2 passes the raw config on when building the task fails, and the task's
+        own error is lost; steps call this when their graph is built, so that error is the
+        message."""
+        return task if isinstance(task, Task) else cls.from_params(task)
+
+    @classmethod
     def from_params(cls, params_: Any, *args: Any, **kwargs: Any) -> Task:
         """Tango's construction, where a task may also be given by name (`'arc_easy'`, or a
         block `{name: 'arc_easy', ...}` without a type: :func:`named_task_params`), with a message
@@ -99,6 +107,7 @@ class Task(Registrable):
         try:
             return super().from_params(params_, *args, **kwargs)  # type: ignore[misc]
         except ConfigurationError as e:
+            # Tango's text is all its error says of the keys (see tango_fixes/registry.py).
             extra = re.fullmatch(r"Extra parameters passed to (\w+): (.*)", str(e))
             if extra is None:
                 raise

@@ -1,6 +1,6 @@
 """The Tango workspace: a directory we must be able to write, and that several jobs may share.
 
-(Cached results that cannot be read, and `catwalk-clear-step`: :mod:`.damaged_results`.)
+(Cached results that cannot be read: :mod:`.step_cache`; clearing one: `catwalk-clear-step`.)
 """
 
 from __future__ import annotations
@@ -55,7 +55,12 @@ def check_writable(directory: Path, what: str = "workspace") -> None:
 # --- A local workspace that several `tango run` jobs share ------------------------------------
 
 
-check_tango("SharedLocalWorkspace")  # it relies on LocalWorkspace's private layout and locks
+# Tango 1.3.2's LocalWorkspace, read and extended here, private parts included (no public seam
+# lets a workspace decide under a step's lock): `step_info_file` (the record database's path),
+# `locks` (the step locks this process holds), `_step_lock_file` (where a step's lock lives) and
+# `_fix_step_info` (its repair of a record read back). `check_tango` refuses another Tango, and
+# tests/test_tango_compat.py fails when one of these is gone.
+check_tango("SharedLocalWorkspace")
 
 
 @Workspace.register("catwalk::local")

@@ -72,6 +72,8 @@ class CheckedStepCache(LocalStepCache):
         own = getattr(step, "format", None) if isinstance(step, Step) else None
         if own is None or not type(step).__module__.startswith("catwalk_steps"):
             return
+        # Private: Tango 1.3.2's LocalStepCache knows where a result's cache-metadata.json is and
+        # offers no public way to read the format it names before it unpickles the result.
         path = self._metadata_path(step)
         if not path.exists():
             return
