@@ -31,8 +31,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import torch
@@ -41,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
     REPO,
-    RESULTS,
     engine_inputs,
     machine,
     model_state_bytes,
@@ -51,6 +48,8 @@ from common import (  # noqa: E402
     write_results,
 )
 from memory_throughput import make_batch  # noqa: E402
+from model_scale_report import markdown, with_earlier  # noqa: E402
+from process_memory import measure  # noqa: E402
 from scoring_setup import neox_tokenizer  # noqa: E402
 
 MiB = 2**20
@@ -141,72 +140,6 @@ def devices_experiment(path: Path, model: Path, device_count: int, engine: dict 
     return path
 
 
-# --- Measuring a command -------------------------------------------------------------------
-
-
-def tree_rss_kib(root: int) -> dict[int, int]:
-    """Resident set (KiB) of `root` and every process below it."""
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                rss[int(entry.name)] = int(line.split()[1])
-    members = {root}
-    changed = True
-    while changed:
-        changed = False
-        for pid, parent in parents.items():
-            if parent in members and pid not in members:
-                members.add(pid)
-                changed = True
-    return {pid: rss.get(pid, 0) for pid in members}
-
-
-def measure(command: list[str], env: dict | None = None) -> dict:
-    """Runs `command` from the repository root: wall time, the process tree's sampled peak RSS,
-    the command's own peak RSS, and its output's tail."""
-    started = time.monotonic()
-    process = subprocess.Popen(
-        command,
-        cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    peak = {"tree": 0}
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak["tree"] = max(peak["tree"], sum(tree_rss_kib(process.pid).values()))
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    output = process.stdout.read().decode(errors="replace")  # type: ignore[union-attr]
-    _, status, usage = os.wait4(process.pid, 0)
-    done.set()
-    sampler.join()
-    wall = time.monotonic() - started
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{output[-4000:]}")
-    return {
-        "wall_s": wall,
-        "tree_peak_mib": peak["tree"] / 1024,
-        "own_peak_mib": usage.ru_maxrss / 1024,
-        "output": output[-2000:],
-    }
-
-
 GRAPH_BUILD = """
 import json, resource, sys, time
 from pathlib import Path
@@ -284,84 +217,6 @@ def training_rows(model: Path, args: argparse.Namespace) -> dict[str, list[dict]
     return rows
 
 
-# --- The report ---------------------------------------------------------------------------
-
-
-def markdown(results: dict, args: argparse.Namespace) -> str:
-    lines = [
-        "Real-size models through `tango run` (`python bench/model_scale.py`): GPT-2 "
-        "architecture, GPT-NeoX vocabulary (50,277), random weights saved with "
-        f"`save_pretrained`; the suite is the 12 standard tasks, {args.instances} instances "
-        f"each ({args.mmlu_per_subject} per MMLU subject), offline data, batch 16, fp32, "
-        "2 CPU cores.",
-        "",
-        "| model | parameters | fp32 MiB | graph build, 1 task: MiB / s | 12 tasks: MiB / s "
-        "| suite: peak MiB / s | bound MiB | cached rerun: peak MiB / s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for size, row in results["sizes"].items():
-        fp32 = row["parameters"] * 4 / MiB
-        bound = 2 * fp32 + 1.5 * 1024
-        one, twelve = row["graph_build"]["1"], row["graph_build"]["12"]
-        suite, cached = row["suite"], row["cached"]
-        lines.append(
-            f"| {size} | {row['parameters'] / 1e6:.1f}M | {fp32:.0f} | "
-            f"{one['tree_peak_mib']:.0f} / {one['wall_s']:.1f} | "
-            f"{twelve['tree_peak_mib']:.0f} / {twelve['wall_s']:.1f} | "
-            f"{suite['tree_peak_mib']:.0f} / {suite['wall_s']:.0f} | {bound:.0f} | "
-            f"{cached['tree_peak_mib']:.0f} / {cached['wall_s']:.1f} |"
-        )
-    devices = results.get("devices")
-    if devices:
-        lines += [
-            "",
-            f"Evaluation across devices ({devices['size']}, arc_easy, 40 instances, fp32): "
-            "each rank's peak RSS, and how much it grew from the process before the model was "
-            "built (imports and data: the rest). The one device is a process of its own, the "
-            "others `tango run` with `device_count: 2`.",
-            "",
-            "| evaluation | peak MiB per rank | vs one device | growth over the process before "
-            "the model, MiB per rank | vs one device |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        one = devices["rows"]["one device"]
-        one_peak, one_growth = one["peaks"][0], one["peaks"][0] - one["starts"][0]
-        for name, row in devices["rows"].items():
-            growths = [p - s for p, s in zip(row["peaks"], row["starts"], strict=True)]
-            peaks = " / ".join(f"{p:.0f}" for p in row["peaks"])
-            grown = " / ".join(f"{g:.0f}" for g in growths)
-            lines.append(
-                f"| {name} | {peaks} | {max(row['peaks']) / one_peak:.2f} | {grown} | "
-                f"{max(growths) / one_growth:.2f} |"
-            )
-    training = results.get("training")
-    if training:
-        lines += [
-            "",
-            f"Training ({training['size']}, 2 CPU processes, batch {args.batch} x {args.length} "
-            f"tokens per rank, fp32, AdamW, {args.train_steps} steps after 2 warm-up steps; "
-            "blocks wrapped; means over ranks):",
-            "",
-            "| engine | model state MiB/rank | peak MiB/rank (training) | DDP's / this | "
-            "lifetime peak MiB/rank | DDP's / this |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-
-        def mean(rows: list[dict], key: str) -> float:
-            return sum(r[key] for r in rows) / len(rows) / MiB
-
-        ddp = training["rows"]["ddp"]
-        for name, rows in training["rows"].items():
-            lines.append(
-                f"| {name} | {mean(rows, 'model_state_bytes'):.0f} | "
-                f"{mean(rows, 'peak_training_bytes'):.0f} | "
-                f"{mean(ddp, 'peak_training_bytes') / mean(rows, 'peak_training_bytes'):.2f} | "
-                f"{mean(rows, 'peak_lifetime_bytes'):.0f} | "
-                f"{mean(ddp, 'peak_lifetime_bytes') / mean(rows, 'peak_lifetime_bytes'):.2f} |"
-            )
-    return "\n".join(lines) + "\n"
-
-
 ONE_DEVICE = """
 import json, sys, torch
 import catwalk_steps
@@ -407,24 +262,6 @@ def device_rows(model: Path, work: Path) -> dict:
             "starts": [share["start_memory_mib"] for share in shares],
         }
     return rows
-
-
-def with_earlier(results: dict, args: argparse.Namespace) -> dict:
-    """With `--skip`, the sections not measured now keep their saved figures (same sizes)."""
-    saved = RESULTS / "model_scale.json"
-    if not args.skip or not saved.is_file():
-        return results
-    earlier = json.loads(saved.read_text())
-    for section in ("devices", "training"):
-        if section in args.skip and section in earlier:
-            results[section] = earlier[section]
-    for size, row in results["sizes"].items():
-        before = earlier.get("sizes", {}).get(size, {})
-        if "graph" in args.skip:
-            row["graph_build"] = before.get("graph_build", {})
-        if "suite" in args.skip:
-            row.update({key: before[key] for key in ("suite", "cached") if key in before})
-    return results
 
 
 def main() -> None:

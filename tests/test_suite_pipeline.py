@@ -44,6 +44,10 @@ def test_the_suite_demo_runs_offline_prints_the_table_and_a_rerun_scores_nothing
     overrides = shrunk()
     output = run_tango(DEMO, workspace, "first", overrides)
     assert "Task suite (offline, tiny GPT-2)" in output and "task (acc)" in output
+    assert (  # modules_to_wrap left out: the blocks wrapped are named on the terminal
+        "training_engine.modules_to_wrap: left out, so the model's blocks (its "
+        "_no_split_modules) are FSDP units: 2 x GPT2Block"
+    ) in output
     for task in ("arc_easy", "hellaswag", "winogrande", "commonsense_qa", "mmlu", "average"):
         assert f"│ {task} " in output, task
     report = step_result(workspace, "first", "suite_report")

@@ -15,9 +15,13 @@ from ..training.components import lazy_params
 from .training import check_against_model, check_engine, whole
 
 
-def check_evaluate_step(kwargs: Mapping[str, Any]) -> None:
+def check_evaluate_step(
+    kwargs: Mapping[str, Any], configured: Any | None, splits: list[str] | None
+) -> None:
     """`catwalk::evaluate`'s numbers, devices, precision, engine, split, and its length against
-    the model's positions (read from the model's config: nothing is loaded)."""
+    the model's positions (read from the model's config: nothing is loaded). `configured` is
+    the model's block when it is known at graph build (a `ConfiguredModel`), `splits` those the
+    data step loads, when the step names one."""
     whole(kwargs.get("batch_size", 32), "evaluate.batch_size")
     max_length = kwargs.get("max_length")  # None: the model's positions
     if max_length is not None:
@@ -28,15 +32,14 @@ def check_evaluate_step(kwargs: Mapping[str, Any]) -> None:
     parsed.check_device(device_type, "evaluate.precision")
     engine = kwargs.get("engine")
     if engine is not None:
-        check_evaluation_engine(engine, precision, kwargs.get("model"))
+        check_evaluation_engine(engine, precision, configured)
     split = kwargs.get("split") or "validation"
-    splits = loaded_splits(kwargs.get("dataset_dict"))
     if splits is not None and split not in splits:
         raise ConfigurationError(
             f"evaluate.split: '{split}' is not loaded by the data step "
             f"(splits: {', '.join(splits)})"
         )
-    check_length_fits(kwargs.get("model"), max_length)
+    check_length_fits(configured, max_length)
 
 
 def evaluation_device_type(kwargs: Mapping[str, Any]) -> str:
@@ -52,11 +55,9 @@ def evaluation_device_type(kwargs: Mapping[str, Any]) -> str:
     return plan.device_type
 
 
-def check_evaluation_engine(engine: Any, precision: str, model: Any) -> None:
+def check_evaluation_engine(engine: Any, precision: str, configured: Any | None) -> None:
     """An engine that shards the evaluated model: its type and keys, no optimizer, the step's
     precision, and the modules it wraps found in the model's skeleton."""
-    from ..evaluation import configured_model_of
-
     checked = check_engine(engine, key="evaluate.engine", trains=False)
     given = lazy_params(engine).get("precision")
     if given is not None and given != precision:
@@ -64,31 +65,19 @@ def check_evaluation_engine(engine: Any, precision: str, model: Any) -> None:
             f"evaluate.engine.precision: {given!r}, but the step's precision is {precision!r}; "
             "give the step's precision alone"
         )
-    configured = configured_model_of(model)
     if configured is not None and checked["selects_modules"]:
         check_against_model(configured.lazy(), checked, [])
 
 
-def check_length_fits(model: Any, max_length: int | None) -> None:
+def check_length_fits(configured: Any | None, max_length: int | None) -> None:
     """A `max_length` longer than the model's positions would index past them."""
-    from ..evaluation import configured_model_of
-
-    configured = configured_model_of(model) if max_length is not None else None
-    positions = max_positions(configured.hf_config()) if configured is not None else None
+    known = configured is not None and max_length is not None
+    positions = max_positions(configured.hf_config()) if known else None
     if positions is not None and max_length > positions:
         raise ConfigurationError(
             f"evaluate.max_length: {max_length} tokens, but the model has {positions} "
             f"positions; use max_length <= {positions} (or leave it out: the model's own)"
         )
-
-
-def loaded_splits(data: Any) -> list[str] | None:
-    """The splits a `catwalk::load_task` step will load, when `data` is one."""
-    from ..steps.load_task import LoadTask
-
-    if not isinstance(data, LoadTask):
-        return None
-    return list(data.kwargs.get("splits") or ["train", "validation"])
 
 
 def check_report_step(kwargs: Mapping[str, Any]) -> None:

@@ -11,6 +11,7 @@ from tango.common import Lazy
 from tango.integrations.torch import Model, TrainingEngine
 
 from ..distributed.devices import DevicePlan
+from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
 
 
@@ -32,7 +33,7 @@ class EvaluationSettings:
 
 
 @dataclass
-class EvaluationJob:
+class EvaluationJob(PlacedJob):
     """Everything a worker needs to score its share; pickled to each local worker process."""
 
     step_id: str
@@ -48,11 +49,3 @@ class EvaluationJob:
     devices: DevicePlan
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     include_package: tuple[str, ...] = ()
-
-    @property
-    def local_world_size(self) -> int:
-        return len(self.devices.devices)
-
-    @property
-    def world_size(self) -> int:
-        return self.local_world_size * self.rendezvous.num_nodes

@@ -136,19 +136,7 @@ def engine_scores(
 
 def evaluation_config(job: EvaluationJob, rank: int, local_rank: int) -> NodeAwareTrainConfig:
     """Tango's view of this worker, as an engine asks for it."""
-    return NodeAwareTrainConfig(
-        step_id=job.step_id,
-        work_dir=job.work_dir,
-        step_name=job.step_name,
-        worker_id=rank,
-        is_distributed=job.world_size > 1,
-        distributed_address=job.rendezvous.host,
-        distributed_port=job.rendezvous.port,
-        world_size=job.world_size,
-        local_rank=local_rank,
-        local_world_size=job.local_world_size,
-        device=str(job.devices.device(local_rank)),
-    )
+    return NodeAwareTrainConfig.of_worker(job, rank, local_rank)
 
 
 def merged_scores(job: EvaluationJob) -> tuple[list[list[float]], list[float]]:

@@ -102,6 +102,19 @@ def build_causal_lm(
         return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
 
 
+def check_model_arguments(
+    pretrained: str | None, config: dict[str, Any] | None, tokenizer: str | None, objective: str
+) -> None:
+    if objective not in OBJECTIVES:
+        raise ConfigurationError(
+            f"model.objective: expected one of {OBJECTIVES}, got {objective!r}"
+        )
+    if (pretrained is None) == (config is None):
+        raise ConfigurationError("model: give exactly one of 'pretrained' or 'config'")
+    if tokenizer is None and pretrained is None:
+        raise ConfigurationError("model.tokenizer: required when the model is built from 'config'")
+
+
 @Model.register("catwalk::rank_classifier")
 class RankClassifier(Model):
     """Scores each choice of a multiple-choice instance with a causal LM.
@@ -139,16 +152,7 @@ class RankClassifier(Model):
         self.metrics_history = None
         self.run_card = None
         self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed)
-        if objective not in OBJECTIVES:
-            raise ConfigurationError(
-                f"model.objective: expected one of {OBJECTIVES}, got {objective!r}"
-            )
-        if (pretrained is None) == (config is None):
-            raise ConfigurationError("model: give exactly one of 'pretrained' or 'config'")
-        if tokenizer is None and pretrained is None:
-            raise ConfigurationError(
-                "model.tokenizer: required when the model is built from 'config'"
-            )
+        check_model_arguments(pretrained, config, tokenizer, objective)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
@@ -283,12 +287,9 @@ class RankClassifier(Model):
         sequence_scores = self.every_choice_scores(
             input_ids, attention_mask, continuation_mask, logits_from, packed
         )
-        scores = torch.full(
-            (labels.size(0), num_choices), float("-inf"), device=sequence_scores.device
-        ).index_put((instance_index, choice_index), sequence_scores)
-        chars = torch.ones_like(scores).index_put(
-            (instance_index, choice_index), choice_chars.to(scores.dtype)
-        )
+        where, shape = (instance_index, choice_index), (labels.size(0), num_choices)
+        scores = sequence_scores.new_full(shape, float("-inf")).index_put(where, sequence_scores)
+        chars = torch.ones_like(scores).index_put(where, choice_chars.to(scores.dtype))
         with torch.no_grad():
             counts = choice_metrics(scores.detach(), labels, chars, weights)
         if self.objective == "rank":

@@ -14,6 +14,7 @@ from ..checks.evaluation import check_evaluate_step
 from ..evaluation import (
     EvaluationSettings,
     SavedModel,
+    configured_model_of,
     evaluation_scores,
     model_block,
     model_source,
@@ -21,6 +22,7 @@ from ..evaluation import (
 from ..scoring.evaluation import task_metrics
 from ..tasks import Task
 from ..workspace.formats import HFModelFormat, PlainJsonFormat
+from .load_task import LoadTask
 
 
 @Step.register("catwalk::evaluate")
@@ -64,7 +66,8 @@ class Evaluate(Step[dict]):
             kwargs = {**kwargs, "task": Task.built(kwargs["task"])}
         if "model" in kwargs:  # a block is kept as data: the step's identity, nothing built
             kwargs = {**kwargs, "model": model_block(kwargs["model"])}
-        check_evaluate_step(kwargs)
+        splits = loaded_splits(kwargs.get("dataset_dict"))
+        check_evaluate_step(kwargs, configured_model_of(kwargs.get("model")), splits)
         return kwargs
 
     def model_key(self) -> str:
@@ -140,3 +143,10 @@ def evaluation_data(
             f"(splits: {', '.join(dataset_dict.keys())})"
         )
     return dataset_dict[chosen], {}
+
+
+def loaded_splits(data: Any) -> list[str] | None:
+    """The splits a `catwalk::load_task` step will load, when `data` is one."""
+    if not isinstance(data, LoadTask):
+        return None
+    return list(data.kwargs.get("splits") or ["train", "validation"])

@@ -25,7 +25,7 @@ class MetricsReport(Step[Report]):
     report depends on, and each training step's resolved config.
 
     The table is printed at the end of every `tango run` that includes the step, cached or not,
-    also with `--parallelism` (:mod:`.run_command`).
+    also with `--parallelism` (:mod:`catwalk_steps.tango_fixes.executor`).
     """
 
     VERSION = "003"

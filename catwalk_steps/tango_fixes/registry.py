@@ -16,7 +16,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.common.registrable import Registrable
 
 from ..errors import closest, rewrite_messages
-from .patching import patch
+from ..patching import patch
 
 
 class UnknownTypeError(ConfigurationError):

@@ -15,6 +15,7 @@ from tango.common import DatasetDictBase, Lazy
 from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
 
 from ..distributed.devices import DevicePlan
+from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
 from .train_config import NodeAwareTrainConfig
 
@@ -66,7 +67,7 @@ class Schedule:
 
 
 @dataclass
-class TrainingJob:
+class TrainingJob(PlacedJob):
     """Everything a worker needs to train; pickled to each local worker process."""
 
     step_id: str
@@ -90,14 +91,6 @@ class TrainingJob:
     # worker matches its own model, as an engine built outside a job does).
     inner_modules: list[str] | None = None
 
-    @property
-    def local_world_size(self) -> int:
-        return len(self.devices.devices)
-
-    @property
-    def world_size(self) -> int:
-        return self.local_world_size * self.rendezvous.num_nodes
-
 
 @dataclass
 class TrainerState:
@@ -119,20 +112,11 @@ def train_config_for(job: TrainingJob, rank: int, local_rank: int) -> NodeAwareT
     schedule = {
         f.name: getattr(job.schedule, f.name) for f in fields(Schedule) if f.name in config_keys
     }
-    return NodeAwareTrainConfig(
-        step_id=job.step_id,
-        work_dir=job.work_dir,
-        step_name=job.step_name,
-        worker_id=rank,
-        is_distributed=job.world_size > 1,
-        distributed_address=job.rendezvous.host,
-        distributed_port=job.rendezvous.port,
+    return NodeAwareTrainConfig.of_worker(
+        job,
+        rank,
+        local_rank,
         auto_aggregate_val_metric=False,
-        world_size=job.world_size,
-        local_rank=local_rank,
-        local_world_size=job.local_world_size,
-        num_nodes=job.rendezvous.num_nodes,
-        device=str(job.devices.device(local_rank)),
         inner_modules=None if job.inner_modules is None else tuple(job.inner_modules),
         **schedule,
     )

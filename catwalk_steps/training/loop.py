@@ -68,6 +68,23 @@ def epoch_batches(loader: DataLoader, epoch: int, skip: int) -> Iterator[Any]:
     return islice(iter(loader), skip, None)
 
 
+def mean_over_ranks(value: float, world_size: int, device: Any) -> float:
+    if world_size == 1:
+        return value
+    tensor = torch.tensor(value, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor)
+    return tensor.item() / world_size
+
+
+def progress_metrics(loss: float, name: str, state: TrainerState) -> dict[str, float]:
+    """What the progress bar shows: the batch's loss, the last and best validation metric."""
+    metrics = {"batch_loss": loss}
+    if state.val_metric is not None:
+        metrics[f"val_{name}"] = state.val_metric
+        metrics[f"best_{name}"] = state.best_val_metric  # type: ignore[assignment]
+    return metrics
+
+
 class Trainer:
     """One worker's training: its engine, loaders and callbacks, step by step."""
 
@@ -222,19 +239,10 @@ class Trainer:
             self.checkpoints.save(self.state, validated=validates)
 
     def mean_over_ranks(self, value: float) -> float:
-        if self.world_size == 1:
-            return value
-        tensor = torch.tensor(value, dtype=torch.float64, device=self.device)
-        dist.all_reduce(tensor)
-        return tensor.item() / self.world_size
+        return mean_over_ranks(value, self.world_size, self.device)
 
     def progress_metrics(self, loss: float) -> dict[str, float]:
-        metrics = {"batch_loss": loss}
-        name = self.schedule.val_metric_name
-        if self.state.val_metric is not None:
-            metrics[f"val_{name}"] = self.state.val_metric
-            metrics[f"best_{name}"] = self.state.best_val_metric  # type: ignore[assignment]
-        return metrics
+        return progress_metrics(loss, self.schedule.val_metric_name, self.state)
 
     def validate(self, step: int) -> None:
         """Every rank runs every validation batch (sharded engines need it); the callbacks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tango.integrations.torch import TrainConfig
@@ -21,6 +22,27 @@ class NodeAwareTrainConfig(TrainConfig):
     num_nodes: int = 1
     device: str = "cpu"
     inner_modules: tuple[str, ...] | None = None  # chosen once for the job (TrainingJob)
+
+    @classmethod
+    def of_worker(cls, job: Any, rank: int, local_rank: int, **more: Any) -> NodeAwareTrainConfig:
+        """Tango's view of one worker of `job` (a training or an evaluation job: a
+        :class:`~catwalk_steps.distributed.placement.PlacedJob` with its step's names): where it
+        stands among the others, and `more` of Tango's keys."""
+        return cls(
+            step_id=job.step_id,
+            work_dir=job.work_dir,
+            step_name=job.step_name,
+            worker_id=rank,
+            is_distributed=job.world_size > 1,
+            distributed_address=job.rendezvous.host,
+            distributed_port=job.rendezvous.port,
+            world_size=job.world_size,
+            local_rank=local_rank,
+            local_world_size=job.local_world_size,
+            num_nodes=job.rendezvous.num_nodes,
+            device=str(job.devices.device(local_rank)),
+            **more,
+        )
 
     @property
     def worker_local_default_device(self) -> torch.device:

@@ -27,7 +27,7 @@ from tango.workspaces import LocalWorkspace
 from ..errors import first_line
 from ..files import write_json_atomic
 from .step_cache import CheckedStepCache
-from ..tango_fixes.patching import check_tango
+from ..patching import check_tango
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -151,16 +151,7 @@ class SharedLocalWorkspace(LocalWorkspace):
         """Nobody holds the step's lock (we could take it): the job that ran it is gone."""
         if any(step.unique_id == unique_id for step in self.locks):
             return False  # running in this process
-        path = self.step_dir(unique_id) / "lock"
-        if not path.exists():
-            return True
-        probe = FileLock(path)
-        try:
-            probe.acquire(timeout=0)
-        except Timeout:
-            return False
-        probe.release()
-        return True
+        return lock_is_free(self.step_dir(unique_id) / "lock")
 
     # --- A step's life: started, then finished or failed, all under its lock ------------------
 
@@ -264,6 +255,19 @@ class SharedLocalWorkspace(LocalWorkspace):
             )
         with self._records_lock:
             super().remove_step(step_unique_id)
+
+
+def lock_is_free(path: Path) -> bool:
+    """Nobody holds the lock file at `path` (or there is none): we could take it."""
+    if not path.exists():
+        return True
+    probe = FileLock(path)
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        return False
+    probe.release()
+    return True
 
 
 def check_path_name(name: str, what: str) -> None:

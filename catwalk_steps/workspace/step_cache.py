@@ -1,5 +1,6 @@
 """Cached results that cannot be read (a disk filled up, a copy cut short, a file replaced):
-one line naming the step's directory and the command that clears it (:mod:`.clear_step`).
+one line naming the step's directory and the command that clears it
+(:mod:`catwalk_steps.commands.clear_step`).
 
 The workspace reads cached results through :class:`CheckedStepCache`: whatever goes wrong while
 a result is read becomes that line, and a result whose recorded format is not its step's own
