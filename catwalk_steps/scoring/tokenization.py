@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 from tango.common.exceptions import ConfigurationError
 
@@ -10,6 +11,7 @@ from ..errors import first_line
 from ..remote import files_only
 
 BYTE_LEVEL_TOKENIZER = "catwalk::byte_level"
+OLMO_EVAL_TOKENIZERS = "olmo_eval::"
 
 
 def byte_level_tokenizer():
@@ -28,8 +30,37 @@ def byte_level_tokenizer():
     )
 
 
+def tokenizer_file(path: str):
+    """A tokenizer from a `tokenizers` JSON file (`tokenizer.json`), its end-of-text token
+    (`<|endoftext|>`, else `</s>`) its end of sequence and padding."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer.from_file(path)
+    vocab = backend.get_vocab()
+    eos = next((t for t in ("<|endoftext|>", "</s>", "<eos>") if t in vocab), None)
+    return PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=eos, pad_token=eos)
+
+
+def olmo_eval_tokenizer_path(name: str) -> str:
+    """The file of a tokenizer ai2-olmo-eval ships: `olmo_eval::gpt-neox-olmo-dolma-v1_5` is
+    `olmo_eval/tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json`."""
+    import importlib.resources
+
+    short = name[len(OLMO_EVAL_TOKENIZERS) :]
+    path = importlib.resources.files("olmo_eval") / "tokenizers" / f"allenai_{short}.json"
+    if not path.is_file():
+        shipped = sorted(
+            p.name[len("allenai_") : -len(".json")]
+            for p in (importlib.resources.files("olmo_eval") / "tokenizers").iterdir()
+        )
+        raise ValueError(f"ai2-olmo-eval ships no such tokenizer (it has: {', '.join(shipped)})")
+    return str(path)
+
+
 def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
-    """A tokenizer by hub name or local path, or the built-in `catwalk::byte_level` one.
+    """A tokenizer by hub name or local path, a `tokenizer.json` file, one ai2-olmo-eval ships
+    (`olmo_eval::gpt-neox-olmo-dolma-v1_5`, OLMo's), or the built-in `catwalk::byte_level` one.
 
     Cached per process: collators and models asking for the same tokenizer share one object.
     A tokenizer that cannot be loaded is a configuration error naming `field`.
@@ -46,6 +77,10 @@ def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
 def _cached_tokenizer(name_or_path: str, field: str):
     if name_or_path == BYTE_LEVEL_TOKENIZER:
         tokenizer = byte_level_tokenizer()
+    elif name_or_path.startswith(OLMO_EVAL_TOKENIZERS):
+        tokenizer = tokenizer_file(olmo_eval_tokenizer_path(name_or_path))
+    elif name_or_path.endswith(".json") and os.path.isfile(name_or_path):
+        tokenizer = tokenizer_file(name_or_path)
     else:
         from transformers import AutoTokenizer
 

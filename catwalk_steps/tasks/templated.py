@@ -15,16 +15,11 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from .base import TASK_TYPE, MultipleChoiceInstance, Task, TaskDataError
+from .base import TASK_TYPE, MultipleChoiceInstance, Task, TaskDataError, whole
 from .fewshot import FewshotSampler, Rendered, contexts, example_text
 from .sources import FileSource, HubSource, OlmoEvalSource, RowSource
 from .spec import TaskSpec
 from .templates import TemplateError
-
-
-def whole(value: Any, key: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{key}: must be a whole number >= {minimum}, got {value!r}")
 
 
 @Task.register(TASK_TYPE)

@@ -17,6 +17,8 @@ import torch
 from tango.common import Lazy, Tqdm
 from tango.integrations.torch import DataLoader, TrainingEngine
 
+from ..scoring.olmo_metrics import metric_values
+from ..tasks import OlmoEvalInstance
 from .callbacks import summed_over_ranks
 
 COUNTS = ("correct", "correct_norm", "count")
@@ -32,6 +34,12 @@ class InLoopTasks:
         distributed: bool,
     ):
         self.loaders = {name: loader.construct(dataset=list(data)) for name, data in tasks.items()}
+        # The olmo_eval labels' metric types: their metrics are olmo_eval's.
+        self.metrics = {
+            name: data[0].metric
+            for name, data in tasks.items()
+            if data and isinstance(data[0], OlmoEvalInstance)
+        }
         self.distributed = distributed
 
     def run(
@@ -48,29 +56,40 @@ class InLoopTasks:
                 record(step, results)
 
     def evaluate(self, engine: TrainingEngine, show_progress: bool) -> dict[str, dict[str, Any]]:
-        """`{task: {acc, acc_norm, count}}` over every instance of every task. Collective."""
+        """`{task: {acc, acc_norm, count}}` over every instance of every task (an olmo_eval
+        label: its metrics, as olmo_eval's `ICLMetric` computes them). Collective."""
         engine.model.eval()
         results = {}
         for name, loader in self.loaders.items():
-            sums = dict.fromkeys(COUNTS, 0.0)
+            sums: dict[str, float] = {}
             batches = Tqdm.tqdm(
                 loader, desc=f"Scoring {name}", leave=False, disable=not show_progress
             )
             for batch in batches:
                 outputs = engine.forward_eval(batch)
-                for key in COUNTS:
-                    sums[key] += float(outputs[key])
-            results[name] = self.totals(sums, engine.device)
+                # An ai2-olmo-eval label's batches carry their metric sums (`olmo_eval`).
+                parts = outputs.get("olmo_eval") or {key: outputs[key] for key in COUNTS}
+                for key, value in parts.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
+            results[name] = self.totals(sums, engine.device, self.metrics.get(name))
         engine.model.train()
         return results
 
-    def totals(self, sums: dict[str, float], device: torch.device) -> dict[str, Any]:
+    def totals(
+        self, sums: dict[str, float], device: torch.device, metric: str | None = None
+    ) -> dict[str, Any]:
+        """Sums over ranks made metrics: `acc`, `acc_norm`, `count`; or an olmo_eval label's
+        (`metric`: its type)."""
         values = {
             key: torch.tensor(value, dtype=torch.float64, device=device)
             for key, value in sums.items()
         }
         if self.distributed:
             values = summed_over_ranks(values)
+        if metric is not None:
+            result = metric_values(values, metric)
+            result["count"] = result.pop("n")
+            return result
         count = float(values["count"])
         return {
             "acc": float(values["correct"]) / max(count, 1.0),
