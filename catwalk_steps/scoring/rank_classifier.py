@@ -264,16 +264,12 @@ class RankClassifier(Model):
         packed: Mapping[str, torch.Tensor] | None = None,
         olmo_eval: Mapping[str, torch.Tensor] | None = None,
     ) -> dict[str, Any]:
-        """Loss and metrics for a batch of instances, each with all its choices.
-
-        Sequences are flattened: sequence `s` is choice `choice_index[s]` of instance
-        `instance_index[s]`. In training with the "lm" objective only the right choices are run,
-        since the wrong ones do not enter the loss; otherwise every choice is scored, from the
-        `packed` rows (each context run once) when the model takes them. Either way this is
-        one forward of the LM on every rank, whatever the batch holds. A batch of ai2-olmo-eval
-        documents (`olmo_eval`: :func:`~catwalk_steps.scoring.collate.olmo_eval_batch`) also
-        returns their metric sums (`olmo_eval`) and the documents' rows of `scores` only.
-        """
+        """Loss and metrics for a batch of instances, each with all its choices. Sequence `s` is
+        choice `choice_index[s]` of instance `instance_index[s]`. Training with the "lm"
+        objective runs the right choices only (the others are not in the loss); otherwise every
+        choice is scored, from the `packed` rows when the model takes them: one forward of the
+        LM on every rank, whatever the batch holds. ai2-olmo-eval documents (`olmo_eval`:
+        `collate.olmo_eval_batch`) also return their metric sums and their own `scores` rows."""
         # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
         weights = weights.float()
         right = choice_index == labels[instance_index]
