@@ -151,17 +151,25 @@ def main() -> None:
     parser.add_argument("--speed-documents", type=int, default=24)
     parser.add_argument("--speed-only", action="store_true")
     parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--from-label", type=int, default=0, help="start at this label's index")
+    parser.add_argument("--results", default="olmo_eval_parity", help="bench/results/NAME.*")
+    parser.add_argument("--merge", nargs="*", default=[], help="add these results' parity rows")
     args = parser.parse_args()
     import olmo_eval
 
-    labels = args.labels or list(olmo_eval.list_tasks())
-    earlier = RESULTS / "olmo_eval_parity.json"
+    labels = (args.labels or list(olmo_eval.list_tasks()))[args.from_label :]
+    earlier = RESULTS / f"{args.results}.json"
     kept = json.loads(earlier.read_text()) if earlier.exists() else {}
-    # A part not rerun keeps its earlier rows (--speed-only after a long parity run).
+    # A part not rerun keeps its earlier rows (--speed-only after a long parity run); --merge
+    # joins runs made side by side over parts of the labels.
     parity = kept.get("parity", []) if args.speed_only else parity_rows(labels, args.documents)
+    for name in args.merge:
+        parity += json.loads((RESULTS / f"{name}.json").read_text())["parity"]
+    order = {label: k for k, label in enumerate(olmo_eval.list_tasks())}
+    parity = sorted({row["label"]: row for row in parity}.values(), key=lambda r: order[r["label"]])
     speed = kept.get("speed", []) if args.no_speed else speed_rows(args.speed_documents)
     write_results(
-        "olmo_eval_parity",
+        args.results,
         {"machine": machine(), "parity": parity, "speed": speed},
         markdown(parity, speed, args.documents),
     )
