@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS, machine, write_results  # noqa: E402
+from bench.common import RESULTS, gpt2_spec, machine, write_results  # noqa: E402
 
 SPEED_LABELS = ("arc_challenge_test_rc_5shot", "hellaswag_val_bpb_5shot")
 
@@ -32,16 +32,7 @@ def model_of(layers: int, width: int, positions: int):
     from catwalk_steps.scoring.rank_classifier import RankClassifier
     from tests.olmo_eval_reference import OLMO_TOKENIZER
 
-    config = {
-        "model_type": "gpt2",
-        "n_layer": layers,
-        "n_embd": width,
-        "n_head": max(1, width // 64),
-        "n_positions": positions,
-        "resid_pdrop": 0.0,
-        "embd_pdrop": 0.0,
-        "attn_pdrop": 0.0,
-    }
+    config = gpt2_spec(layers, width, positions)["config"]
     return RankClassifier(config=config, tokenizer=OLMO_TOKENIZER, init_seed=5).eval()
 
 

@@ -15,10 +15,14 @@ DEMO = EXPERIMENTS / "suite_demo.jsonnet"
 FEW_SUBJECTS = ["anatomy", "virology"]
 
 
-def shrunk() -> dict:
-    """suite_demo.jsonnet's steps at test size: 3 instances per task (MMLU: 2 subjects), 4
-    training steps on one process."""
-    steps = experiment_params(DEMO)["steps"]
+def few_subjects(block: dict) -> dict:
+    return {"subtasks": FEW_SUBJECTS} if block["name"] == "mmlu" else {}
+
+
+def shrunk(experiment=DEMO) -> dict:
+    """A suite experiment's steps at test size: 2 instances per task in the loop, 3 after (MMLU:
+    2 subjects), 4 training steps on one process."""
+    steps = experiment_params(experiment)["steps"]
     overrides: dict = {
         "steps.data.task.sizes": {"train": 32, "validation": 8},
         "steps.trained.device_count": 1,
@@ -26,16 +30,15 @@ def shrunk() -> dict:
         "steps.trained.validate_every": 2,
         "steps.trained.checkpoint_every": 2,
         "steps.trained.evaluate_tasks": [
-            {**block, "max_instances": 2}
-            | ({"subtasks": FEW_SUBJECTS} if block["name"] == "mmlu" else {})
+            {**block, "max_instances": 2} | few_subjects(block)
             for block in steps["trained"]["evaluate_tasks"]
         ],
     }
     for name, step in steps.items():
         if step["type"] == "catwalk::evaluate" and "task" in step:
             overrides[f"steps.{name}.task.max_instances"] = 3
-            if step["task"]["name"] == "mmlu":
-                overrides[f"steps.{name}.task.subtasks"] = FEW_SUBJECTS
+            for key, value in few_subjects(step["task"]).items():
+                overrides[f"steps.{name}.task.{key}"] = value
     return overrides
 
 
@@ -73,20 +76,7 @@ def test_the_olmes_demo_scores_labels_in_the_loop_and_after_and_a_rerun_scores_n
 ):
     """olmes_demo.jsonnet shrunk: ai2-olmo-eval labels by name in the loop and in the suite;
     the report shows each label's own metric, bits per byte marked lower-is-better."""
-    steps = experiment_params(OLMES_DEMO)["steps"]
-    overrides: dict = {
-        "steps.data.task.sizes": {"train": 32, "validation": 8},
-        "steps.trained.device_count": 1,
-        "steps.trained.train_steps": 4,
-        "steps.trained.validate_every": 2,
-        "steps.trained.checkpoint_every": 2,
-        "steps.trained.evaluate_tasks": [
-            {**block, "max_instances": 2} for block in steps["trained"]["evaluate_tasks"]
-        ],
-    }
-    for name, step in steps.items():
-        if step["type"] == "catwalk::evaluate" and "task" in step:
-            overrides[f"steps.{name}.task.max_instances"] = 3
+    overrides = shrunk(OLMES_DEMO)
     workspace = tmp_path / "ws"
     output = run_tango(OLMES_DEMO, workspace, "first", overrides)
     assert "OLMo in-loop labels (offline, tiny GPT-2)" in output
