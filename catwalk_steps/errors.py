@@ -22,6 +22,14 @@ _NOISE = ("NoneType takes no arguments", "While constructing an argument of type
 _REWRITES: list = []
 
 
+def whole(value: object, key: str, minimum: int = 1, optional: bool = False) -> None:
+    """`key` must be a whole number >= `minimum` (or absent, when optional): one line if not."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{key}: must be a whole number >= {minimum}, got {value!r}")
+
+
 def rewrite_messages(rewrite) -> None:
     """`rewrite(message) -> better message or None`, tried on each configuration error's first
     line (the Tango face adds what only it knows, such as the keys a step takes)."""

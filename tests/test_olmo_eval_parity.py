@@ -103,7 +103,7 @@ def test_olmo_eval_tokenization_puts_bos_only_where_the_tokenizer_adds_one(tmp_p
     assert yes.token_ids == tuple(context + choice)
     assert yes.continuation_length == len(choice)
     with_bos = SequenceEncoder(tokenizer, 64)
-    with_bos._olmo_eval_bos = 7  # a tokenizer that adds BOS 7
+    with_bos.olmo_eval_bos = 7  # a tokenizer that adds BOS 7
     [yes_bos, _] = with_bos.sequences([document])
     assert yes_bos.token_ids == (7, *context, *choice)
     [unconditioned, _] = with_bos.sequences([document.unconditioned_instance()])
@@ -135,3 +135,11 @@ def test_document_sums_add_up_over_shares_and_ignore_padding():
         )
         split = metric_values({k: first[k] + rest[k] for k in first}, metric)
         assert split == pytest.approx(whole, rel=1e-12), metric
+        # Padding whose values are infinite (a one-character answer has no characters without
+        # its leading space) still counts for nothing: 0 x inf is not let in as NaN.
+        odd = lengths_tensor([("x", " yy", " z")], 3)
+        with_odd = document_sums(
+            scores[:2], torch.cat([lengths[:1], odd]), torch.tensor([0, 0]), padded[-2:], metric
+        )
+        alone = document_sums(scores[:1], lengths[:1], labels[:1], torch.ones(1), metric)
+        assert metric_values(with_odd, metric) == metric_values(alone, metric), metric

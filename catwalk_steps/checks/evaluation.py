@@ -9,10 +9,11 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from ..errors import whole
 from ..scoring.evaluation import EXTRA_METRICS, max_positions
 from ..scoring.precision import Precision
 from ..training.components import lazy_params
-from .training import check_against_model, check_engine, whole
+from .training import check_against_model, check_engine
 
 
 def check_evaluate_step(

@@ -28,6 +28,7 @@ from tango.integrations.torch import (
 )
 
 from ..distributed.rendezvous import rendezvous_settings
+from ..errors import whole
 from ..remote import HubUnreachable
 from ..scoring.evaluation import max_positions
 from ..scoring.precision import Precision
@@ -39,14 +40,6 @@ from .trackers import check_trackers
 logger = logging.getLogger(__name__)
 
 SHARDED_ENGINES = ("catwalk::fairscale", "catwalk::torch_fsdp")
-
-
-def whole(value: Any, key: str, minimum: int = 1, optional: bool = False) -> None:
-    """`key` must be a whole number >= `minimum` (or absent, when optional)."""
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{key}: must be a whole number >= {minimum}, got {value!r}")
 
 
 def check_schedule(kwargs: Mapping[str, Any]) -> None:

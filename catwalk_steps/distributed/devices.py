@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..errors import whole
+
 DEVICE_KINDS = ("cpu", "cuda")
 
 
@@ -66,8 +68,7 @@ def plan_devices(
         processes, with a note saying why.
     :param purpose: what the workers do, for the note ("training", "evaluating").
     """
-    if isinstance(device_count, bool) or not isinstance(device_count, int) or device_count < 1:
-        raise ConfigurationError(f"device_count: must be a whole number >= 1, got {device_count!r}")
+    whole(device_count, "device_count")
     if requested is not None and requested not in DEVICE_KINDS:
         raise ConfigurationError(
             f"{field}: expected one of {', '.join(DEVICE_KINDS)} (or leave it out), "

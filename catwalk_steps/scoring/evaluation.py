@@ -15,7 +15,9 @@ import torch
 from tango.common import Tqdm
 
 from ..tasks import MultipleChoiceInstance
+from ..tasks.base import joined_choice_text
 from .logprobs import choice_metrics
+from .olmo_metrics import LOG_2_OF_E
 from .packing import pack_rows, row_batches
 from .precision import Precision
 from .rank_classifier import RankClassifier
@@ -150,7 +152,6 @@ def task_metrics(
 
 
 EXTRA_METRICS = ("acc_bytes", "acc_per_token", "bits_per_byte")
-LOG_2_OF_E = 1.44269504089
 
 
 def extra_metrics_of(
@@ -166,7 +167,7 @@ def extra_metrics_of(
     counted, as OLMES counts it)."""
     right_bytes = right_tokens = bits = 0.0
     for instance, row, tokens in zip(instances, scores, token_counts, strict=True):
-        texts = [c[1:] if c.startswith(" ") else c for c in instance.choices]
+        texts = [joined_choice_text(choice) for choice in instance.choices]
         per_byte = [s / max(len(t.encode("utf-8")), 1) for s, t in zip(row, texts, strict=True)]
         per_token = [s / max(n, 1) for s, n in zip(row, tokens, strict=True)]
         right_bytes += max(range(len(row)), key=per_byte.__getitem__) == instance.label

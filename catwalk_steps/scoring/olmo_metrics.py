@@ -26,10 +26,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 LOG_2_OF_E = 1.44269504089
-ACCURACIES = ("acc", "len_norm", "pmi_dc")
 CODES = {"acc": 0, "len_norm": 1, "pmi_dc": 2, "f1": 3, "ce_loss": 4, "bpb": 5}
 METRICS = tuple(CODES)
-LOWER_IS_BETTER = ("ce_loss", "bpb")
 
 
 def continuation_lengths(choice: str) -> tuple[int, int, int, int]:
@@ -41,11 +39,9 @@ def continuation_lengths(choice: str) -> tuple[int, int, int, int]:
 
 def lengths_tensor(choices: Sequence[Sequence[str]], width: int) -> torch.Tensor:
     """[documents, width, 4] lengths (int64); absent continuations are all zeros."""
-    lengths = torch.zeros((len(choices), width, 4), dtype=torch.int64)
-    for i, row in enumerate(choices):
-        for c, choice in enumerate(row):
-            lengths[i, c] = torch.tensor(continuation_lengths(choice))
-    return lengths
+    absent = [(0, 0, 0, 0)]
+    rows = [[continuation_lengths(c) for c in row] + absent * (width - len(row)) for row in choices]
+    return torch.tensor(rows, dtype=torch.int64).reshape(len(choices), width, 4)
 
 
 def request_values(
@@ -97,8 +93,12 @@ def document_sums(
     w = weights.double()
     gold = labels[:, None]
 
+    def weighted(per_document: torch.Tensor) -> torch.Tensor:
+        # Padding (weight 0) counts for nothing, even where its value is infinite (0 x inf).
+        return torch.where(w > 0, per_document.double() * w, 0.0).sum()
+
     def at_gold(tensor: torch.Tensor) -> torch.Tensor:
-        return (tensor.gather(1, gold)[:, 0].double() * w).sum()
+        return weighted(tensor.gather(1, gold)[:, 0])
 
     sums = {"count": w.sum()}
     for form in ("v1", "v2"):
@@ -108,12 +108,11 @@ def document_sums(
         predicted = ll.argmax(dim=1)
         sums[f"soft_{form}"] = at_gold(ll.softmax(dim=1))
         sums[f"soft_log_{form}"] = at_gold(ll.log_softmax(dim=1))
-        right = (predicted == labels).double()
-        sums[f"correct_{form}"] = (right * w).sum()
+        sums[f"correct_{form}"] = weighted(predicted == labels)
         positive, said_positive = labels == 0, predicted == 0
-        sums[f"tp_{form}"] = ((positive & said_positive).double() * w).sum()
-        sums[f"fp_{form}"] = ((~positive & said_positive).double() * w).sum()
-        sums[f"fn_{form}"] = ((positive & ~said_positive).double() * w).sum()
+        sums[f"tp_{form}"] = weighted(positive & said_positive)
+        sums[f"fp_{form}"] = weighted(~positive & said_positive)
+        sums[f"fn_{form}"] = weighted(positive & ~said_positive)
     return sums
 
 
@@ -167,7 +166,7 @@ def olmo_eval_outputs(
     documents = int(batch["documents"])
     metric = METRICS[int(batch["metric"])]
     if metric == "pmi_dc" and scores.size(0) < 2 * documents:
-        return {}  # scored without their unconditioned rows: the caller divides later
+        return {}  # no unconditioned rows here: catwalk::evaluate's workers, given them apart
     width = batch["lengths"].size(1)
     scores = scores[:, :width]
     unconditioned = scores[documents:] if metric == "pmi_dc" else None

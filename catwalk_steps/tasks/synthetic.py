@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from tango.common.exceptions import ConfigurationError
 
+from ..errors import whole
 from .base import MultipleChoiceInstance, Task, TaskDataError
 
 
@@ -28,11 +29,8 @@ class SyntheticTask(Task):
         num_choices: int = 4,
         sizes: Mapping[str, int] | None = None,
     ):
-        for field, value in (("num_keys", num_keys), ("num_attributes", num_attributes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(
-                    f"task.{field}: must be a whole number >= 1, got {value!r}"
-                )
+        whole(num_keys, "task.num_keys")
+        whole(num_attributes, "task.num_attributes")
         if not 2 <= num_choices <= num_attributes:
             raise ConfigurationError(
                 f"task.num_choices: must be between 2 and num_attributes ({num_attributes}), "
@@ -44,10 +42,7 @@ class SyntheticTask(Task):
                 f"words exist, got {num_keys} + {num_attributes}"
             )
         for split, size in (sizes or {}).items():
-            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                raise ConfigurationError(
-                    f"task.sizes.{split}: must be a whole number >= 0, got {size!r}"
-                )
+            whole(size, f"task.sizes.{split}", minimum=0)
         self.seed = seed
         self.num_keys = num_keys
         self.num_attributes = num_attributes

@@ -15,7 +15,8 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from .base import TASK_TYPE, MultipleChoiceInstance, Task, TaskDataError, whole
+from ..errors import whole
+from .base import TASK_TYPE, MultipleChoiceInstance, Task, TaskDataError
 from .fewshot import FewshotSampler, Rendered, contexts, example_text
 from .sources import FileSource, HubSource, OlmoEvalSource, RowSource
 from .spec import TaskSpec
