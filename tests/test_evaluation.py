@@ -316,13 +316,13 @@ def test_extra_metrics_are_the_per_byte_and_per_token_forms():
 
     instances = [Instance("c", (" ab", " abcd"), 1), Instance("c", (" é", " x"), 0)]
     scores = [[-2.0, -3.0], [-3.0, -2.0]]
-    tokens = [[2, 1], [1, 1]]
+    tokens = [[1, 6], [1, 1]]
     got = extra_metrics_of(
         instances, scores, tokens, ["acc_bytes", "acc_per_token", "bits_per_byte"]
     )
-    # per byte: -1.0 vs -0.75 -> 1 (right); -1.5 vs -2.0 -> 0 (right). Per token: -1 vs -3 -> 0
-    # (wrong); -3 vs -2 -> 1 (wrong).
-    assert got["acc_bytes"] == 1.0 and got["acc_per_token"] == 0.0
+    # Per byte: -1.0 vs -0.75 -> 1 (right); -1.5 vs -2.0 -> 0 (right). Per token: -2 vs -0.5
+    # -> 1 (right, where the raw scores pick 0); -3 vs -2 -> 1 (wrong).
+    assert got["acc_bytes"] == 1.0 and got["acc_per_token"] == 0.5
     bits = (3.0 / 5 + 3.0 / 3) / 2 * 1.44269504089  # " abcd": 5 bytes, " é": 3
     assert got["bits_per_byte"] == pytest.approx(bits)
     with pytest.raises(ConfigurationError, match="evaluate.extra_metrics: a list of acc_bytes"):
