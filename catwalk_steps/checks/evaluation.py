@@ -12,6 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import whole
 from ..scoring.evaluation import EXTRA_METRICS, max_positions
 from ..scoring.precision import Precision
+from ..tasks import GenerativeTask
 from ..training.components import lazy_params
 from .training import check_against_model, check_engine
 
@@ -41,6 +42,7 @@ def check_evaluate_step(
             f"(splits: {', '.join(splits)})"
         )
     check_length_fits(configured, max_length)
+    check_generation_fits(configured, max_length, kwargs.get("task"))
     check_extra_metrics(kwargs.get("extra_metrics"), kwargs.get("task"))
 
 
@@ -51,6 +53,11 @@ def check_extra_metrics(wanted: Any, task: Any) -> None:
     if not isinstance(wanted, list) or unknown:
         raise ConfigurationError(
             f"evaluate.extra_metrics: a list of {', '.join(EXTRA_METRICS)}, got {wanted!r}"
+        )
+    if isinstance(task, GenerativeTask):
+        raise ConfigurationError(
+            f"evaluate.extra_metrics: task '{task.name}' is generative; extra_metrics are "
+            "forms of multiple-choice scores"
         )
     if getattr(task, "label", None) is not None:
         raise ConfigurationError(
@@ -94,6 +101,20 @@ def check_length_fits(configured: Any | None, max_length: int | None) -> None:
         raise ConfigurationError(
             f"evaluate.max_length: {max_length} tokens, but the model has {positions} "
             f"positions; use max_length <= {positions} (or leave it out: the model's own)"
+        )
+
+
+def check_generation_fits(configured: Any | None, max_length: int | None, task: Any) -> None:
+    """A generative task's answers fit in the model's length beside their prompts."""
+    if not isinstance(task, GenerativeTask):
+        return
+    length = max_length
+    if length is None and configured is not None:
+        length = max_positions(configured.hf_config())
+    if length is not None and task.max_gen_toks >= length:
+        raise ConfigurationError(
+            f"task '{task.name}'.max_gen_toks: {task.max_gen_toks} tokens leave no room for the "
+            f"prompt in the model's {length} positions; give the task a smaller max_gen_toks"
         )
 
 

@@ -14,7 +14,8 @@ from tango.integrations.torch import TrainingEngine
 from ..console import announce
 from ..distributed.devices import evaluation_device, plan_devices
 from ..launch import run_job
-from ..scoring.evaluation import max_length_of, model_max_length, score_choices
+from ..scoring.evaluation import max_length_of, model_max_length
+from ..scoring.generated import model_answers
 from ..scoring.precision import Precision
 from ..scoring.tokenization import load_tokenizer
 from ..training.components import lazy_params
@@ -30,7 +31,8 @@ def evaluation_scores(
     step: Any,
     log: logging.Logger,
 ) -> tuple[list[list[float]], int]:
-    """Each instance's per-choice scores, in input order, and the `max_length` they used.
+    """Each instance's per-choice scores (a generation request: its generated text), in input
+    order, and the `max_length` they used.
 
     `step` gives the workers a work directory and a name (a `catwalk::evaluate` step)."""
     precision = Precision.parse(settings.precision, "evaluate.precision")
@@ -40,7 +42,7 @@ def evaluation_scores(
         model = source.load()
         model.to(where)
         length = settings.max_length or model_max_length(model)
-        scores = score_choices(
+        scores = model_answers(
             model, instances, settings.batch_size, length, where, precision, progress=True
         )
         return scores, length

@@ -29,10 +29,11 @@ from tango.common import Lazy, Params
 from tango.integrations.torch import Optimizer
 
 from ..files import write_json_atomic
-from ..scoring.collate import MultipleChoiceCollator, Padding
-from ..scoring.evaluation import score_choices
+from ..scoring.collate import GenerationBatch, MultipleChoiceCollator, Padding
+from ..scoring.generated import model_answers
 from ..scoring.precision import Precision
 from ..training.engines.base import default_cpu_threads
+from ..training.generation import engine_texts
 from ..training.throughput import peak_memory_mib
 from ..training.train_config import NodeAwareTrainConfig
 from .job import EvaluationJob
@@ -101,14 +102,12 @@ def replica_scores(
     model.to(device)
     precision = Precision.parse(job.precision, "evaluate.precision")
     instances = [job.instances[i] for i in mine]
-    return score_choices(
+    return model_answers(
         model, instances, job.batch_size, job.max_length, device, precision, progress=show
     )
 
 
-def engine_scores(
-    job: EvaluationJob, mine: list[int], rank: int, local_rank: int
-) -> list[list[float]]:
+def engine_scores(job: EvaluationJob, mine: list[int], rank: int, local_rank: int) -> list[Any]:
     """The share scored through the engine's root forward, as many forwards as every rank."""
     assert job.engine is not None
     engine = job.engine.construct(
@@ -120,7 +119,7 @@ def engine_scores(
     stand_in = Padding(job.instances[mine[0] if mine else 0])
     items: list[Any] = [job.instances[i] for i in mine]
     items += [stand_in] * (per_rank - len(items))
-    widest = max(len(instance.choices) for instance in job.instances)
+    widest = max(len(getattr(instance, "choices", ())) or 1 for instance in job.instances)
     per_batch = max(1, job.batch_size // widest)
     # pmi_dc's unconditioned instances are among the instances (catwalk::evaluate).
     collate = MultipleChoiceCollator(job.tokenizer, job.max_length)
@@ -129,10 +128,14 @@ def engine_scores(
     scores: list[list[float]] = []
     for start in range(0, per_rank, per_batch):
         batch = items[start : start + per_batch]
-        rows = engine.forward_eval(collate(batch))["scores"].float().cpu().tolist()
+        collated = collate(batch)
+        if isinstance(collated, GenerationBatch):  # one text per request
+            rows: list[Any] = engine_texts(engine, collated, job.world_size > 1)
+        else:
+            rows = engine.forward_eval(collated)["scores"].float().cpu().tolist()
         for item, row in zip(batch, rows, strict=True):
             if not isinstance(item, Padding):
-                scores.append(row[: len(item.choices)])
+                scores.append(row if isinstance(row, str) else row[: len(item.choices)])
     return scores
 
 

@@ -16,7 +16,8 @@ from .tables import Report
 
 @Format.register("catwalk::report")
 class ReportFormat(Format[Report]):
-    """`report.md`, `report.csv`, `runs.csv`, `report.json` and the plots, in the result dir:
+    """`report.md`, `report.csv`, `runs.csv`, `report.json` and the plots, in the result dir
+    (and `generations.jsonl`: what the model said for each generative task's instance):
     for a sweep, validation accuracy over steps and final accuracy per configuration; when runs
     scored tasks in the loop, those scores over steps, one panel per task."""
 
@@ -34,6 +35,8 @@ class ReportFormat(Format[Report]):
             plot_final(artifact, directory / FINAL_PLOT)
         if artifact.task_histories:
             plot_task_curves(artifact, directory / TASKS_PLOT)
+        if artifact.generations:
+            write_generations(artifact.generations, directory / GENERATIONS)
 
     def read(self, dir: PathOrStr) -> Report:
         payload = json.loads((Path(dir) / "report.json").read_text())
@@ -48,7 +51,33 @@ class ReportFormat(Format[Report]):
             task_histories=payload.get("task_histories", {}),
             column_order=payload.get("column_order", []),
             details=payload.get("details", {}),
+            generations=read_generations(Path(dir) / GENERATIONS),
         )
+
+
+GENERATIONS = "generations.jsonl"
+
+
+def write_generations(generations: dict, path: Path) -> None:
+    """One line per generated answer: run, task, and the instance's output (prompt, generated
+    text, filtered answers, targets, scores)."""
+    with path.open("w", encoding="utf-8") as out:
+        for run, by_task in generations.items():
+            for task, outputs in by_task.items():
+                for output in outputs:
+                    line = {"run": run, "task": task, **output}
+                    out.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+
+def read_generations(path: Path) -> dict:
+    generations: dict = {}
+    if not path.is_file():
+        return generations
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        run, task = row.pop("run"), row.pop("task")
+        generations.setdefault(run, {}).setdefault(task, []).append(row)
+    return generations
 
 
 def print_report(report: Report, location: str | None = None) -> None:

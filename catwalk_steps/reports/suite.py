@@ -66,8 +66,22 @@ def build_suite_report(
         run_cards=cards,
         environment=dict(environment or {}),
         step_times=list(step_times or []),
+        generations=generations_of(results),
     )
 
+
+def generations_of(results: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The generative tasks' outputs (what the model said), by run and task."""
+    found: dict[str, dict[str, Any]] = {}
+    for run, by_task in results.items():
+        for task, result in by_task.items():
+            if isinstance(result.get("outputs"), list):
+                found.setdefault(run, {})[task] = list(result["outputs"])
+    return found
+
+
+# A generative task's scores are lm-evaluation-harness's `<metric>,<filter>` keys.
+GENERATIVE_KEY = ","
 
 # ai2-olmo-eval's metric names (`ICLMetric.compute()`), in the order a result's own is looked for.
 OLMO_EVAL_SHOWN = ("acc", "len_norm", "pmi_dc", "f1", "ce_loss", "bpb")
@@ -84,6 +98,9 @@ def shown_metric(result: Mapping[str, Any], metric: str) -> str:
     for name in OLMO_EVAL_SHOWN:
         if f"{name}_v2" in result:
             return f"{name}_v2"
+    for key in result:  # an in-loop point of a generative task: its first score
+        if GENERATIVE_KEY in key:
+            return key
     raise KeyError(f"the result has no {metric!r} (it has {', '.join(sorted(result))})")
 
 
@@ -99,5 +116,6 @@ def column_name(task: str, shown: str, metric: str) -> str:
 
 
 def scalars_and_parts(result: Mapping[str, Any]) -> dict[str, Any]:
-    """An evaluation result without the training history it carries."""
-    return {key: value for key, value in result.items() if key != "training_history"}
+    """An evaluation result without the training history and the outputs it carries (the
+    outputs go to `generations.jsonl`)."""
+    return {k: v for k, v in result.items() if k not in ("training_history", "outputs")}

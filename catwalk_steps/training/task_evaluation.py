@@ -17,9 +17,11 @@ import torch
 from tango.common import Lazy, Tqdm
 from tango.integrations.torch import DataLoader, TrainingEngine
 
+from ..scoring.collate import GenerationBatch
 from ..scoring.olmo_metrics import metric_values
-from ..tasks import OlmoEvalInstance
+from ..tasks import GenerationInstance, OlmoEvalInstance
 from .callbacks import summed_over_ranks
+from .generation import generation_sums
 
 COUNTS = ("correct", "correct_norm", "count")
 
@@ -40,6 +42,12 @@ class InLoopTasks:
             for name, data in tasks.items()
             if data and isinstance(data[0], OlmoEvalInstance)
         }
+        # Generative tasks' scores: each `<metric>,<filter>`, the first shown.
+        self.generative = {
+            name: data[0].scoring.names()
+            for name, data in tasks.items()
+            if data and isinstance(data[0], GenerationInstance)
+        }
         self.distributed = distributed
 
     def run(
@@ -57,7 +65,8 @@ class InLoopTasks:
 
     def evaluate(self, engine: TrainingEngine, show_progress: bool) -> dict[str, dict[str, Any]]:
         """`{task: {acc, acc_norm, count}}` over every instance of every task (an olmo_eval
-        label: its metrics, as olmo_eval's `ICLMetric` computes them). Collective."""
+        label: its metrics, as olmo_eval's `ICLMetric` computes them; a generative task: its
+        `<metric>,<filter>` means). Collective."""
         engine.model.eval()
         results = {}
         for name, loader in self.loaders.items():
@@ -66,12 +75,17 @@ class InLoopTasks:
                 loader, desc=f"Scoring {name}", leave=False, disable=not show_progress
             )
             for batch in batches:
-                outputs = engine.forward_eval(batch)
-                # An ai2-olmo-eval label's batches carry their metric sums (`olmo_eval`).
-                parts = outputs.get("olmo_eval") or {key: outputs[key] for key in COUNTS}
+                if isinstance(batch, GenerationBatch):
+                    parts = generation_sums(engine, batch, self.distributed)
+                else:
+                    outputs = engine.forward_eval(batch)
+                    # An ai2-olmo-eval label's batches carry their metric sums (`olmo_eval`).
+                    parts = outputs.get("olmo_eval") or {key: outputs[key] for key in COUNTS}
                 for key, value in parts.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
             results[name] = self.totals(sums, engine.device, self.metrics.get(name))
+            if name in self.generative:
+                results[name] = generative_totals(results[name], self.generative[name])
         engine.model.train()
         return results
 
@@ -90,9 +104,17 @@ class InLoopTasks:
             result = metric_values(values, metric)
             result["count"] = result.pop("n")
             return result
+        if "correct" not in values:  # a generative task's sums
+            return {key: float(value) for key, value in values.items()}
         count = float(values["count"])
         return {
             "acc": float(values["correct"]) / max(count, 1.0),
             "acc_norm": float(values["correct_norm"]) / max(count, 1.0),
             "count": int(count),
         }
+
+
+def generative_totals(sums: dict[str, float], names: list[str]) -> dict[str, Any]:
+    """A generative task's means over its instances (its score names first, in order)."""
+    count = sums["count"]
+    return {**{name: sums[name] / max(count, 1.0) for name in names}, "count": int(count)}

@@ -1,0 +1,101 @@
+"""A whole set of generation requests answered on one device, and the answers scored: batches of
+prompts of similar length (the longest first, as lm-evaluation-harness orders them), each run
+by :func:`~.generation.greedy_generate`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tango.common import Tqdm
+from tango.integrations.torch.util import move_to_device
+
+from ..tasks import GenerationInstance
+from .evaluation import FP32, evaluating, model_max_length, score_choices
+from .generation import GenerationEncoder, eos_ids_of, forward_step, greedy_generate
+from .precision import Precision
+
+
+def generation_batches(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
+    """Indices in batches, the longest prompts first."""
+    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def generate_texts(
+    model: Any,
+    instances: Sequence[GenerationInstance],
+    batch_size: int = 32,
+    max_length: int | None = None,
+    device: torch.device | str = "cpu",
+    precision: Precision = FP32,
+    progress: bool = True,
+    share_prefix: bool = True,
+) -> list[str]:
+    """Each instance's answer (the generated text cut at its stop sequences), in input order.
+    The model (a rank classifier) must already be on `device`."""
+    encoder = GenerationEncoder(model.tokenizer, max_length or model_max_length(model))
+    prompts = encoder.prompts(instances)
+    eos = eos_ids_of(model.lm, model.tokenizer)
+    step = forward_step(lambda batch: model(**move_to_device(batch, torch.device(device))))
+    texts = [""] * len(instances)
+    batches = generation_batches(prompts, batch_size)
+    with evaluating(model), precision.autocast(torch.device(device).type):
+        for batch in Tqdm.tqdm(batches, desc="Generating", disable=not progress):
+            chosen = [instances[i] for i in batch]
+            tokens = greedy_generate(
+                step, encoder, [prompts[i] for i in batch], chosen, eos, share_prefix=share_prefix
+            )
+            for i, row in zip(batch, tokens, strict=True):
+                texts[i] = encoder.text(row, instances[i].until)
+    return texts
+
+
+def generation_outputs(
+    instances: Sequence[GenerationInstance], texts: Sequence[str]
+) -> list[dict[str, Any]]:
+    """What the model said for each instance, its filtered answers, targets and scores."""
+    outputs = []
+    for index, (instance, text) in enumerate(zip(instances, texts, strict=True)):
+        scored = instance.score(text)
+        outputs.append(
+            {
+                "index": index,
+                "context": instance.context,
+                "generation": text,
+                "filtered": scored["filtered"],
+                "targets": list(instance.targets),
+                "scores": scored["scores"],
+            }
+        )
+    return outputs
+
+
+def generation_metrics(
+    instances: Sequence[GenerationInstance], outputs: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """Each `<metric>,<filter>` averaged over the instances, the one reports show
+    (`primary_metric`: the first) and `n`."""
+    scoring = instances[0].scoring
+    metrics: dict[str, Any] = {
+        key: sum(o["scores"][key] for o in outputs) / len(outputs) for key in scoring.names()
+    }
+    metrics.update(primary_metric=scoring.primary(), n=len(outputs))
+    return metrics
+
+
+def model_answers(
+    model: Any,
+    instances: Sequence[Any],
+    batch_size: int,
+    max_length: int,
+    device: torch.device,
+    precision: Precision,
+    progress: bool,
+) -> list[Any]:
+    """Each instance's answer from the model on `device`: its choices' scores, or for
+    generation requests the generated text."""
+    if instances and isinstance(instances[0], GenerationInstance):
+        return generate_texts(model, instances, batch_size, max_length, device, precision, progress)
+    return score_choices(model, instances, batch_size, max_length, device, precision, progress)

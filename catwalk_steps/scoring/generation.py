@@ -1,0 +1,248 @@
+"""Greedy generation for generation requests, as lm-evaluation-harness 0.4's Hugging Face backend
+runs `generate_until`, batched with a key/value cache and left padding.
+
+- Prompts are tokenized with the tokenizer's special tokens (none before a prompt that already
+  starts with BOS) and cut on the left to `max_length - max_gen_toks` tokens.
+- Each step appends every row's most likely next token. A row stops at the model's end-of-text
+  token, at a stop sequence (seen in its last tokens, as lm-eval's stopping criteria look), or
+  after `max_gen_toks` tokens; the text is the decoded tokens (special tokens skipped) cut
+  before the first stop sequence or end-of-text text.
+- Rows that share their first tokens (a description, fixed few-shot examples) run those tokens
+  once: the shared prefix is computed for one row and its cache given to every row.
+
+One decoding step is one call of `step` (:class:`Step`): in one process the model's forward,
+under a sharded engine its root wrapper's, where :class:`Ranks` tells every rank whether any
+rank still has rows to finish (and whether all share prompt prefixes), so that all ranks run
+the same number of forwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tango.common.exceptions import ConfigurationError
+
+from ..tasks import GenerationInstance
+
+MIN_SHARED_TOKENS = 8  # a shorter shared prefix is not worth a forward of its own
+
+# One decoding forward: (input_ids, attention_mask, position_ids, cache) -> (logits of the
+# last position per row, float32; the cache).
+Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], tuple[torch.Tensor, Any]]
+
+
+class GenerationEncoder:
+    """Prompts tokenized and cut as lm-evaluation-harness's `tok_batch_encode` does."""
+
+    def __init__(self, tokenizer: Any, max_length: int):
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.bos_text = tokenizer.bos_token if tokenizer.bos_token_id is not None else None
+        self.eos_text = tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False)
+        self.stop_lengths: dict[str, int] = {}
+
+    def prompts(self, instances: Sequence[GenerationInstance]) -> list[list[int]]:
+        """Each instance's prompt tokens, cut on the left to leave room for its answer."""
+        result: list[list[int]] = [[] for _ in instances]
+        for special in (True, False):
+            chosen = [i for i, x in enumerate(instances) if self.special(x.context) == special]
+            if not chosen:
+                continue
+            texts = [instances[i].context for i in chosen]
+            encoded = self.tokenizer(texts, add_special_tokens=special)["input_ids"]
+            for i, ids in zip(chosen, encoded, strict=True):
+                room = self.room(instances[i])
+                result[i] = list(ids[-room:])
+        return result
+
+    def special(self, context: str) -> bool:
+        return not (self.bos_text and context.startswith(self.bos_text))
+
+    def room(self, instance: GenerationInstance) -> int:
+        room = self.max_length - instance.max_gen_toks
+        if room <= 0:
+            raise ConfigurationError(
+                f"max_gen_toks {instance.max_gen_toks} leaves no room for the prompt in the "
+                f"model's {self.max_length} positions; lower max_gen_toks or raise max_length"
+            )
+        return room
+
+    def stop_window(self, until: Sequence[str]) -> int:
+        """How many last tokens are decoded to look for a stop sequence (lm-eval's: its
+        tokens and two more)."""
+        for stop in until:
+            if stop not in self.stop_lengths:
+                ids = self.tokenizer.encode(stop, add_special_tokens=False)
+                self.stop_lengths[stop] = len(ids)
+        return max((self.stop_lengths[s] for s in until), default=0) + 2
+
+    def text(self, tokens: Sequence[int], until: Sequence[str]) -> str:
+        """The answer: decoded without special tokens, cut before the first stop sequence."""
+        text = self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+        for stop in [*until, self.eos_text]:
+            if stop:
+                text = text.split(stop)[0]
+        return text
+
+
+class Ranks:
+    """What the ranks of a sharded run decide together; alone, a rank decides for itself."""
+
+    def any(self, flag: bool) -> bool:
+        return flag
+
+    def all(self, flag: bool) -> bool:
+        return flag
+
+
+@dataclass
+class Rows:
+    """The state of one batch being generated."""
+
+    until: list[tuple[str, ...]]
+    budgets: list[int]
+    tokens: list[list[int]] = field(default_factory=list)
+    done: list[bool] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.tokens = [[] for _ in self.budgets]
+        self.done = [budget <= 0 for budget in self.budgets]
+
+
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, start: int = 0):
+    """Prompts padded on the left: ids, attention mask, positions (from `start`)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        if prompt:
+            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+    positions = (mask.cumsum(-1) - 1 + start).masked_fill(mask == 0, 0)
+    return ids, mask, positions
+
+
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """How many first tokens every prompt has in common, leaving each at least one of its own
+    (0 when that is too short to be worth sharing)."""
+    if len(prompts) < 2:
+        return 0
+    shortest = min(len(p) for p in prompts) - 1
+    length = 0
+    first = prompts[0]
+    while length < shortest and all(p[length] == first[length] for p in prompts):
+        length += 1
+    return length if length >= MIN_SHARED_TOKENS else 0
+
+
+def greedy_generate(
+    step: Step,
+    encoder: GenerationEncoder,
+    prompts: Sequence[Sequence[int]],
+    instances: Sequence[GenerationInstance],
+    eos_ids: set[int],
+    live: Sequence[bool] | None = None,
+    ranks: Ranks | None = None,
+    share_prefix: bool = True,
+) -> list[list[int]]:
+    """Each row's generated tokens (without the end-of-text token). `live` marks the rows that
+    count (others, stand-ins that even out ranks' shares, stop at once but keep stepping)."""
+    ranks = ranks or Ranks()
+    pad_id = encoder.tokenizer.pad_token_id
+    if pad_id is None:
+        pad_id = encoder.tokenizer.eos_token_id
+    rows = Rows([x.until for x in instances], [x.max_gen_toks for x in instances])
+    if live is not None:
+        rows.done = [done or not alive for done, alive in zip(rows.done, live, strict=True)]
+    windows = [encoder.stop_window(x.until) for x in instances]
+    shared = shared_prefix(prompts) if share_prefix else 0
+    shared = shared if ranks.all(shared > 0) else 0  # one forward more on every rank, or none
+    logits, cache, mask, positions = prompt_forward(step, prompts, pad_id, shared)
+    while True:
+        next_tokens = logits.argmax(dim=-1).tolist()
+        for row, token in enumerate(next_tokens):
+            if not rows.done[row]:
+                finish_row(rows, row, token, eos_ids, encoder, windows[row])
+        if not ranks.any(not all(rows.done)):
+            return rows.tokens
+        # Finished rows keep stepping (their tokens are not kept): one forward for all.
+        ids = torch.tensor(next_tokens, dtype=torch.long).unsqueeze(1)
+        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+        positions = positions + 1
+        logits, cache = step(ids, mask, positions, cache)
+
+
+def finish_row(rows: Rows, row: int, token: int, eos_ids, encoder, window: int) -> None:
+    """Row `row`'s next token: kept, unless it ends the answer; the row is done at end-of-text,
+    a stop sequence or its budget."""
+    if token in eos_ids:
+        rows.done[row] = True
+        return
+    tokens = rows.tokens[row]
+    tokens.append(token)
+    if len(tokens) >= rows.budgets[row]:
+        rows.done[row] = True
+    elif rows.until[row]:
+        tail = encoder.tokenizer.decode(tokens[-window:])
+        rows.done[row] = any(stop in tail for stop in rows.until[row])
+
+
+def prompt_forward(step: Step, prompts: Sequence[Sequence[int]], pad_id: int, shared: int):
+    """The prompts' forward(s), the first `shared` tokens once: (last logits, cache, attention
+    mask, last positions)."""
+    cache = None
+    if shared:
+        prefix = torch.tensor([list(prompts[0][:shared])], dtype=torch.long)
+        ones = torch.ones_like(prefix)
+        _, cache = step(prefix, ones, torch.arange(shared).unsqueeze(0), None)
+        cache.batch_repeat_interleave(len(prompts))
+    ids, mask, positions = left_padded([p[shared:] for p in prompts], pad_id, start=shared)
+    if shared:
+        mask = torch.cat([torch.ones((len(prompts), shared), dtype=torch.long), mask], dim=1)
+    logits, cache = step(ids, mask, positions, cache)
+    return logits, cache, mask, positions[:, -1:]
+
+
+def decode_step(
+    lm: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    past_key_values: Any = None,
+) -> dict[str, Any]:
+    """One forward of a causal LM with its cache: the last position's logits (float32) and
+    the cache that now holds `input_ids` too."""
+    outputs = lm(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=past_key_values,
+        use_cache=True,
+    )
+    return {"logits": outputs.logits[:, -1, :].float(), "past_key_values": outputs.past_key_values}
+
+
+def forward_step(forward: Callable[[dict[str, Any]], dict[str, Any]]) -> Step:
+    """A decoding step through `forward` (a batch's forward: the model's own, or an engine's
+    `forward_eval` through its root wrapper), which moves the batch to its device."""
+
+    def step(ids, mask, positions, cache):
+        batch = {"input_ids": ids, "attention_mask": mask}
+        batch["decoding"] = {"position_ids": positions, "past_key_values": cache}
+        outputs = forward(batch)
+        return outputs["logits"], outputs["past_key_values"]
+
+    return step
+
+
+def eos_ids_of(lm: Any, tokenizer: Any) -> set[int]:
+    """The tokens that end an answer: the model's generation config's end-of-text (what
+    `generate` stops at), else the tokenizer's."""
+    config = getattr(lm, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return set(eos) if isinstance(eos, (list, tuple)) else {eos}

