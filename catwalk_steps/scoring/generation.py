@@ -18,6 +18,8 @@ the same number of forwards.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,14 +217,25 @@ def decode_step(
 ) -> dict[str, Any]:
     """One forward of a causal LM with its cache: the last position's logits (float32) and
     the cache that now holds `input_ids` too."""
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in forward_parameters(lm) else {}
     outputs = lm(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids,
         past_key_values=past_key_values,
         use_cache=True,
+        **keep,  # the last position's logits only (a prompt's others would cost most)
     )
     return {"logits": outputs.logits[:, -1, :].float(), "past_key_values": outputs.past_key_values}
+
+
+@functools.cache
+def forward_parameters_of(kind: type) -> frozenset[str]:
+    return frozenset(inspect.signature(kind.forward).parameters)
+
+
+def forward_parameters(lm: torch.nn.Module) -> frozenset[str]:
+    return forward_parameters_of(type(lm))
 
 
 def forward_step(forward: Callable[[dict[str, Any]], dict[str, Any]]) -> Step:

@@ -104,6 +104,15 @@ def build_causal_lm(
         return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
 
 
+def with_umask_permissions(directory: Path) -> None:
+    """Every file in `directory` gets the permissions of a file created here now."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in directory.iterdir():
+        if path.is_file():
+            path.chmod(0o666 & ~mask)
+
+
 def check_model_arguments(
     pretrained: str | None, config: dict[str, Any] | None, tokenizer: str | None, objective: str
 ) -> None:
@@ -119,8 +128,7 @@ def check_model_arguments(
 
 @Model.register("catwalk::rank_classifier")
 class RankClassifier(Model):
-    """Scores each choice of a multiple-choice instance with a causal LM.
-
+    """Scores each choice of a multiple-choice instance with a causal LM, or generates.
 
     :param pretrained: hub name or local directory of a causal LM (e.g. "gpt2").
     :param config: instead of `pretrained`, a Hugging Face config dict (with `model_type`) for a
@@ -159,9 +167,7 @@ class RankClassifier(Model):
         self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
         self.objective = objective
-        self.wrapping_root = (
-            "lm"  # modules_to_wrap may name `transformer.h.0` for `lm.transformer.h.0`
-        )
+        self.wrapping_root = "lm"  # modules_to_wrap: `transformer.h.0` is `lm.transformer.h.0`
         self.supports_logits_to_keep = (
             "logits_to_keep" in inspect.signature(self.lm.forward).parameters
         )
@@ -202,11 +208,7 @@ class RankClassifier(Model):
         0600, through a temporary file, the rest with the umask's)."""
         self.lm.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-        mask = os.umask(0)
-        os.umask(mask)
-        for path in Path(directory).iterdir():
-            if path.is_file():
-                path.chmod(0o666 & ~mask)
+        with_umask_permissions(Path(directory))
 
     def score_sequences(
         self,
@@ -254,31 +256,38 @@ class RankClassifier(Model):
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
-        continuation_mask: torch.Tensor | None = None,
-        instance_index: torch.Tensor | None = None,
-        choice_index: torch.Tensor | None = None,
-        choice_chars: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        weights: torch.Tensor | None = None,
+        decoding: Mapping[str, Any] | None = None,
+        **batch: Any,
+    ) -> dict[str, Any]:
+        """A batch of multiple-choice instances (:meth:`choice_outputs`), or a `decoding` step
+        of generation (positions, cache): the next token's logits and the cache
+        (:func:`~catwalk_steps.scoring.generation.decode_step`). One forward, through the
+        engine's root wrapper, for both."""
+        if decoding is not None:
+            return decode_step(self.lm, input_ids, attention_mask, **decoding)
+        return self.choice_outputs(input_ids, attention_mask, **batch)
+
+    def choice_outputs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        continuation_mask: torch.Tensor,
+        instance_index: torch.Tensor,
+        choice_index: torch.Tensor,
+        choice_chars: torch.Tensor,
+        labels: torch.Tensor,
+        weights: torch.Tensor,
         logits_from: int = 1,
         num_choices: int | None = None,
         packed: Mapping[str, torch.Tensor] | None = None,
         olmo_eval: Mapping[str, torch.Tensor] | None = None,
-        decoding: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Loss and metrics for a batch of instances, each with all its choices. Sequence `s` is
         choice `choice_index[s]` of instance `instance_index[s]`. Training with the "lm"
         objective runs the right choices only (the others are not in the loss); otherwise every
         choice is scored, from the `packed` rows when the model takes them: one forward of the
         LM on every rank, whatever the batch holds. ai2-olmo-eval documents (`olmo_eval`:
-        `collate.olmo_eval_batch`) also return their metric sums and their own `scores` rows.
-        A `decoding` step of generation (positions, cache) returns the next token's logits
-        and the cache (:func:`~catwalk_steps.scoring.generation.decode_step`)."""
-        if decoding is not None:
-            return decode_step(self.lm, input_ids, attention_mask, **decoding)
-        assert continuation_mask is not None and weights is not None and labels is not None
-        assert instance_index is not None and choice_index is not None
-        assert choice_chars is not None
+        `collate.olmo_eval_batch`) also return their metric sums and their own `scores` rows."""
         # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
         weights = weights.float()
         right = choice_index == labels[instance_index]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tango import Step
 from tango.common import DatasetDict
+from tango.common.exceptions import ConfigurationError
 
-from ..tasks import Task
+from ..tasks import GenerativeTask, Task
 from ..workspace.formats import InstancesFormat
 
 
@@ -25,6 +28,18 @@ class LoadTask(Step[DatasetDict]):
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = InstancesFormat()
+
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        task = kwargs.get("task")
+        if task is not None:
+            task = kwargs["task"] = Task.built(task)
+        if isinstance(task, GenerativeTask):
+            raise ConfigurationError(
+                f"load_task.task: '{task.name}' is a generative task, which is evaluated, not "
+                "trained on: give it to catwalk::evaluate's task or to train.evaluate_tasks"
+            )
+        return kwargs
 
     def run(  # type: ignore[override]
         self,

@@ -100,10 +100,7 @@ def named_task_params(cls: type, params: Any) -> Any:
 
 
 def other_task_type(name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
-    """The block of the first other task type that knows `name`, unless the block gives
-    templates (a task of one's own by that name)."""
-    if "doc_to_text" in rest:
-        return None
+    """The block of the first other task type that knows `name`."""
     for resolve in NAMED_TASK_TYPES:
         block = resolve(name, rest)
         if block is not None:

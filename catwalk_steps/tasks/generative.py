@@ -238,8 +238,11 @@ class GenerativeTask(TemplatedTask):
         if isinstance(until, str) or not all(isinstance(s, str) for s in until):
             raise ConfigurationError(f"{where}.until: give a list of stop sequences")
         self.until = tuple(until)
-        self.max_gen_toks = max_gen_toks or DEFAULT_MAX_GEN_TOKS
+        self.max_gen_toks = DEFAULT_MAX_GEN_TOKS if max_gen_toks is None else max_gen_toks
         whole(self.max_gen_toks, f"{where}.max_gen_toks", 1)
+        self.first_listed: dict[Any, bool] = {}
+        shots = known.get("num_fewshot", 0) if num_fewshot is None else num_fewshot
+        super().__init__(name, num_fewshot=shots, **kwargs)  # the spec and data, checked
         metrics = metric_list if metric_list is not None else known.get("metric_list")
         if metrics is None:
             raise ConfigurationError(
@@ -247,9 +250,6 @@ class GenerativeTask(TemplatedTask):
             )
         filters = filter_list if filter_list is not None else known.get("filter_list")
         self.scoring = AnswerScoring.of(filters, metrics, where)
-        shots = known.get("num_fewshot", 0) if num_fewshot is None else num_fewshot
-        self.first_listed: dict[Any, bool] = {}
-        super().__init__(name, num_fewshot=shots, **kwargs)
         self.generation = {
             "until": list(self.until),
             "max_gen_toks": self.max_gen_toks,

