@@ -7,11 +7,11 @@ The model: GPT-2-small's shape (12 x 768, 124M parameters + OLMo's 50k vocabular
 weights with the rows of a few answer-ending tokens scaled up
 (tests/fixtures/generation_model.py) so that answers stop at different lengths, as a trained
 model's do. The requests: NQ-Open (zero-shot: short answers, a shared description) and GSM8K
-(5-shot: long prompts, answers of up to 256 tokens) as lm-evaluation-harness 0.4.13 defines them, offline; and NQ-Open
-with 5 fixed examples (`fewshot_sampler: first_n`), where every prompt shares a long prefix.
-Each side runs in its own process (2 threads), one run, after a warm-up request; tokens are
-counted in the answers (the same texts on both sides: checked). lm-evaluation-harness is timed
-at its default batch size (1) and at catwalk's.
+(5-shot: long prompts, answers of up to 256 tokens) as lm-evaluation-harness 0.4.13 defines
+them, offline; and NQ-Open with 5 fixed examples (`fewshot_sampler: first_n`), where every
+prompt shares a long prefix. Each side runs in its own process (2 threads), one run, after a
+warm-up request; tokens are counted in the answers (the same texts on both sides: checked).
+lm-evaluation-harness is timed at its default batch size (1) and at catwalk's.
 """
 
 from __future__ import annotations
