@@ -1,12 +1,14 @@
 """How a causal LM answers a multiple-choice question: tokenizing (context, choice) pairs as
 lm-evaluation-harness does, the rank classifier over any Hugging Face causal LM, the float32
-arithmetic of log-probabilities and metrics, and scoring a whole split.
+arithmetic of log-probabilities and metrics, and scoring a whole split; and how it answers a
+generation request (greedy decoding with a cache, continuous batching, the answers scored).
 
 Pure model-and-data code: nothing here knows of devices, ranks or process groups.
 """
 
 from .collate import MultipleChoiceCollator
 from .evaluation import metrics_from_scores, model_max_length, score_choices, task_metrics
+from .generated import generate_texts, generation_metrics, generation_outputs
 from .precision import Precision
 from .rank_classifier import RankClassifier
 from .sequences import SequenceEncoder
@@ -16,6 +18,9 @@ __all__ = [
     "Precision",
     "RankClassifier",
     "SequenceEncoder",
+    "generate_texts",
+    "generation_metrics",
+    "generation_outputs",
     "metrics_from_scores",
     "model_max_length",
     "score_choices",
