@@ -22,7 +22,7 @@ from catwalk_steps.scoring.generation import (
 )
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.tokenization import load_tokenizer
-from catwalk_steps.tasks import GenerationInstance, Task
+from catwalk_steps.tasks import GenerationInstance, Task, TaskDataError
 from catwalk_steps.tasks.answers import AnswerScoring
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -185,3 +185,29 @@ def test_rows_stop_at_end_of_text_a_stop_sequence_or_their_budget_and_ranks_step
         assert tokens == [[a, b], [a, comma], [a, a, a], []]
         assert [encoder.text(t, (",",)) for t in tokens] == ["ab", "a", "aaa", ""]
         assert step.calls == forwards
+
+
+def test_a_task_of_ones_own_from_files_and_a_row_without_an_answer(tmp_path):
+    rows = [{"q": "Capital of France?", "a": ["Paris", "paris"]}, {"q": "Nothing?", "a": []}]
+    path = tmp_path / "capitals.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    block = {
+        "type": "catwalk::generative",
+        "name": "capitals",
+        "source": "files",
+        "data_files": {"validation": str(path)},
+        "doc_to_text": "Q: {{q}}\nA:",
+        "doc_to_target": "{{a}}",
+        "until": ["\n"],
+        "max_gen_toks": 4,
+        "metric_list": [{"metric": "exact_match", "ignore_case": True}],
+    }
+    [first] = Task.from_params({**block, "max_instances": 1}).evaluation_instances()
+    assert (first.context, first.targets, first.until) == ("Q: Capital of France?\nA:",
+                                                          ("Paris", "paris"), ("\n",))  # fmt: skip
+    assert first.score(" PARIS")["scores"] == {"exact_match,none": 0.0}  # the space counts
+    assert first.score("PARIS")["scores"] == {"exact_match,none": 1.0}
+    with pytest.raises(
+        TaskDataError, match=r"task .capitals.: .*capitals.jsonl:2: doc_to_target gives no answer"
+    ):
+        Task.from_params(block).evaluation_instances()

@@ -118,9 +118,8 @@ class GenerationInstance:
     """One generation request and how its answer is scored.
 
     :ivar context: the prompt the model continues.
-    :ivar targets: the right answer(s).
-    :ivar multiple_targets: the task's targets are lists (lm-evaluation-harness decides by its
-        first document): a match with any one counts.
+    :ivar targets: the right answer(s): a match with any one counts (a task whose targets are
+        lists, as lm-evaluation-harness decides by its first document; else the one target).
     :ivar until: stop sequences: the answer is cut before the first one.
     :ivar max_gen_toks: at most this many tokens are generated.
     """
@@ -130,8 +129,6 @@ class GenerationInstance:
     until: tuple[str, ...]
     max_gen_toks: int
     scoring: AnswerScoring
-    multiple_targets: bool = False
-    subtask: str | None = None
 
     def pairs(self) -> list[tuple[str, str]]:
         """What its size is counted from (sharing work out by size)."""
@@ -147,7 +144,6 @@ class RenderedRequest(Rendered):
     """A row rendered for generation: `target` is the first target (what an example shows)."""
 
     targets: tuple[str, ...] = ()
-    listed: bool = False
 
 
 class GenerationBuilder(InstanceBuilder):
@@ -163,11 +159,12 @@ class GenerationBuilder(InstanceBuilder):
         text, target = str(values["doc_to_text"]), listed_target(values["doc_to_target"])
         listed = isinstance(target, list)
         targets = tuple(str(t) for t in target) if listed else (str(target),)
-        if listed and not self.task.multiple_targets(self.source):
-            targets = (str(target),)  # lm-evaluation-harness compares the list's text then
         if not targets:
             raise TaskDataError(f"task '{self.task.name}': {where}: doc_to_target gives no answer")
-        return RenderedRequest(text, (), targets[0], targets, listed)
+        shown = targets[0]  # what an example shows: a list's first (lm-eval's)
+        if listed and not self.task.multiple_targets(self.source):
+            targets = (str(target),)  # lm-evaluation-harness compares the list's text then
+        return RenderedRequest(text, (), shown, targets)
 
     def instance(self, doc: Rendered, prefix: str) -> GenerationInstance:
         assert isinstance(doc, RenderedRequest) and isinstance(doc.text, str)
@@ -179,8 +176,6 @@ class GenerationBuilder(InstanceBuilder):
             until=task.until,
             max_gen_toks=task.max_gen_toks,
             scoring=task.scoring,
-            multiple_targets=task.multiple_targets(self.source),
-            subtask=self.subtask,
         )
 
 
