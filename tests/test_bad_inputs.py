@@ -654,6 +654,25 @@ def test_a_long_context_is_cut_before_it_is_tokenized():
 # --- Useless settings warn ---------------------------------------------------------------------
 
 
+def test_a_long_prompt_is_cut_before_it_is_tokenized():
+    """A 20 MB prompt costs what its last tokens cost, and keeps the same last tokens."""
+    from catwalk_steps.scoring.generation import GenerationEncoder
+    from catwalk_steps.scoring.tokenization import load_tokenizer
+    from catwalk_steps.tasks import GenerationInstance
+    from catwalk_steps.tasks.answers import AnswerScoring
+
+    tokenizer = load_tokenizer("olmo_eval::gpt-neox-olmo-dolma-v1_5", "t")
+    scoring = AnswerScoring.of(None, [{"metric": "exact_match"}], "t")
+    encoder = GenerationEncoder(tokenizer, 128)
+    text = " ".join(f"word{i % 97} and, more." for i in range(3_000))
+    request = GenerationInstance(text, ("x",), until=(), max_gen_toks=28, scoring=scoring)
+    assert encoder.prompts([request])[0] == tokenizer(text)["input_ids"][-100:]
+    huge = GenerationInstance("a b " * 5_000_000, ("x",), (), 28, scoring)
+    started = time.monotonic()
+    assert len(encoder.prompts([huge])[0]) == 100
+    assert time.monotonic() - started < 5
+
+
 def test_useless_settings_warn_with_what_to_do():
     from catwalk_steps.checks.start_warnings import training_warnings
 

@@ -28,6 +28,7 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from ..tasks import GenerationInstance
+from .sequences import CHARS_PER_TOKEN
 
 MIN_SHARED_TOKENS = 8  # a shorter shared prefix is not worth a forward of its own
 
@@ -53,12 +54,17 @@ class GenerationEncoder:
             chosen = [i for i, x in enumerate(instances) if self.special(x.context) == special]
             if not chosen:
                 continue
-            texts = [instances[i].context for i in chosen]
+            # No token covers more than CHARS_PER_TOKEN characters: a prompt far longer than
+            # the room it has is cut before it is tokenized, keeping the same last tokens.
+            texts = [self.clip(instances[i]) for i in chosen]
             encoded = self.tokenizer(texts, add_special_tokens=special)["input_ids"]
             for i, ids in zip(chosen, encoded, strict=True):
                 room = self.room(instances[i])
                 result[i] = list(ids[-room:])
         return result
+
+    def clip(self, instance: GenerationInstance) -> str:
+        return instance.context[-(self.room(instance) + 1) * CHARS_PER_TOKEN :]
 
     def special(self, context: str) -> bool:
         return not (self.bos_text and context.startswith(self.bos_text))
