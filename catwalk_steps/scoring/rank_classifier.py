@@ -140,10 +140,8 @@ class RankClassifier(Model):
     :param skeleton: build the LM on the meta device, without weights (for sharded engines;
         not part of the model's identity).
 
-    :ivar metrics_history: the training loss and validation history of the run that trained it
-        (set by `catwalk::train`, stored beside the weights); None for an untrained model.
-    :ivar run_card: what produced it (config, versions, git commit, host, wall time), set by
-        `catwalk::train`; None for an untrained model.
+    :ivar metrics_history, run_card: the history of the run that trained it and what produced
+        it (config, versions, git commit, host), set by `catwalk::train`; None if untrained.
     """
 
     metrics_history: dict[str, list[dict[str, Any]]] | None
