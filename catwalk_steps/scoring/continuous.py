@@ -54,9 +54,22 @@ def padded_to(tensors, mask: torch.Tensor, width: int):
         return tensors, mask
     padded = []
     for keys, values in tensors:
-        zeros = keys.new_zeros((*keys.shape[:2], extra, keys.shape[3]))
-        padded.append((torch.cat([zeros, keys], 2), torch.cat([zeros, values], 2)))
+        key_zeros = keys.new_zeros((*keys.shape[:2], extra, keys.shape[3]))
+        value_zeros = values.new_zeros((*values.shape[:2], extra, values.shape[3]))
+        padded.append((torch.cat([key_zeros, keys], 2), torch.cat([value_zeros, values], 2)))
     return padded, torch.cat([mask.new_zeros((mask.size(0), extra)), mask], 1)
+
+
+def trimmed(cache: Any, mask: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """The cache and mask without their first positions where no row has anything (what
+    left padding leaves once the rows it padded for have left): the batch's width stays its
+    longest row's, not the number of forwards so far."""
+    used = mask.any(dim=0).nonzero()
+    start = int(used[0]) if used.numel() else mask.size(1)
+    if start == 0:
+        return cache, mask
+    kept = [(keys[:, :, start:], values[:, :, start:]) for keys, values in tensors_of(cache)]
+    return cache_of(kept), mask[:, start:]
 
 
 class ContinuousBatch:
@@ -143,7 +156,8 @@ def continuous_generate(
         if done and not waiting and joinable(cache):  # finished rows leave the batch
             keep = [slot for slot in range(len(requests)) if not rows.done[slot]]
             cache.batch_select_indices(torch.tensor(keep))
-            mask, positions = mask[keep], positions[keep]
+            cache, mask = trimmed(cache, mask[keep])
+            positions = positions[keep]
             kept = Rows([rows.until[s] for s in keep], [rows.budgets[s] for s in keep])
             kept.tokens, kept.done = [rows.tokens[s] for s in keep], [False] * len(keep)
             rows, requests = kept, [requests[s] for s in keep]
@@ -165,8 +179,10 @@ def refill(state: ContinuousBatch, batch: tuple, done: list[int], waiting: deque
     logits, new_cache, new_mask, new_positions = state.prefill(new)
     fresh = state.rows_of(new)
     first = state.first_tokens(fresh, logits, new)
-    if not joinable(cache) or not joinable(new_cache):
+    if not joinable(cache):  # every slot was done: the new prompts are the batch
         return new_cache, new_mask, new_positions, fresh, new, first
+    if not joinable(new_cache):
+        raise RuntimeError(f"generation: the model's caches differ ({type(new_cache).__name__})")
     width = max(mask.size(1), new_mask.size(1))
     old, mask = padded_to(tensors_of(cache), mask, width)
     added, new_mask = padded_to(tensors_of(new_cache), new_mask, width)
@@ -187,4 +203,5 @@ def refill(state: ContinuousBatch, batch: tuple, done: list[int], waiting: deque
         requests[slot], tokens[slot] = new[j], first[j]
         rows.until[slot], rows.budgets[slot] = fresh.until[j], fresh.budgets[j]
         rows.tokens[slot], rows.done[slot] = fresh.tokens[j], fresh.done[j]
-    return cache_of(merged), mask, positions, rows, requests, tokens
+    cache, mask = trimmed(cache_of(merged), mask)
+    return cache, mask, positions, rows, requests, tokens

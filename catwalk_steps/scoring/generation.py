@@ -73,8 +73,8 @@ class GenerationEncoder:
         room = self.max_length - instance.max_gen_toks
         if room <= 0:
             raise ConfigurationError(
-                f"max_gen_toks {instance.max_gen_toks} leaves no room for the prompt in the "
-                f"model's {self.max_length} positions; lower max_gen_toks or raise max_length"
+                f"max_gen_toks {instance.max_gen_toks} leaves no room for the prompt in "
+                f"max_length {self.max_length}; give the task a smaller max_gen_toks"
             )
         return room
 

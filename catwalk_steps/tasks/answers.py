@@ -80,22 +80,37 @@ class Metric:
     regexes_to_ignore: tuple[str, ...] = ()
 
     def score(self, answer: str, targets: Sequence[str]) -> float:
-        """The answer's score against its targets (the best of them)."""
+        """The answer's score against its targets (the best of them; none: 0, as lm-eval's mean
+        over no targets is NaN, which does not count)."""
         if self.name == "f1":
-            return max(token_f1(answer, target) for target in targets)
-        return float(any(self.exact(answer, target) for target in targets))
+            return max((token_f1(answer, target) for target in targets), default=0.0)
+        return float(any(self.matches(answer, targets)))
 
-    def exact(self, answer: str, target: str) -> bool:
+    def matches(self, answer: str, targets: Sequence[str]) -> list[bool]:
+        """lm-evaluation-harness's exact_match of the answer against each target, its numpy
+        arrays' quirks included: lower-casing keeps each side's width (a character that
+        lower-cases to two is cut), trailing NUL characters do not count."""
+        answers, golds = [answer] * len(targets), list(targets)
         for pattern in self.regexes_to_ignore:
-            answer, target = re.sub(pattern, "", answer), re.sub(pattern, "", target)
+            answers = [re.sub(pattern, "", text) for text in answers]
+            golds = [re.sub(pattern, "", text) for text in golds]
         if self.ignore_case:
-            answer, target = answer.lower(), target.lower()
+            answers, golds = lowered(answers), lowered(golds)
         if self.ignore_punctuation:
-            answer, target = answer.translate(NO_PUNCTUATION), target.translate(NO_PUNCTUATION)
+            answers, golds = without(answers, NO_PUNCTUATION), without(golds, NO_PUNCTUATION)
         if self.ignore_numbers:
-            answer, target = answer.translate(NO_DIGITS), target.translate(NO_DIGITS)
-        # numpy, which lm-evaluation-harness compares with, ignores trailing NUL characters.
-        return answer.rstrip("\0") == target.rstrip("\0")
+            answers, golds = without(answers, NO_DIGITS), without(golds, NO_DIGITS)
+        return [a.rstrip("\0") == g.rstrip("\0") for a, g in zip(answers, golds, strict=True)]
+
+
+def without(texts: list[str], table: dict[int, Any]) -> list[str]:
+    return [text.translate(table) for text in texts]
+
+
+def lowered(texts: list[str]) -> list[str]:
+    """`np.char.lower` of an array of `texts`: lower case, cut to the array's width."""
+    width = max((len(text) for text in texts), default=0)
+    return [text.lower()[:width] for text in texts]
 
 
 def squad_normalize(text: str) -> str:
@@ -164,10 +179,15 @@ class AnswerScoring:
 def pipeline(entry: Any, where: str) -> tuple[str, tuple[FilterStep, ...]]:
     if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
         raise ConfigurationError(f"{where}: give {{name: ..., filter: [{{function: ...}}]}}")
+    functions = entry.get("filter") or []
+    if not isinstance(functions, list):
+        raise ConfigurationError(f"{where}.filter: give a list of {{function: ...}}")
     steps = []
-    for i, step in enumerate(entry.get("filter") or []):
+    for i, step in enumerate(functions):
         here = f"{where}.filter[{i}]"
-        function = step.get("function") if isinstance(step, Mapping) else None
+        if not isinstance(step, Mapping):
+            raise ConfigurationError(f"{here}: give {{function: ...}}, got {step!r}")
+        function = step.get("function")
         if function not in FILTER_FUNCTIONS:
             raise ConfigurationError(
                 f"{here}.function: expected one of {', '.join(FILTER_FUNCTIONS)}, got {function!r}"
@@ -179,12 +199,21 @@ def pipeline(entry: Any, where: str) -> tuple[str, tuple[FilterStep, ...]]:
             raise ConfigurationError(f"{here}: '{function}' does not take {', '.join(unknown)}")
         if "regex_pattern" in options:
             compile_pattern(options["regex_pattern"], f"{here}.regex_pattern")
+        if "group_select" in options and not is_int(options["group_select"]):
+            raise ConfigurationError(
+                f"{here}.group_select: a whole number (0: the first match, -1: the last), got "
+                f"{options['group_select']!r}"
+            )
+        if "fallback" in options and not isinstance(options["fallback"], str):
+            raise ConfigurationError(f"{here}.fallback: a text, got {options['fallback']!r}")
         steps.append(FilterStep(function, **options))
     return entry["name"], tuple(steps)
 
 
 def metric_of(entry: Any, where: str) -> Metric:
-    name = entry.get("metric") if isinstance(entry, Mapping) else None
+    if not isinstance(entry, Mapping):
+        raise ConfigurationError(f"{where}: give {{metric: ...}}, got {entry!r}")
+    name = entry.get("metric")
     if name not in METRICS:
         raise ConfigurationError(
             f"{where}.metric: expected one of {', '.join(METRICS)}, got {name!r}"
@@ -203,8 +232,14 @@ def metric_of(entry: Any, where: str) -> Metric:
     return Metric(name, **options)
 
 
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def compile_pattern(pattern: Any, where: str) -> None:
+    if not isinstance(pattern, str):
+        raise ConfigurationError(f"{where}: a regular expression (text), got {pattern!r}")
     try:
         re.compile(pattern)
-    except (re.error, TypeError) as e:
+    except re.error as e:
         raise ConfigurationError(f"{where}: not a regular expression ({e})") from None

@@ -26,7 +26,7 @@ from .answers import AnswerScoring
 from .base import NAMED_TASK_TYPES, OTHER_TASK_NAMES, Task, TaskDataError
 from .fewshot import Rendered
 from .templated import InstanceBuilder, TemplatedTask
-from .templates import TemplateError
+from .templates import Template, TemplateError
 
 TASK_TYPE = "catwalk::generative"
 DEFAULT_MAX_GEN_TOKS = 256  # lm-evaluation-harness's Hugging Face backend's
@@ -141,30 +141,52 @@ class GenerationInstance:
 
 @dataclass(frozen=True)
 class RenderedRequest(Rendered):
-    """A row rendered for generation: `target` is the first target (what an example shows)."""
+    """A row rendered for generation: `target` is what an example shows (a list's first answer;
+    None for an empty list), `listed` whether the row's target is a list."""
 
     targets: tuple[str, ...] = ()
+    listed: bool = False
 
 
 class GenerationBuilder(InstanceBuilder):
-    """Rows made generation instances: the prompt as for a multiple-choice task, no choices."""
+    """Rows made generation instances: the prompt as for a multiple-choice task, no choices.
+    Texts and targets are read as lm-evaluation-harness reads them without choices: a field's
+    value as it is, a template's text (digits stay text) or, when it renders a list, the list."""
+
+    def __init__(self, task: TemplatedTask, source, subtask: str | None):
+        super().__init__(task, source, subtask)
+        self.templates = {**self.templates, **prompt_templates(task.spec)}
 
     def render(self, row, where: str) -> Rendered:
         values = {}
         for key in ("doc_to_text", "doc_to_target"):
             try:
-                values[key] = self.templates[key].apply(row, self.extra)
+                values[key] = read_prompt(self.templates[key], row, self.extra)
             except (TemplateError, KeyError) as e:
                 raise TaskDataError(f"task '{self.task.name}': {where}: {key}: {e}") from None
-        text, target = str(values["doc_to_text"]), listed_target(values["doc_to_target"])
+        text, target = str(values["doc_to_text"]), values["doc_to_target"]
+        task = self.task
+        assert isinstance(task, GenerativeTask)
         listed = isinstance(target, list)
-        targets = tuple(str(t) for t in target) if listed else (str(target),)
-        if not targets:
-            raise TaskDataError(f"task '{self.task.name}': {where}: doc_to_target gives no answer")
-        shown = targets[0]  # what an example shows: a list's first (lm-eval's)
-        if listed and not self.task.multiple_targets(self.source):
-            targets = (str(target),)  # lm-evaluation-harness compares the list's text then
-        return RenderedRequest(text, (), shown, targets)
+        shown = (str(target[0]) if target else None) if listed else str(target)
+        if task.multiple_targets(self.source):
+            # lm-evaluation-harness's `list(gold)`: a text among lists counts by its characters.
+            targets = tuple(str(t) for t in (target if listed else list(str(target))))
+        else:
+            targets = (str(target),)  # a list's text, where the first document's is no list
+        return RenderedRequest(text, (), shown, targets, listed)
+
+    def example(self, doc: Rendered) -> str:
+        assert isinstance(doc, RenderedRequest)
+        if doc.target is None:
+            raise TaskDataError(
+                f"task '{self.task.name}': a few-shot example's doc_to_target is an empty list "
+                "(lm-evaluation-harness fails on it too)"
+            )
+        if doc.listed:  # an answer, even an empty one: lm-eval writes its delimiters
+            spec = self.spec
+            return f"{doc.text}{spec.target_delimiter}{doc.target}{spec.fewshot_delimiter}"
+        return super().example(doc)
 
     def instance(self, doc: Rendered, prefix: str) -> GenerationInstance:
         assert isinstance(doc, RenderedRequest) and isinstance(doc.text, str)
@@ -177,6 +199,18 @@ class GenerationBuilder(InstanceBuilder):
             max_gen_toks=task.max_gen_toks,
             scoring=task.scoring,
         )
+
+
+def prompt_templates(spec: Any) -> dict[str, Template]:
+    """The question's and the answer's templates, read as text (never an index)."""
+    return {key: Template(getattr(spec, key), "prompt") for key in ("doc_to_text", "doc_to_target")}
+
+
+def read_prompt(template: Template, row: Any, extra: Any) -> Any:
+    """A template's value for `row`: a field's as it is; a template's text, or the list it
+    renders (lm-evaluation-harness's reading of `[...]`)."""
+    value = template.apply(row, extra)
+    return listed_target(value) if template.compiled is not None else value
 
 
 def listed_target(target: Any) -> Any:
@@ -195,8 +229,8 @@ class GenerativeTask(TemplatedTask):
     """A generative task: `nq_open`, `triviaqa`, `gsm8k` (lm-evaluation-harness 0.4.13's), or
     one's own (`doc_to_text` and `doc_to_target` given).
 
-    :param until: stop sequences (lm-evaluation-harness's `generation_kwargs.until`); the
-        tokenizer's end-of-text also stops.
+    :param until: stop sequences (lm-evaluation-harness's `generation_kwargs.until`; default,
+        as there, the few-shot delimiter); the model's end-of-text also stops.
     :param max_gen_toks: the most tokens generated per answer (default 256).
     :param filter_list: filter pipelines, lm-evaluation-harness's YAML shape: `[{name, filter:
         [{function: 'regex', regex_pattern, group_select}, {function: 'take_first'}]}]`
@@ -215,10 +249,11 @@ class GenerativeTask(TemplatedTask):
     def __init__(
         self,
         name: str,
-        until: list[str] | None = None,
+        until: str | list[str] | None = None,
         max_gen_toks: int | None = None,
-        filter_list: list[dict[str, Any]] | None = None,
-        metric_list: list[dict[str, Any]] | None = None,
+        # A dict too, so that the message is ours (a list of dicts is what is wanted).
+        filter_list: list[dict[str, Any]] | dict[str, Any] | None = None,
+        metric_list: list[dict[str, Any]] | dict[str, Any] | None = None,
         num_fewshot: int | None = None,
         **kwargs: Any,
     ):
@@ -229,15 +264,18 @@ class GenerativeTask(TemplatedTask):
             )
         known = TASKS.get(name, {})
         where = f"task '{name}'"
-        until = known.get("until", []) if until is None else until
-        if isinstance(until, str) or not all(isinstance(s, str) for s in until):
+        until = known.get("until") if until is None else until
+        if until is not None and (
+            not isinstance(until, (list, tuple)) or not all(isinstance(s, str) for s in until)
+        ):
             raise ConfigurationError(f"{where}.until: give a list of stop sequences")
-        self.until = tuple(until)
         self.max_gen_toks = DEFAULT_MAX_GEN_TOKS if max_gen_toks is None else max_gen_toks
         whole(self.max_gen_toks, f"{where}.max_gen_toks", 1)
         self.first_listed: dict[Any, bool] = {}
         shots = known.get("num_fewshot", 0) if num_fewshot is None else num_fewshot
         super().__init__(name, num_fewshot=shots, **kwargs)  # the spec and data, checked
+        # lm-evaluation-harness's default stop: the few-shot delimiter.
+        self.until = tuple(until) if until is not None else (self.spec.fewshot_delimiter,)
         metrics = metric_list if metric_list is not None else known.get("metric_list")
         if metrics is None:
             raise ConfigurationError(
@@ -261,10 +299,11 @@ class GenerativeTask(TemplatedTask):
         if source not in self.first_listed:
             split = self.evaluation_split_of(source)
             rows = source.rows(split, 1)
-            template = self.spec.templates()["doc_to_target"]
+            template = prompt_templates(self.spec)["doc_to_target"]
             extra = {"subtask": None} if self.spec.subtasks else {}
-            first = listed_target(template.apply(rows[0], extra)) if rows else None
-            self.first_listed[source] = isinstance(first, list)
+            first = read_prompt(template, rows[0], extra) if rows else None
+            # lm-eval's `multiple_target = len(first)`: an empty first list counts as none.
+            self.first_listed[source] = isinstance(first, list) and len(first) > 0
         return self.first_listed[source]
 
     def det_hash_object(self) -> Any:

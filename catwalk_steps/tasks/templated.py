@@ -213,12 +213,14 @@ class InstanceBuilder:
             for i in sampler.draw(self.task.num_fewshot, row) if sampler else []:
                 if i not in examples:
                     example = self.render(pool[i], f"few-shot example {i}")
-                    examples[i] = example_text(
-                        example, self.spec.target_delimiter, self.spec.fewshot_delimiter
-                    )
+                    examples[i] = self.example(example)
                 prefix += examples[i]
             instances.append(self.instance(doc, prefix))
         return instances
+
+    def example(self, doc: Rendered) -> str:
+        """A solved example: question, target delimiter, answer, few-shot delimiter."""
+        return example_text(doc, self.spec.target_delimiter, self.spec.fewshot_delimiter)
 
     def sampler(self, split: str) -> FewshotSampler | None:
         if self.task.num_fewshot == 0:

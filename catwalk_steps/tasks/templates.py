@@ -67,7 +67,8 @@ class Template:
     """One of a task's templates, compiled once.
 
     :param value: a field name, a Jinja2 template, a number or (choices) a list.
-    :param role: "text", "choice", "target" or "description": how the result is read.
+    :param role: "text", "choice", "target", "description" or "prompt" (a generative task's
+        text or answer: never an index): how the result is read.
     """
 
     def __init__(self, value: Any, role: str):
