@@ -187,16 +187,10 @@ def pipeline(entry: Any, where: str) -> tuple[str, tuple[FilterStep, ...]]:
         here = f"{where}.filter[{i}]"
         if not isinstance(step, Mapping):
             raise ConfigurationError(f"{here}: give {{function: ...}}, got {step!r}")
-        function = step.get("function")
-        if function not in FILTER_FUNCTIONS:
-            raise ConfigurationError(
-                f"{here}.function: expected one of {', '.join(FILTER_FUNCTIONS)}, got {function!r}"
-            )
+        function = one_of(step.get("function"), FILTER_FUNCTIONS, f"{here}.function")
         options = {key: value for key, value in step.items() if key != "function"}
         allowed = ("regex_pattern", "group_select", "fallback") if function == "regex" else ()
-        unknown = sorted(set(options) - set(allowed))
-        if unknown:
-            raise ConfigurationError(f"{here}: '{function}' does not take {', '.join(unknown)}")
+        only(options, allowed, function, here)
         if "regex_pattern" in options:
             compile_pattern(options["regex_pattern"], f"{here}.regex_pattern")
         if "group_select" in options and not is_int(options["group_select"]):
@@ -213,16 +207,10 @@ def pipeline(entry: Any, where: str) -> tuple[str, tuple[FilterStep, ...]]:
 def metric_of(entry: Any, where: str) -> Metric:
     if not isinstance(entry, Mapping):
         raise ConfigurationError(f"{where}: give {{metric: ...}}, got {entry!r}")
-    name = entry.get("metric")
-    if name not in METRICS:
-        raise ConfigurationError(
-            f"{where}.metric: expected one of {', '.join(METRICS)}, got {name!r}"
-        )
+    name = one_of(entry.get("metric"), tuple(METRICS), f"{where}.metric")
     ignored = ("metric", "aggregation", "higher_is_better")
     options = {key: value for key, value in entry.items() if key not in ignored}
-    unknown = sorted(set(options) - set(METRICS[name]))
-    if unknown:
-        raise ConfigurationError(f"{where}: '{name}' does not take {', '.join(unknown)}")
+    only(options, METRICS[name], name, where)
     patterns = options.get("regexes_to_ignore", [])
     if isinstance(patterns, str) or not isinstance(patterns, (list, tuple)):
         raise ConfigurationError(f"{where}.regexes_to_ignore: give a list of patterns")
@@ -230,6 +218,18 @@ def metric_of(entry: Any, where: str) -> Metric:
         compile_pattern(pattern, f"{where}.regexes_to_ignore[{i}]")
     options["regexes_to_ignore"] = tuple(patterns)
     return Metric(name, **options)
+
+
+def one_of(value: Any, known: tuple[str, ...], where: str) -> str:
+    if value not in known:
+        raise ConfigurationError(f"{where}: expected one of {', '.join(known)}, got {value!r}")
+    return value
+
+
+def only(options: Mapping[str, Any], allowed: tuple[str, ...], name: str, where: str) -> None:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ConfigurationError(f"{where}: '{name}' does not take {', '.join(unknown)}")
 
 
 def is_int(value: Any) -> bool:
