@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..tasks import GenerationInstance
-from .generation import GenerationEncoder, Rows, Step, finish_row, left_padded, shared_prefix
+from .generation import GenerationEncoder, Rows, Step, chosen_tokens, left_padded, shared_prefix
 
 
 def joinable(cache: Any) -> bool:
@@ -78,10 +78,6 @@ class ContinuousBatch:
     def __init__(self, step: Step, encoder: GenerationEncoder, prompts, instances, eos_ids):
         self.step, self.encoder, self.eos_ids = step, encoder, eos_ids
         self.prompts, self.instances = prompts, instances
-        self.pad_id = encoder.tokenizer.pad_token_id
-        if self.pad_id is None:
-            self.pad_id = encoder.tokenizer.eos_token_id
-        self.windows = [encoder.stop_window(x.until) for x in instances]
         self.shared, self.prefix = 0, None
 
     def share(self, requests: Sequence[int]) -> None:
@@ -98,7 +94,7 @@ class ContinuousBatch:
         """The prompts' forward: (last logits, cache tensors or cache, mask, last positions)."""
         count, shared = len(requests), self.shared
         ids, mask, positions = left_padded(
-            [self.prompts[i][shared:] for i in requests], self.pad_id, start=shared
+            [self.prompts[i][shared:] for i in requests], self.encoder.pad_id, start=shared
         )
         cache = None
         if shared:
@@ -114,13 +110,8 @@ class ContinuousBatch:
         chosen = [self.instances[i] for i in requests]
         return Rows([x.until for x in chosen], [x.max_gen_toks for x in chosen])
 
-    def first_tokens(self, rows: Rows, logits: torch.Tensor, requests: list[int]) -> list[int]:
-        tokens = logits.argmax(dim=-1).tolist()
-        for row, token in enumerate(tokens):
-            if not rows.done[row]:
-                window = self.windows[requests[row]]
-                finish_row(rows, row, token, self.eos_ids, self.encoder, window)
-        return tokens
+    def next_tokens(self, rows: Rows, logits: torch.Tensor) -> list[int]:
+        return chosen_tokens(rows, logits, self.eos_ids, self.encoder)
 
 
 def continuous_generate(
@@ -142,7 +133,7 @@ def continuous_generate(
     requests = [waiting.popleft() for _ in range(min(batch_size, len(waiting)))]
     logits, cache, mask, positions = state.prefill(requests)
     rows = state.rows_of(requests)
-    tokens = state.first_tokens(rows, logits, requests)
+    tokens = state.next_tokens(rows, logits)
     while True:
         done = [slot for slot, finished in enumerate(rows.done) if finished]
         for slot in done:
@@ -166,7 +157,7 @@ def continuous_generate(
         mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
         positions = positions + 1
         logits, cache = step(ids, mask, positions, cache)
-        tokens = state.first_tokens(rows, logits, requests)
+        tokens = state.next_tokens(rows, logits)
 
 
 def refill(state: ContinuousBatch, batch: tuple, done: list[int], waiting: deque):
@@ -178,7 +169,7 @@ def refill(state: ContinuousBatch, batch: tuple, done: list[int], waiting: deque
     new = [waiting.popleft() for _ in slots]
     logits, new_cache, new_mask, new_positions = state.prefill(new)
     fresh = state.rows_of(new)
-    first = state.first_tokens(fresh, logits, new)
+    first = state.next_tokens(fresh, logits)
     if not joinable(cache):  # every slot was done: the new prompts are the batch
         return new_cache, new_mask, new_positions, fresh, new, first
     if not joinable(new_cache):

@@ -45,6 +45,9 @@ class GenerationEncoder:
         self.max_length = max_length
         self.bos_text = tokenizer.bos_token if tokenizer.bos_token_id is not None else None
         self.eos_text = tokenizer.decode([tokenizer.eos_token_id], skip_special_tokens=False)
+        # What padding rows are given (masked): the tokenizer's pad token, else its end-of-text.
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else tokenizer.eos_token_id
         self.stop_lengths: dict[str, int] = {}
 
     def prompts(self, instances: Sequence[GenerationInstance]) -> list[list[int]]:
@@ -159,21 +162,14 @@ def greedy_generate(
     """Each row's generated tokens (without the end-of-text token). `live` marks the rows that
     count (others, stand-ins that even out ranks' shares, stop at once but keep stepping)."""
     ranks = ranks or Ranks()
-    pad_id = encoder.tokenizer.pad_token_id
-    if pad_id is None:
-        pad_id = encoder.tokenizer.eos_token_id
     rows = Rows([x.until for x in instances], [x.max_gen_toks for x in instances])
     if live is not None:
         rows.done = [done or not alive for done, alive in zip(rows.done, live, strict=True)]
-    windows = [encoder.stop_window(x.until) for x in instances]
     shared = shared_prefix(prompts) if share_prefix else 0
     shared = shared if ranks.all(shared > 0) else 0  # one forward more on every rank, or none
-    logits, cache, mask, positions = prompt_forward(step, prompts, pad_id, shared)
+    logits, cache, mask, positions = prompt_forward(step, prompts, encoder.pad_id, shared)
     while True:
-        next_tokens = logits.argmax(dim=-1).tolist()
-        for row, token in enumerate(next_tokens):
-            if not rows.done[row]:
-                finish_row(rows, row, token, eos_ids, encoder, windows[row])
+        next_tokens = chosen_tokens(rows, logits, eos_ids, encoder)
         if not ranks.any(not all(rows.done)):
             return rows.tokens
         # Finished rows keep stepping (their tokens are not kept): one forward for all.
@@ -183,7 +179,16 @@ def greedy_generate(
         logits, cache = step(ids, mask, positions, cache)
 
 
-def finish_row(rows: Rows, row: int, token: int, eos_ids, encoder, window: int) -> None:
+def chosen_tokens(rows: Rows, logits: torch.Tensor, eos_ids, encoder) -> list[int]:
+    """Each row's most likely next token, given to the rows not done yet (:func:`finish_row`)."""
+    tokens = logits.argmax(dim=-1).tolist()
+    for row, token in enumerate(tokens):
+        if not rows.done[row]:
+            finish_row(rows, row, token, eos_ids, encoder)
+    return tokens
+
+
+def finish_row(rows: Rows, row: int, token: int, eos_ids, encoder: GenerationEncoder) -> None:
     """Row `row`'s next token: kept, unless it ends the answer; the row is done at end-of-text,
     a stop sequence or its budget."""
     if token in eos_ids:
@@ -194,7 +199,7 @@ def finish_row(rows: Rows, row: int, token: int, eos_ids, encoder, window: int) 
     if len(tokens) >= rows.budgets[row]:
         rows.done[row] = True
     elif rows.until[row]:
-        tail = encoder.tokenizer.decode(tokens[-window:])
+        tail = encoder.tokenizer.decode(tokens[-encoder.stop_window(rows.until[row]) :])
         rows.done[row] = any(stop in tail for stop in rows.until[row])
 
 

@@ -283,11 +283,6 @@ class GenerativeTask(TemplatedTask):
             )
         filters = filter_list if filter_list is not None else known.get("filter_list")
         self.scoring = AnswerScoring.of(filters, metrics, where)
-        self.generation = {
-            "until": list(self.until),
-            "max_gen_toks": self.max_gen_toks,
-            "scoring": repr(self.scoring),
-        }
 
     @property
     def builder(self) -> type[InstanceBuilder]:
@@ -307,7 +302,12 @@ class GenerativeTask(TemplatedTask):
         return self.first_listed[source]
 
     def det_hash_object(self) -> Any:
-        return (super().det_hash_object(), sorted(self.generation.items()))
+        generation = {
+            "until": list(self.until),
+            "max_gen_toks": self.max_gen_toks,
+            "scoring": repr(self.scoring),
+        }
+        return (super().det_hash_object(), sorted(generation.items()))
 
 
 def generative_block(name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
