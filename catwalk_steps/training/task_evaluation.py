@@ -83,17 +83,21 @@ class InLoopTasks:
                     parts = outputs.get("olmo_eval") or {key: outputs[key] for key in COUNTS}
                 for key, value in parts.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
-            results[name] = self.totals(sums, engine.device, self.metrics.get(name))
-            if name in self.generative:
-                results[name] = generative_totals(results[name], self.generative[name])
+            results[name] = self.totals(
+                sums, engine.device, self.metrics.get(name), self.generative.get(name)
+            )
         engine.model.train()
         return results
 
     def totals(
-        self, sums: dict[str, float], device: torch.device, metric: str | None = None
+        self,
+        sums: dict[str, float],
+        device: torch.device,
+        metric: str | None = None,
+        scores: list[str] | None = None,
     ) -> dict[str, Any]:
         """Sums over ranks made metrics: `acc`, `acc_norm`, `count`; or an olmo_eval label's
-        (`metric`: its type)."""
+        (`metric`: its type); or a generative task's means (`scores`: its score names)."""
         values = {
             key: torch.tensor(value, dtype=torch.float64, device=device)
             for key, value in sums.items()
@@ -104,17 +108,12 @@ class InLoopTasks:
             result = metric_values(values, metric)
             result["count"] = result.pop("n")
             return result
-        if "correct" not in values:  # a generative task's sums
-            return {key: float(value) for key, value in values.items()}
         count = float(values["count"])
+        if scores is not None:
+            means = {name: float(values[name]) / max(count, 1.0) for name in scores}
+            return {**means, "count": int(count)}
         return {
             "acc": float(values["correct"]) / max(count, 1.0),
             "acc_norm": float(values["correct_norm"]) / max(count, 1.0),
             "count": int(count),
         }
-
-
-def generative_totals(sums: dict[str, float], names: list[str]) -> dict[str, Any]:
-    """A generative task's means over its instances (its score names first, in order)."""
-    count = sums["count"]
-    return {**{name: sums[name] / max(count, 1.0) for name in names}, "count": int(count)}
