@@ -23,9 +23,12 @@ BYTE = "catwalk::byte_level"
         ({"config": TINY_GPT2, "tokenizer": BYTE, "objective": "mse"}, "model.objective: expected"),
         (
             {"config": TINY_GPT2, "tokenizer": "/no/such/tokenizer"},
-            "model.tokenizer '/no/such/tokenizer': cannot load it",
+            "model.tokenizer '/no/such/tokenizer': no such file or directory",
         ),
-        ({"pretrained": "/no/such/model"}, "model.pretrained '/no/such/model': cannot load it"),
+        (
+            {"pretrained": "/no/such/model"},
+            "model.pretrained '/no/such/model': no such file or directory",
+        ),
     ],
 )
 def test_bad_model_specs_name_the_field(spec, message):
@@ -36,7 +39,9 @@ def test_bad_model_specs_name_the_field(spec, message):
 
 
 def test_bad_collate_tokenizer_names_the_field():
-    with pytest.raises(ConfigurationError, match="collate_fn.tokenizer '/no/such': cannot load it"):
+    with pytest.raises(
+        ConfigurationError, match="collate_fn.tokenizer '/no/such': no such file or directory"
+    ):
         MultipleChoiceCollator("/no/such")
 
 

@@ -41,6 +41,8 @@ def check_evaluate_step(
             f"evaluate.split: '{split}' is not loaded by the data step "
             f"(splits: {', '.join(splits)})"
         )
+    if configured is not None:
+        configured.check_files()
     check_length_fits(configured, max_length)
     check_generation_fits(configured, max_length, kwargs.get("task"))
     check_extra_metrics(kwargs.get("extra_metrics"), kwargs.get("task"))

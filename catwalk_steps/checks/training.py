@@ -29,7 +29,7 @@ from tango.integrations.torch import (
 
 from ..distributed.rendezvous import rendezvous_settings
 from ..errors import whole
-from ..remote import HubUnreachable
+from ..scoring.causal_lm import unavailable_here
 from ..scoring.evaluation import max_positions
 from ..scoring.precision import Precision
 from ..training.components import check_keys, lazy_config, registered_name, resolve_config
@@ -195,10 +195,11 @@ def _skeleton(params_json: str, constructor: Any) -> Any:
 
     if not (inspect.isclass(constructor) and issubclass(constructor, RankClassifier)):
         return None
+    params = json.loads(params_json)
     try:
-        return RankClassifier(**json.loads(params_json), skeleton=True)
+        return RankClassifier(**params, skeleton=True)
     except ConfigurationError as e:
-        if isinstance(e, HubUnreachable) or "cannot load it" in str(e):
+        if unavailable_here(e, params.get("pretrained")):
             return None  # not on this machine (yet): the step's own load says so, if it runs
         raise
 

@@ -23,8 +23,10 @@ from tango.common.det_hash import det_hash
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
-from ..remote import HubUnreachable
-from ..scoring.rank_classifier import RankClassifier, causal_lm_config
+from ..remote import is_hub_name
+from ..scoring.causal_lm import causal_lm_config, unavailable_here
+from ..scoring.model_files import check_model_directory
+from ..scoring.rank_classifier import RankClassifier
 from ..scoring.tokenization import load_tokenizer
 from ..training.checkpoints.weights import read_model_info
 from ..training.components import check_keys, lazy_params, resolve_config
@@ -83,6 +85,13 @@ class ConfiguredModel:
     def tokenizer_name(self) -> str:
         return self.block.get("tokenizer") or self.block["pretrained"]
 
+    def check_files(self) -> None:
+        """A local directory's files as its readers need them (:mod:`..scoring.model_files`):
+        cheap, so checked when the step graph is built; a hub model is read when it runs."""
+        pretrained = self.block.get("pretrained")
+        if pretrained and not is_hub_name(pretrained):
+            check_model_directory(pretrained, "evaluate.model.pretrained")
+
 
 @functools.lru_cache(maxsize=32)
 def _hf_config(block_json: str) -> Any:
@@ -94,7 +103,7 @@ def _hf_config(block_json: str) -> Any:
             tokenizer = load_tokenizer(block["tokenizer"], "model.tokenizer")
         return causal_lm_config(block.get("pretrained"), block.get("config"), tokenizer)
     except ConfigurationError as e:
-        if isinstance(e, HubUnreachable) or "cannot load it" in str(e):
+        if unavailable_here(e, block.get("pretrained")):
             return None
         raise
 

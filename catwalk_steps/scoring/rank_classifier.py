@@ -22,8 +22,7 @@ import torch.nn.functional as F
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
-from ..errors import first_line
-from ..remote import files_only
+from .causal_lm import build_causal_lm, checked_source
 from .generation import decode_step
 from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
 from .olmo_metrics import olmo_eval_outputs
@@ -38,70 +37,6 @@ def identity_of(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     same whether the model is built or only configured, so a step's unique id does not depend
     on whether its model was loaded when the step graph was built."""
     return ("RankClassifier", spec)
-
-
-def causal_lm_config(pretrained: str | None, config: Mapping[str, Any] | None, tokenizer=None):
-    """The Hugging Face config of the LM, read without any weights: `pretrained`'s
-    (`config.json`), or built from the `config` dict. A config that leaves out the vocabulary
-    size or special token ids takes them from `tokenizer`."""
-    from transformers import AutoConfig
-
-    if pretrained is not None:
-        cached = files_only(pretrained, "model.pretrained")
-        try:
-            return AutoConfig.from_pretrained(pretrained, local_files_only=cached)
-        except (OSError, ValueError) as e:
-            raise cannot_load(pretrained, e) from None
-    config = dict(config or {})
-    if tokenizer is not None:
-        config.setdefault("vocab_size", len(tokenizer))
-        for field in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            config.setdefault(field, getattr(tokenizer, field))
-    if "model_type" not in config:
-        raise ConfigurationError("model.config: missing field 'model_type' (e.g. \"gpt2\")")
-    try:
-        return AutoConfig.for_model(config.pop("model_type"), **config)
-    except (ValueError, KeyError) as e:
-        raise ConfigurationError(f"model.config: {e}") from None
-
-
-def cannot_load(pretrained: str, error: BaseException) -> ConfigurationError:
-    return ConfigurationError(
-        f"model.pretrained '{pretrained}': cannot load it ({first_line(error)})"
-    )
-
-
-def build_causal_lm(
-    pretrained: str | None,
-    config: Mapping[str, Any] | None,
-    init_seed: int,
-    tokenizer=None,
-    skeleton: bool = False,
-) -> torch.nn.Module:
-    """Loads a causal LM by hub name / path, or builds one from a config dict with random init.
-
-    The caller (:class:`RankClassifier`) checks that exactly one is given. With `skeleton`, the
-    model is built on the meta device: its structure without any weights (a sharded engine then
-    materialises only its own shard).
-    """
-    from transformers import AutoModelForCausalLM
-
-    if pretrained is not None and not skeleton:
-        cached = files_only(pretrained, "model.pretrained")
-        try:
-            return AutoModelForCausalLM.from_pretrained(
-                pretrained, dtype=torch.float32, local_files_only=cached
-            )
-        except (OSError, ValueError) as e:
-            raise cannot_load(pretrained, e) from None
-    hf_config = causal_lm_config(pretrained, config, tokenizer)
-    if skeleton:
-        with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
-    # Same weights on every rank and in every process, whatever the global RNG state.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(init_seed)
-        return AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
 
 
 def with_umask_permissions(directory: Path) -> None:
@@ -161,6 +96,8 @@ class RankClassifier(Model):
         self.run_card = None
         self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed)
         check_model_arguments(pretrained, config, tokenizer, objective)
+        if pretrained is not None:
+            checked_source(pretrained)  # a local directory whole, before its tokenizer is read
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)

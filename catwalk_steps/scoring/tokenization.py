@@ -7,8 +7,8 @@ import os
 
 from tango.common.exceptions import ConfigurationError
 
-from ..errors import first_line
-from ..remote import files_only
+from ..remote import files_only, is_hub_name
+from .causal_lm import cannot_load
 
 BYTE_LEVEL_TOKENIZER = "catwalk::byte_level"
 OLMO_EVAL_TOKENIZERS = "olmo_eval::"
@@ -65,12 +65,12 @@ def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
     Cached per process: collators and models asking for the same tokenizer share one object.
     A tokenizer that cannot be loaded is a configuration error naming `field`.
     """
+    if not is_hub_name(name_or_path) and not os.path.exists(name_or_path):
+        raise ConfigurationError(f"{field} '{name_or_path}': no such file or directory")
     try:
         return _cached_tokenizer(name_or_path, field)
     except (OSError, ValueError) as e:
-        raise ConfigurationError(
-            f"{field} '{name_or_path}': cannot load it ({first_line(e)})"
-        ) from None
+        raise cannot_load(name_or_path, e, field) from None
 
 
 @functools.lru_cache(maxsize=8)
@@ -85,7 +85,9 @@ def _cached_tokenizer(name_or_path: str, field: str):
         from transformers import AutoTokenizer
 
         cached = files_only(name_or_path, field, "tokenizer_config.json")
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=cached)
+        tokenizer = AutoTokenizer.from_pretrained(
+            name_or_path, local_files_only=cached, trust_remote_code=False
+        )
     if tokenizer.pad_token_id is None:
         # Padding positions are masked out; any id will do, and GPT-2 has only end-of-text.
         tokenizer.pad_token = tokenizer.eos_token

@@ -14,8 +14,6 @@ constructing the model with its parameters on the meta device and its buffers re
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,11 +24,10 @@ from tango.common import Lazy
 from tango.integrations.torch import Model
 
 from ...distributed.groups import distributed_position
-from ...scoring.rank_classifier import RankClassifier, causal_lm_config
+from ...scoring.causal_lm import causal_lm_config
+from ...scoring.model_files import INDEX, SINGLE, saved_tensors
+from ...scoring.rank_classifier import RankClassifier
 from ..components import lazy_config, lazy_params
-
-INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
 
 
 def saved_weights(model: Any) -> Path | None:
@@ -45,20 +42,10 @@ def saved_weights(model: Any) -> Path | None:
     directory = Path(pretrained) if pretrained else None
     if directory is None or not directory.is_dir():
         return None
-    return directory if weight_files(directory) else None
+    return directory if any((directory / n).is_file() for n in (INDEX, SINGLE)) else None
 
 
-def weight_files(directory: Path) -> dict[str, Path]:
-    """Each saved tensor's name and the file that holds it (one file, or an index's shards)."""
-    if (directory / INDEX).is_file():
-        index = json.loads((directory / INDEX).read_text())["weight_map"]
-        return {name: directory / file for name, file in index.items()}
-    if (directory / SINGLE).is_file():
-        return dict.fromkeys(SafetensorsFile(directory / SINGLE).entries, directory / SINGLE)
-    return {}
-
-
-def file_names(sharded: torch.nn.Module, saved: dict[str, Path]) -> dict[str, str] | None:
+def file_names(sharded: torch.nn.Module, saved: dict[str, Any]) -> dict[str, str] | None:
     """For each state-dict name of the sharded rank classifier, the saved name to read it from
     (its own without the `lm.` prefix, or that of a weight it is tied to); None when some
     weight is not saved (then this path is not taken)."""
@@ -82,82 +69,28 @@ def read_own_rows(sharded: torch.nn.Module, model: Lazy, device: torch.device) -
     from torch.distributed.tensor import DTensor
 
     directory = saved_weights(model)
-    saved = weight_files(directory) if directory is not None else {}
+    saved = saved_tensors(directory) if directory is not None else {}
     names = file_names(sharded, saved) if saved else None
     if not every_rank(names is not None):
         return False
     assert names is not None
     rank, world_size = distributed_position()
-    files = {path: SafetensorsFile(path) for path in set(saved.values())}
     with contextlib.ExitStack() as stack:
-        handles = {path: stack.enter_context(open(path, "rb")) for path in files}
+        files = {id(f): f for f in saved.values()}
+        handles = {key: stack.enter_context(open(f.path, "rb")) for key, f in files.items()}
         for name, target in sharded.state_dict().items():
-            path = saved[names[name]]
-            source = files[path]
+            source = saved[names[name]]
             local = target.to_local() if isinstance(target, DTensor) else target
             if not local.numel():
                 continue
             length = source.rows(names[name])
             start, stop = own_rows(length, rank, world_size) if local is not target else (0, length)
-            source.read_rows(handles[path], names[name], start, stop, into=local)
+            source.read_rows(handles[id(source)], names[name], start, stop, into=local)
     saved_names = set(sharded.state_dict())
     if any(name not in saved_names for name, _ in sharded.named_buffers()):
         for name, buffer in unsaved_buffers(model, saved_names).items():
             sharded.get_buffer(name).copy_(buffer)
     return True
-
-
-class SafetensorsFile:
-    """A safetensors file's header, and its tensors' rows read with plain file reads.
-
-    safetensors' own reader maps the whole file: every page a rank touches then counts in its
-    resident memory. The format is an 8-byte header length, a JSON header (each tensor's dtype,
-    shape and byte offsets) and the raw data, row-major, so a run of rows is one contiguous
-    range, read straight into the shard (huggingface/safetensors, docs: the format)."""
-
-    DTYPES = {
-        "F64": torch.float64,
-        "F32": torch.float32,
-        "F16": torch.float16,
-        "BF16": torch.bfloat16,
-        "I64": torch.int64,
-        "I32": torch.int32,
-        "I16": torch.int16,
-        "I8": torch.int8,
-        "U8": torch.uint8,
-        "BOOL": torch.bool,
-    }
-
-    def __init__(self, path: Path):
-        with open(path, "rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size))
-        self.data_start = 8 + size
-        self.entries = {name: entry for name, entry in header.items() if name != "__metadata__"}
-
-    def rows(self, name: str) -> int:
-        shape = self.entries[name]["shape"]
-        return shape[0] if shape else 1
-
-    def read_rows(self, handle: Any, name: str, start: int, stop: int, into: torch.Tensor) -> None:
-        """Rows `start:stop` of tensor `name` copied into `into` (its dtype and device)."""
-        entry = self.entries[name]
-        dtype, shape = self.DTYPES[entry["dtype"]], entry["shape"]
-        row_shape = shape[1:] if shape else []
-        row_bytes = math.prod(row_shape) * torch.empty(0, dtype=dtype).element_size()
-        handle.seek(self.data_start + entry["data_offsets"][0] + start * row_bytes)
-        count = stop - start
-        if (
-            into.device.type == "cpu"
-            and into.dtype == dtype
-            and into.dim()
-            and into.is_contiguous()
-        ):
-            handle.readinto(memoryview(into.view(torch.uint8).numpy()))  # into the shard itself
-            return
-        data = bytearray(count * row_bytes)
-        handle.readinto(data)
-        into.copy_(torch.frombuffer(data, dtype=dtype).view(into.shape))
 
 
 def own_rows(length: int, rank: int, world_size: int) -> tuple[int, int]:
