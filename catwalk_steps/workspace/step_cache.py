@@ -64,7 +64,9 @@ class CheckedStepCache(LocalStepCache):
         except (KeyError, DamagedResultError):
             raise
         except Exception as e:  # JSON, safetensors, dill, a missing file: the result is damaged
-            raise damaged(directory, e) from e
+            # Its own line names the result and how to clear it, also where the cause is one of
+            # ours (a weight file cut short: DamagedModelError); the cause is in the message.
+            raise damaged(directory, e) from None
 
     def _check_format(self, step: Step | StepInfo, directory: Path) -> None:
         """A result of one of our steps is read only with a data format (never a pickle)."""

@@ -1,0 +1,105 @@
+"""Bad input through the real command: `tango run` in a process of its own fails in one line
+naming the cause, with exit status 1, at graph build where the cause is known then (no step
+starts), and leaves no result in the workspace. (The same checks in-process:
+tests/test_bad_inputs.py; model directories: tests/test_model_files.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from . import commands
+from .conftest import EXPERIMENTS, TANGO_ENV, TINY_MODEL, tango_command
+
+DEMO = EXPERIMENTS / "demo.jsonnet"
+T, EU = "steps.trained", "steps.eval_untrained"
+TINY = {
+    "steps.data.task.sizes": {"train": 16, "validation": 8},
+    f"{T}.device_count": 1,
+    f"{T}.train_steps": 2,
+    f"{T}.validate_every": 2,
+    f"{T}.checkpoint_every": 2,
+}
+GSM8K_BPB = {"name": "gsm8k_gold_bpb_5shot", "max_instances": 4}
+
+
+def evaluate(**settings) -> dict:
+    """An experiment of one `catwalk::evaluate` step of the tiny model."""
+    return {"steps": {"ev": {"type": "catwalk::evaluate", "model": TINY_MODEL, **settings}}}
+
+
+CUT = "TaskDataError: task 'gsm8k_gold_bpb_5shot': document "
+
+# name -> (experiment file or contents, overrides, the error line, whether a step may start)
+CASES: dict[str, tuple[Path | dict, dict, str, bool]] = {
+    "label_cut_in_evaluate": (
+        evaluate(task=GSM8K_BPB, max_length=8),
+        {},
+        CUT + "0's continuation is 123 tokens, longer than max_length 8 (4 of 4 documents are); "
+        "a label is scored on whole continuations: give evaluate.max_length >= 272",
+        True,
+    ),
+    "label_cut_in_the_loop": (
+        DEMO,
+        {**TINY, f"{T}.evaluate_tasks": [GSM8K_BPB]},
+        "TaskDataError: train.evaluate_tasks: task 'gsm8k_gold_bpb_5shot': document 2's "
+        "continuation is 272 tokens, longer than max_length 128 (1 of 4 documents are); a label is "
+        "scored on whole continuations: give validation_dataloader.collate_fn.max_length >= 272",
+        True,
+    ),
+    "label_metric_pmi_dc": (
+        evaluate(task={"name": "lambada_bpb_0shot", "metric": "pmi_dc"}),
+        {},
+        "ConfigurationError: task 'lambada_bpb_0shot'.metric: 'pmi_dc' cannot be computed for "
+        "this label, whose requests are each document's gold continuation alone (no choices); it "
+        "has ce_loss, bpb",
+        False,
+    ),
+    "label_metric_acc_in_the_loop": (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{"name": "lambada_bpb_0shot", "metric": "acc"}]},
+        "ConfigurationError: task 'lambada_bpb_0shot'.metric: 'acc' cannot be computed",
+        False,
+    ),
+}  # fmt: skip
+
+
+def error_lines(text: str) -> list[str]:
+    """What the terminal shows as errors, besides Tango's own "✗ ... failed" summary."""
+    return [
+        line
+        for line in text.splitlines()
+        if (" ERROR " in line and "\N{BALLOT X}" not in line) or "Traceback" in line
+    ]
+
+
+@pytest.mark.slow
+def test_each_case_is_one_line_through_tango_run_and_caches_nothing(tmp_path):
+    started = {}
+    for name, (experiment, overrides, _, _) in CASES.items():
+        if isinstance(experiment, dict):
+            experiment_file = tmp_path / f"{name}.jsonnet"
+            experiment_file.write_text(json.dumps(experiment))
+            experiment = experiment_file
+        argv = tango_command(experiment, tmp_path / name, name, overrides)
+        out = tmp_path / f"{name}.txt"
+        started[name] = (commands.start(argv, out, env={**TANGO_ENV, "COLUMNS": "400"}), out)
+    for name, (command, out) in started.items():
+        code = command.wait(300)
+        text = out.read_text()
+        lines = error_lines(text)
+        assert code == 1 and len(lines) == 1, (name, code, lines or text[-3000:])
+        assert CASES[name][2] in lines[0], (name, lines[0])
+        if not CASES[name][3]:
+            assert 'Starting step "' not in text, name
+        cache = tmp_path / name / "cache"
+        if isinstance(CASES[name][0], dict):  # its one step failed: no number cached
+            assert not list(cache.glob("Evaluate*/data.json")), name
+        assert not list(cache.glob("Train*/model.safetensors")), name
+        assert not list(cache.glob("Train*/work/checkpoints/step*")), name  # before step 1
+
+
+def test_the_case_table_is_json():
+    json.dumps({name: case[1] for name, case in CASES.items()})
