@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import tango.workspaces.local_workspace as tango_local_workspace
 from filelock import Timeout
-from sqlitedict import SqliteDict
 from tango import Step
 from tango.common import PathOrStr
 from tango.common.exceptions import ConfigurationError, StepStateError
@@ -26,8 +26,9 @@ from tango.workspaces import LocalWorkspace
 
 from ..errors import first_line
 from ..files import write_json_atomic
+from ..patching import check_tango, patch
+from .records import StepRecords
 from .step_cache import CheckedStepCache
-from ..patching import check_tango
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,6 +62,8 @@ def check_writable(directory: Path, what: str = "workspace") -> None:
 # `_fix_step_info` (its repair of a record read back). `check_tango` refuses another Tango, and
 # tests/test_tango_compat.py fails when one of these is gone.
 check_tango("SharedLocalWorkspace")
+# Every record Tango's LocalWorkspace reads or writes, as data (:mod:`.records`).
+patch(tango_local_workspace, "SqliteDict", "step records as JSON", lambda _: StepRecords)
 
 
 @Workspace.register("catwalk::local")
@@ -114,13 +117,13 @@ class SharedLocalWorkspace(LocalWorkspace):
         self._records_lock = FileLock(self.dir / self.RECORDS_LOCK)
 
     @contextlib.contextmanager
-    def _records(self) -> Iterator[SqliteDict]:
+    def _records(self) -> Iterator[StepRecords]:
         """The record database, alone: no other process reads-changes-writes it meanwhile."""
-        with self._records_lock, SqliteDict(self.step_info_file) as records:
+        with self._records_lock, StepRecords(self.step_info_file) as records:
             yield records
             records.commit()
 
-    def _record(self, records: SqliteDict, step_or_unique_id: Step | str) -> StepInfo:
+    def _record(self, records: StepRecords, step_or_unique_id: Step | str) -> StepInfo:
         """A step's record; a step seen for the first time is added, with its dependencies."""
         step = step_or_unique_id if isinstance(step_or_unique_id, Step) else None
         unique_id = step.unique_id if step is not None else str(step_or_unique_id)
@@ -189,11 +192,7 @@ class SharedLocalWorkspace(LocalWorkspace):
             now = utc_now_datetime()
             if step in self.step_cache:
                 if info.state != StepState.COMPLETED:  # its job died after writing the result
-                    info.start_time = info.start_time or now
-                    info.end_time = now
-                    info.error = None
-                    info.result_location = str(self.step_dir(step).absolute())
-                    records[step.unique_id] = info
+                    self._record_completed(records, step, info)
                 return True
             remove_partial_result(self.step_dir(step))
             if info.state == StepState.FAILED:
@@ -245,7 +244,31 @@ class SharedLocalWorkspace(LocalWorkspace):
         for step in targets:
             check_path_name(step.name, "step name")
         with self._records_lock:
-            return super().register_run(targets, name)
+            run = super().register_run(targets, name)
+        steps = set(targets).union(*(step.recursive_dependencies for step in targets))
+        if self._record_cached_results(steps):
+            run = self.registered_run(run.name)
+        return run
+
+    def _record_cached_results(self, steps: Iterable[Step]) -> bool:
+        """Records that do not say so for results in the cache (the database was moved away,
+        or a job died between writing a result and its record) are made to; True if any."""
+        fixed = False
+        with self._records() as records:
+            for step in steps:
+                info = self._record(records, step)
+                if info.state != StepState.COMPLETED and step in self.step_cache:
+                    self._record_completed(records, step, info)
+                    fixed = True
+        return fixed
+
+    def _record_completed(self, records: StepRecords, step: Step, info: StepInfo) -> None:
+        now = utc_now_datetime()
+        info.start_time = info.start_time or now
+        info.end_time = now
+        info.error = None
+        info.result_location = str(self.step_dir(step).absolute())
+        records[step.unique_id] = info
 
     def remove_step(self, step_unique_id: str) -> None:
         if not self._abandoned(step_unique_id) and self.step_dir(step_unique_id).exists():
@@ -294,8 +317,16 @@ def remove_partial_result(step_dir: Path) -> None:
 
 def _write_settings_once(directory: Path) -> None:
     """A new workspace's `settings.json`, written whole: Tango writes it in place when it finds
-    none, and a second job starting at that moment read an empty file."""
+    none, and a second job starting at that moment read an empty file. A workspace of Tango
+    before 1.0 keeps its records as pickles (`cache/*/stepinfo.dill`), which Tango upgrades by
+    unpickling them: refused instead."""
     settings = directory / "settings.json"
-    if settings.exists() or any((directory / "cache").glob("*/stepinfo.dill")):
-        return  # written already, or a version-1 workspace that Tango itself upgrades
+    if settings.exists():
+        return
+    if any((directory / "cache").glob("*/stepinfo.dill")):
+        raise ConfigurationError(
+            f"workspace {directory}: its step records are pickles (cache/*/stepinfo.dill, a "
+            "workspace of Tango before 1.0), which are not read; upgrade it once with stock "
+            "Tango where you trust its files, or use another workspace"
+        )
     write_json_atomic(settings, {"version": 2})
