@@ -16,6 +16,7 @@ import torch
 from catwalk_steps.launch.launcher import run_training
 from catwalk_steps.training.checkpoints.discovery import complete_checkpoints
 from catwalk_steps.training.checkpoints.layout import checkpoint_dir
+from catwalk_steps.training.checkpoints.state import load_file
 
 from . import commands
 from .conftest import EXPERIMENTS, step_result, tango_command
@@ -250,3 +251,50 @@ def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path)
     output, _ = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, output
     assert "Resumed from" in output
+
+
+def test_resume_from_another_run_older_or_finished_ends_where_an_uninterrupted_run_ends(tmp_path):
+    """`resume_from` another run's older checkpoint trains from there to the end; from a
+    finished run it trains nothing. Both results are the uninterrupted run's, byte for byte
+    (their `best` used to name a checkpoint only the other run had: "no model weights", or
+    "training ended without a checkpoint")."""
+    overrides = {
+        **faulty_demo(tmp_path / "pids"),
+        "steps.trained.callbacks": [],
+        "steps.trained.device_count": 1,
+        # Validated at steps 8 and 12, and a learning rate at which 12 scores worse: the best
+        # is step 8, so a run resumed from it must still have step 8 when it ends.
+        "steps.trained.validate_every": 8,
+        "steps.trained.training_engine.optimizer.lr": 0.1,
+    }
+    first = tango(tmp_path / "a", overrides, "whole")
+    assert first.wait(300) == 0, first.output()
+    whole = step_result(tmp_path / "a", "whole", "trained")
+    work_dir = next((tmp_path / "a" / "cache").glob("TrainRankClassifier-*/work"))
+    assert (work_dir / "checkpoints" / "best").read_text().strip() == "step000000008"
+    resumes = {
+        "older": (checkpoint_dir(work_dir, 8), "at step 8"),
+        "finished": (work_dir, "at step 12"),
+    }
+    started = {}
+    for name, (source, _) in resumes.items():
+        settings = {**overrides, "steps.trained.resume_from": str(source)}
+        started[name] = tango(tmp_path / name, settings, name)
+    for name, command in started.items():
+        assert command.wait(300) == 0, (name, command.output()[-4000:])
+        output = command.output()
+        assert f"Resumed from {resumes[name][0]}" in output and resumes[name][1] in output
+        result = step_result(tmp_path / name, name, "trained")
+        weights = (result / "model.safetensors").read_bytes()
+        assert weights == (whole / "model.safetensors").read_bytes(), name  # the best: step 8
+        assert losses(result) == losses(whole), name
+        own = next((tmp_path / name / "cache").glob("TrainRankClassifier-*/work"))
+        last = [load_file(checkpoint_dir(d, 12) / "model.pt") for d in (own, work_dir)]
+        assert last[0].keys() == last[1].keys()
+        assert all(torch.equal(last[0][k], last[1][k]) for k in last[0]), name
+
+
+def losses(result: Path) -> list:
+    """The training and validation losses a result's history holds, step by step."""
+    history = json.loads((result / "catwalk_model.json").read_text())["metrics_history"]
+    return [(e["step"], e.get("loss")) for e in history["train"] + history["validation"]]

@@ -29,8 +29,10 @@ from tango.integrations.torch import (
 
 from ..distributed.rendezvous import rendezvous_settings
 from ..errors import whole
+from ..remote import is_hub_name
 from ..scoring.causal_lm import unavailable_here
 from ..scoring.evaluation import max_positions
+from ..scoring.model_files import check_model_directory
 from ..scoring.precision import Precision
 from ..training.components import check_keys, lazy_config, registered_name, resolve_config
 from ..training.engines.base import CatwalkEngine
@@ -196,6 +198,9 @@ def _skeleton(params_json: str, constructor: Any) -> Any:
     if not (inspect.isclass(constructor) and issubclass(constructor, RankClassifier)):
         return None
     params = json.loads(params_json)
+    pretrained = params.get("pretrained")
+    if pretrained and not is_hub_name(pretrained):  # the weights the workers will read, too
+        check_model_directory(pretrained)
     try:
         return RankClassifier(**params, skeleton=True)
     except ConfigurationError as e:

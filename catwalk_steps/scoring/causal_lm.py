@@ -28,7 +28,7 @@ def causal_lm_config(pretrained: str | None, config: Mapping[str, Any] | None, t
     from transformers import AutoConfig
 
     if pretrained is not None:
-        cached = checked_source(pretrained)
+        cached = checked_source(pretrained, weights=False)
         try:
             return AutoConfig.from_pretrained(pretrained, local_files_only=cached, **NO_REMOTE_CODE)
         except (OSError, ValueError) as e:
@@ -46,11 +46,11 @@ def causal_lm_config(pretrained: str | None, config: Mapping[str, Any] | None, t
         raise ConfigurationError(f"model.config: {e}") from None
 
 
-def checked_source(pretrained: str, field: str = "model.pretrained") -> bool:
+def checked_source(pretrained: str, weights: bool = True, field: str = "model.pretrained") -> bool:
     """Whether `pretrained` must be read from the local cache (:func:`~..remote.files_only`);
-    a local directory is checked whole first."""
+    a local directory is checked whole first (its config alone, without `weights`)."""
     if not is_hub_name(pretrained):
-        check_model_directory(pretrained, field)
+        check_model_directory(pretrained, field, weights)
     return files_only(pretrained, field)
 
 

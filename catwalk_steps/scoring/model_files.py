@@ -190,9 +190,10 @@ def check_torch_weights(directory: Path) -> None:
             )
 
 
-def check_model_directory(path: str, field: str = "model.pretrained") -> None:
+def check_model_directory(path: str, field: str = "model.pretrained", weights: bool = True) -> None:
     """A local model directory as every reader needs it (see the module): one line naming the
-    field or the file when it is not."""
+    field or the file when it is not. Without `weights`, its config alone (a skeleton built
+    from a checkpoint's `model_files/`)."""
     directory = Path(path)
     if not directory.exists():
         raise ConfigurationError(f"{field} '{path}': no such file or directory")
@@ -207,6 +208,8 @@ def check_model_directory(path: str, field: str = "model.pretrained") -> None:
         raise ConfigurationError(f"{config}: not JSON ({first_line(e)})") from None
     if isinstance(settings, dict) and "auto_map" in settings and not known_type(settings):
         raise needs_remote_code(path, field)
+    if not weights:
+        return
     if not any((directory / name).is_file() for name in WEIGHTS):
         raise ConfigurationError(
             f"{field} '{path}': no weights there (none of {', '.join(WEIGHTS)})"

@@ -97,7 +97,8 @@ class RankClassifier(Model):
         self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed)
         check_model_arguments(pretrained, config, tokenizer, objective)
         if pretrained is not None:
-            checked_source(pretrained)  # a local directory whole, before its tokenizer is read
+            # A local directory whole (a skeleton: its config), before its tokenizer is read.
+            checked_source(pretrained, weights=not skeleton)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)

@@ -179,7 +179,10 @@ class Trainer:
 
     def batches(self) -> Iterator[list[Any]]:
         """Micro-batches of each optimizer step, from the saved position on; epochs restart the
-        grouping into `grad_accum` micro-batches, as in Tango."""
+        grouping into `grad_accum` micro-batches, as in Tango. None once `train_steps` are
+        taken (a run resumed at its last checkpoint trains nothing)."""
+        if self.state.step >= self.schedule.train_steps:
+            return
         first_epoch = True
         while True:
             epoch = self.state.epoch

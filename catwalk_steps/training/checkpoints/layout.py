@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -34,6 +35,7 @@ DCP_OPTIMIZER_DIR = "dcp_optimizer"
 MODEL_FILES = "model_files"  # beside the checkpoints: what rebuilds the model without the hub
 RUN_CARD_FILE = "run_card.json"  # in the work directory, written by `catwalk::train`
 MODEL_INFO = "catwalk_model.json"  # in model_files/ and in every exported model directory
+ADOPTING = ".adopting-"  # a checkpoint of another run being linked into this one
 
 
 @one_line_error
@@ -82,6 +84,29 @@ def remove_stale(work_dir: Path, keep: set[Path]) -> None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+def adopt(work_dir: Path, checkpoint: Path) -> Path:
+    """Another run's checkpoint (`resume_from`) made one of this run's, so that its `latest` and
+    `best` always name directories it has: the files hard-linked (copied where a link cannot be
+    made) into a temporary directory, then renamed whole. A crash in between leaves only the
+    temporary directory, which :func:`remove_partial` clears."""
+    root = checkpoints_root(work_dir)
+    target = root / Path(checkpoint).name
+    if target.exists():
+        return target
+    temporary = root / f"{ADOPTING}{target.name}"
+    shutil.rmtree(temporary, ignore_errors=True)
+    shutil.copytree(checkpoint, temporary, copy_function=link_or_copy)
+    os.replace(temporary, target)
+    return target
+
+
+def link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem, or links not allowed
+        shutil.copy2(source, target)
+
+
 def remove_partial(work_dir: Path) -> list[Path]:
     """Before training (rank 0): checkpoints a crash left half-written, and temporary files.
     Returns the checkpoint directories removed."""
@@ -95,4 +120,6 @@ def remove_partial(work_dir: Path) -> list[Path]:
             removed.append(directory)
     for temporary in root.rglob("*.tmp"):
         temporary.unlink(missing_ok=True)
+    for adopting in root.glob(f"{ADOPTING}*"):
+        shutil.rmtree(adopting, ignore_errors=True)
     return removed

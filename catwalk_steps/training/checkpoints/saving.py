@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,7 +29,9 @@ from .layout import (
     LATEST,
     TRAINER_FILE,
     CheckpointError,
+    adopt,
     checkpoint_dir,
+    checkpoints_root,
     point,
     remove_partial,
     remove_stale,
@@ -152,6 +155,8 @@ class Checkpointer:
             state = self.restore(trainer)
             if self.main:
                 announce(logger, "Resumed from %s at step %d", directory, state.step)
+            if directory.parent != checkpoints_root(self.job.work_dir):
+                self.adopt(directory, state)
             return state
         own = complete_checkpoints(self.job.work_dir)
         if self.job.resume_from is not None and not own:
@@ -161,6 +166,23 @@ class Checkpointer:
                 f"({reasons})"
             )
         return None
+
+    def adopt(self, directory: Path, state: TrainerState) -> None:
+        """`resume_from`'s checkpoint, and the best one its run had (when it is whole), become
+        this run's (:func:`~.layout.adopt`): its `best` names a checkpoint of its own (it named
+        one only the other run had), and a run resumed at its last step has its result."""
+        if self.main:
+            adopted = adopt(self.job.work_dir, directory)
+            best = state.best_checkpoint
+            if best is not None and best != directory.name:
+                if problem_with(directory.with_name(best), contents=False) is None:
+                    adopt(self.job.work_dir, directory.with_name(best))
+                else:  # gone from the other run: the next validations decide again
+                    state.best_checkpoint, state.best_checkpoint_metric = None, None
+            point(self.job.work_dir, LATEST, adopted)
+            point(self.job.work_dir, BEST, adopted.with_name(state.best_checkpoint or adopted.name))
+        barrier()
+        self.broadcast_best(state)
 
     def everyone_agrees(self, ok: bool) -> bool:
         if self.world_size == 1:
