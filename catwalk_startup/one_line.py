@@ -79,6 +79,12 @@ def early_line(error: BaseException) -> str | None:
             )
         if isinstance(link, RuntimeError) and raised_in(link, "parse_overrides"):
             return f"ConfigurationError: -o: not valid JSON ({jsonnet_reason(link)})"
+        if isinstance(link, (AttributeError, TypeError)) and raised_in(link, "with_overrides"):
+            return (
+                "ConfigurationError: -o: an object of keys and values, e.g. "
+                """'{"steps.trained.train_steps": 100}' """
+                "(a list, a text or a number overrides nothing)"
+            )
         if isinstance(link, RuntimeError) and raised_in(link, "evaluate_file"):
             return f"ConfigurationError: the experiment does not evaluate ({jsonnet_reason(link)})"
     return None

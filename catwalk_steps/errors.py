@@ -9,6 +9,8 @@ non-finite loss, a damaged checkpoint, a failed worker, ...) are registered here
 from __future__ import annotations
 
 import difflib
+import inspect
+from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
@@ -108,3 +110,22 @@ def closest(name: str, candidates: list[str]) -> str | None:
     by_key = {key(c): c for c in same or candidates}
     found = difflib.get_close_matches(key(name), list(by_key), n=1, cutoff=0.75)
     return by_key[found[0]] if found else None
+
+
+def accepted_keys(constructor: Any) -> set[str] | None:
+    """The keyword parameters a constructor takes; None when it takes any (`**kwargs` that go
+    nowhere we can see)."""
+    keys: set[str] = set()
+    targets = [constructor.__init__] if inspect.isclass(constructor) else [constructor]
+    if inspect.isclass(constructor):
+        # A subclass passing **kwargs on takes its bases' keys too (ShardedDataLoader -> torch's).
+        targets += [base.__init__ for base in constructor.__mro__[1:] if "__init__" in vars(base)]
+    for target in targets:
+        try:
+            parameters = inspect.signature(target).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        keys |= {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            return keys - {"self"}
+    return None

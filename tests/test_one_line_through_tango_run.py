@@ -32,8 +32,8 @@ def evaluate(**settings) -> dict:
 
 CUT = "TaskDataError: task 'gsm8k_gold_bpb_5shot': document "
 
-# name -> (experiment file or contents, overrides, the error line, whether a step may start)
-CASES: dict[str, tuple[Path | dict, dict, str, bool]] = {
+# name -> (experiment file or contents, overrides (-o), the error line, whether a step may start)
+CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
     "label_cut_in_evaluate": (
         evaluate(task=GSM8K_BPB, max_length=8),
         {},
@@ -63,7 +63,32 @@ CASES: dict[str, tuple[Path | dict, dict, str, bool]] = {
         "ConfigurationError: task 'lambada_bpb_0shot'.metric: 'acc' cannot be computed",
         False,
     ),
+    "label_key_misspelt": (
+        evaluate(task={"name": "arc_easy_rc_5shot", "max_instanes": 2}),
+        {},
+        "ConfigurationError: task 'arc_easy_rc_5shot'.max_instanes: OlmoEvalTask has no such "
+        "key; did you mean 'max_instances'? (it takes label, max_instances, metric)",
+        False,
+    ),
+    "override_not_an_object": (
+        DEMO,
+        [1],
+        "ConfigurationError: -o: an object of keys and values, e.g. "
+        """'{"steps.trained.train_steps": 100}' (a list, a text or a number overrides nothing)""",
+        False,
+    ),
+    "suite_run_named_ref": (
+        Path("suite_ref.jsonnet"),
+        {},
+        "ConfigurationError: suite models: a run named 'ref' would be read by Tango as a step "
+        "reference ({ref: ...}); give it another name",
+        False,
+    ),
 }  # fmt: skip
+SUITE_REF = (
+    f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+    "lib.suite(tasks=['arc_easy'], models={ref: lib.models.tiny_gpt2})\n"
+)
 
 
 def error_lines(text: str) -> list[str]:
@@ -83,6 +108,9 @@ def test_each_case_is_one_line_through_tango_run_and_caches_nothing(tmp_path):
             experiment_file = tmp_path / f"{name}.jsonnet"
             experiment_file.write_text(json.dumps(experiment))
             experiment = experiment_file
+        elif experiment.name == "suite_ref.jsonnet":
+            experiment = tmp_path / experiment.name
+            experiment.write_text(SUITE_REF)
         argv = tango_command(experiment, tmp_path / name, name, overrides)
         out = tmp_path / f"{name}.txt"
         started[name] = (commands.start(argv, out, env={**TANGO_ENV, "COLUMNS": "400"}), out)

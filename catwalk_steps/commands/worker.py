@@ -46,6 +46,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("-w", "--workspace", default=None, help="as tango run's (or tango.yml)")
     args = parser.parse_args(argv)
+    # The flags name node 0 for everything this command builds, the step's own checks too
+    # (they read MASTER_ADDR / MASTER_PORT when the config names no address).
+    if args.master_addr:
+        os.environ["MASTER_ADDR"] = args.master_addr
+    if args.master_port:
+        os.environ["MASTER_PORT"] = str(args.master_port)
     if args.node_rank is None:
         parser.error("missing --node-rank (or NODE_RANK, SLURM_NODEID)")
     if args.node_rank < 1:

@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,23 @@ def listening_socket(host: str, port: int) -> socket.socket:
             f"node 0 ({e.strerror or e}); give node 0's own address and a free port"
         ) from None
     return listener
+
+
+def wait_for_listener(host: str, port: int, timeout_s: float) -> float:
+    """Waits until something listens at `host:port` (one plain TCP connection a second, closed
+    at once), at most `timeout_s`; returns the seconds left, or 0 when none answered. torch's
+    own client retries with back-off past its timeout (18 s for 10 s here), so a deadline
+    cannot be left to it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return 0.0
+        try:
+            with socket.create_connection((host, port), timeout=min(1.0, left)):
+                return max(deadline - time.monotonic(), 1.0)
+        except OSError:
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))
 
 
 def connect_store(host: str, port: int, world_size: int, timeout_s: float) -> dist.TCPStore:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tango.common.exceptions import ConfigurationError
 
-from ..distributed.rendezvous import connect_store
+from ..distributed.rendezvous import connect_store, wait_for_listener
 from ..errors import first_line
 from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob
@@ -96,14 +96,18 @@ def fetch_message(args: argparse.Namespace) -> dict:
     from datetime import timedelta
 
     where = f"{args.master_addr}:{args.master_port}"
+    unanswered = RendezvousError(
+        f"{where}: node 0 did not answer within {args.timeout:g} s (rendezvous_timeout, or "
+        "--timeout); is `tango run` running there, and is the port reachable from here?"
+    )
+    left = wait_for_listener(args.master_addr, args.master_port, args.timeout)
+    if not left:
+        raise unanswered
     try:
         with native_stderr_silenced():  # c10d logs each failed attempt from C++
-            store = connect_store(args.master_addr, args.master_port, 1, args.timeout)
+            store = connect_store(args.master_addr, args.master_port, 1, left)
     except Exception:
-        raise RendezvousError(
-            f"{where}: node 0 did not answer within {args.timeout:g} s (rendezvous_timeout, or "
-            "--timeout); is `tango run` running there, and is the port reachable from here?"
-        ) from None
+        raise unanswered from None
     store.set_timeout(timedelta(seconds=args.timeout))
     try:
         payload = store.get(JOB_KEY)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from typing import Any
 from tango.common import Params, Registrable
 from tango.common.exceptions import ConfigurationError
 
-from ..errors import one_line_error
+from ..errors import accepted_keys, closest, one_line_error
 
 
 @one_line_error
@@ -108,6 +109,40 @@ def other_task_type(name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+class UnknownTaskKey(ConfigurationError):
+    """A key the task's type does not take, named with the closest one it does; with no close
+    one, the user may have changed only the `type` (its old keys stay): say to replace it all.
+    Tango builds a task in two calls of `from_params` (the base resolves the type, the class
+    takes the keys left): the inner one knows the class, the outer one the task's name."""
+
+    def __init__(self, class_name: str, extra: str, name: str | None = None):
+        self.class_name, self.extra = class_name, extra
+        task_class = next(
+            (
+                c
+                for n in Task.list_available()
+                if (c := Task.resolve_class_name(n)[0]).__name__ == class_name
+            ),
+            None,
+        )
+        keys = sorted(accepted_keys(task_class) or ()) if task_class is not None else []
+        unknown = str(next(iter(ast.literal_eval(extra)), extra)) if extra[:1] == "{" else extra
+        close = closest(unknown, keys) if keys else None
+        start = f"task '{name or class_name}'.{unknown}: {class_name} has no such key"
+        if close is not None:
+            message = f"{start}; did you mean '{close}'? (it takes {', '.join(keys)})"
+        else:
+            message = (
+                f"{start} (it takes {', '.join(keys)}); when changing the task's type, replace "
+                'the whole task block, e.g. -o \'{"steps.data.task": {"type": "catwalk::piqa", '
+                '"data_dir": "/data/piqa"}}\''
+            )
+        super().__init__(message)
+
+    def named(self, name: str | None) -> UnknownTaskKey:
+        return UnknownTaskKey(self.class_name, self.extra, name) if name else self
+
+
 class Task(Registrable):
     """A multiple-choice task: loads named splits of instances."""
 
@@ -126,18 +161,20 @@ class Task(Registrable):
         that says what to do about keys of another task type (overriding only `type` keeps the
         old task's keys: replace the whole block)."""
         params_ = named_task_params(cls, params_)
+        given = params_.as_dict(quiet=True) if isinstance(params_, Params) else {}
+        name = given.get("name") or given.get("label")
         try:
             return super().from_params(params_, *args, **kwargs)  # type: ignore[misc]
+        except UnknownTaskKey as e:
+            if cls is not Task:  # the inner call (one class's keys); the outer one names it
+                raise
+            raise ConfigurationError(str(e.named(name))) from None
         except ConfigurationError as e:
             # Tango's text is all its error says of the keys (see tango_fixes/registry.py).
             extra = re.fullmatch(r"Extra parameters passed to (\w+): (.*)", str(e))
             if extra is None:
                 raise
-            raise ConfigurationError(
-                f"task: {extra[1]} does not take {extra[2]}; when changing the task's type, "
-                'replace the whole task block, e.g. -o \'{"steps.data.task": '
-                '{"type": "catwalk::piqa", "data_dir": "/data/piqa"}}\''
-            ) from None
+            raise UnknownTaskKey(extra[1], extra[2], name) from None
 
     @property
     def name(self) -> str:

@@ -229,8 +229,9 @@ class GenerativeTask(TemplatedTask):
     """A generative task: `nq_open`, `triviaqa`, `gsm8k` (lm-evaluation-harness 0.4.13's), or
     one's own (`doc_to_text` and `doc_to_target` given).
 
-    :param until: stop sequences (lm-evaluation-harness's `generation_kwargs.until`; default,
-        as there, the few-shot delimiter); the model's end-of-text also stops.
+    :param until: stop sequences (lm-evaluation-harness's `generation_kwargs.until`: a list, or
+        a text for one; default, as there, the few-shot delimiter); the model's end-of-text also
+        stops.
     :param max_gen_toks: the most tokens generated per answer (default 256).
     :param filter_list: filter pipelines, lm-evaluation-harness's YAML shape: `[{name, filter:
         [{function: 'regex', regex_pattern, group_select}, {function: 'take_first'}]}]`
@@ -265,6 +266,8 @@ class GenerativeTask(TemplatedTask):
         known = TASKS.get(name, {})
         where = f"task '{name}'"
         until = known.get("until") if until is None else until
+        if isinstance(until, str):  # one stop sequence, as lm-evaluation-harness takes a text
+            until = [until]
         if until is not None and (
             not isinstance(until, (list, tuple)) or not all(isinstance(s, str) for s in until)
         ):

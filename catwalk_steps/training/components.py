@@ -5,14 +5,13 @@ decisions that depend on a component's type.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from tango.common import Lazy, Registrable
 from tango.common.exceptions import ConfigurationError
 
-from ..errors import closest
+from ..errors import accepted_keys, closest
 
 
 def resolve_config(
@@ -63,25 +62,6 @@ SUPPLIED = {
     "train_dataloader": {"dataset"},
     "validation_dataloader": {"dataset"},
 }
-
-
-def accepted_keys(constructor: Any) -> set[str] | None:
-    """The keyword parameters a constructor takes; None when it takes any (`**kwargs` that go
-    nowhere we can see)."""
-    keys: set[str] = set()
-    targets = [constructor.__init__] if inspect.isclass(constructor) else [constructor]
-    if inspect.isclass(constructor):
-        # A subclass passing **kwargs on takes its bases' keys too (ShardedDataLoader -> torch's).
-        targets += [base.__init__ for base in constructor.__mro__[1:] if "__init__" in vars(base)]
-    for target in targets:
-        try:
-            parameters = inspect.signature(target).parameters.values()
-        except (TypeError, ValueError):
-            return None
-        keys |= {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
-            return keys - {"self"}
-    return None
 
 
 def check_keys(constructor: Any, params: Mapping[str, Any], key: str) -> None:

