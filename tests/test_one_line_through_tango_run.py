@@ -131,3 +131,31 @@ def test_each_case_is_one_line_through_tango_run_and_caches_nothing(tmp_path):
 
 def test_the_case_table_is_json():
     json.dumps({name: case[1] for name, case in CASES.items()})
+
+
+@pytest.mark.slow
+def test_catwalk_worker_takes_node_0_from_its_flags_and_waits_its_timeout_not_twice(tmp_path):
+    """No MASTER_ADDR / MASTER_PORT: the flags alone name node 0, for the step's own checks too;
+    with nobody there it gives up after --timeout (torch's client alone took twice as long)."""
+    import sys
+    import time
+
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
+
+    SharedLocalWorkspace(tmp_path / "ws")
+    env = {k: v for k, v in TANGO_ENV.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    argv = [
+        str(Path(sys.executable).with_name("catwalk-worker")),
+        str(DEMO),
+        *("--node-rank", "1", "-w", str(tmp_path / "ws"), "--timeout", "8"),
+        *("--master-addr", "127.0.0.1", "--master-port", "9"),
+        *("-o", json.dumps({f"{T}.num_nodes": 2})),
+    ]
+    started = time.monotonic()
+    done = commands.run(argv, timeout=120, env=env)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(
+        "catwalk-worker: RendezvousError: 127.0.0.1:9: node 0 did not answer within 8 s"
+    ), done.stderr
+    assert 8 <= elapsed < 8 + 10, elapsed
