@@ -159,3 +159,101 @@ def test_catwalk_worker_takes_node_0_from_its_flags_and_waits_its_timeout_not_tw
         "catwalk-worker: RendezvousError: 127.0.0.1:9: node 0 did not answer within 8 s"
     ), done.stderr
     assert 8 <= elapsed < 8 + 10, elapsed
+
+
+# --- Stopped runs: each said once, with what the rerun does ---------------------------------------
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (its children, theirs, ...)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    below, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        below += children
+        frontier = children
+    return below
+
+
+def long_evaluation(tmp_path: Path, **settings) -> list[str]:
+    """`tango run` of one evaluation that takes long enough to be stopped halfway."""
+    task = {"type": "catwalk::synthetic", "seed": 1, "sizes": {"validation": 20000}}
+    step = {"type": "catwalk::evaluate", "model": TINY_MODEL, "task": task, "batch_size": 1}
+    path = tmp_path / "long.jsonnet"
+    path.write_text(json.dumps({"steps": {"ev": {**step, **settings}}}))
+    return tango_command(path, tmp_path / "ws", "long")
+
+
+def started_scoring(command, marker: str, timeout: float = 120) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while marker not in command.output():
+        assert time.monotonic() < deadline and command.poll() is None, command.output()[-3000:]
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_stopped_evaluation_says_so_once_and_caches_nothing(tmp_path, sig):
+    import signal
+
+    command = commands.start(long_evaluation(tmp_path), tmp_path / "out.txt")
+    started_scoring(command, "Scoring:")
+    command.send_signal(getattr(signal, sig))
+    assert command.wait(60) != 0
+    lines = error_lines(command.output())
+    stopped = (
+        "EvaluationStopped: evaluation stopped; nothing of it was cached: run the same command "
+        "again to score it"
+    )
+    assert len(lines) == 1 and stopped in lines[0], lines or command.output()[-3000:]
+    assert "KeyboardInterrupt:" not in command.output()
+    assert not list((tmp_path / "ws" / "cache").glob("Evaluate*/data.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_killed_evaluation_worker_says_the_evaluation_starts_over(tmp_path):
+    import os
+    import signal
+
+    command = commands.start(long_evaluation(tmp_path, device_count=2), tmp_path / "out.txt")
+    started_scoring(command, "Evaluating on 2 CPU processes")
+    import time
+
+    deadline = time.monotonic() + 60
+    workers: list[int] = []
+    while len(workers) < 2:  # the forkserver's children: the two workers
+        assert time.monotonic() < deadline, command.output()[-3000:]
+        server = [p for p in descendants(command.pid) if b"forkserver" in cmdline(p)]
+        workers = [p for s in server for p in descendants(s)]
+        time.sleep(0.5)
+    os.kill(workers[-1], signal.SIGKILL)
+    assert command.wait(60) == 1
+    lines = error_lines(command.output())
+    assert len(lines) == 1, lines or command.output()[-3000:]
+    assert "killed by SIGKILL; the other workers were stopped (run the step again: an " in lines[0]
+    assert "evaluation has no checkpoint, it scores everything again)" in lines[0]
+    assert "last checkpoint" not in lines[0]
+    assert not [p for p in workers if Path(f"/proc/{p}").exists() and not zombie(p)]
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True

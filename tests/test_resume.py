@@ -246,6 +246,7 @@ def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path)
     assert not any(alive(pid) for pid in workers), output
     stopped = "training stopped; run the same command again to resume from its last checkpoint, "
     assert stopped + str(tmp_path / "ws") in output and "/checkpoints/step000000004" in output
+    assert output.count(stopped) == 1  # said once (it was logged, then logged by Tango)
     assert step_state(tmp_path / "ws") == "failed"
     rerun = tango(tmp_path / "ws", overrides, "rerun")
     output, _ = rerun.communicate(timeout=120)

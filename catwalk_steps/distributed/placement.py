@@ -3,6 +3,8 @@ and evaluation jobs count their workers the same way."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from .devices import DevicePlan
 from .rendezvous import Rendezvous
 
@@ -12,6 +14,8 @@ class PlacedJob:
 
     devices: DevicePlan
     rendezvous: Rendezvous
+    # What to do after a worker died (a training job resumes; an evaluation starts over).
+    AFTER_FAILURE: ClassVar[str] = "run the step again to resume from its last checkpoint"
 
     @property
     def local_world_size(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tango.common import Lazy
 from tango.integrations.torch import Model, TrainingEngine
@@ -35,6 +35,10 @@ class EvaluationSettings:
 @dataclass
 class EvaluationJob(PlacedJob):
     """Everything a worker needs to score its share; pickled to each local worker process."""
+
+    AFTER_FAILURE: ClassVar[str] = (
+        "run the step again: an evaluation has no checkpoint, it scores everything again"
+    )
 
     step_id: str
     step_name: str

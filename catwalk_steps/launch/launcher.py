@@ -243,7 +243,7 @@ def failure(
         name = signal.Signals(-exit_codes[killed[0]]).name
         return WorkerFailed(
             f"rank {base + killed[0]} died: killed by {name}; the other workers were stopped "
-            "(run the step again to resume from its last checkpoint)"
+            f"({job.AFTER_FAILURE})"
         )
     if reports:
         first_report = reports[0]

@@ -3,6 +3,8 @@ work; this step checks its inputs and caches the metrics, one result per (model,
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from tango import Step
@@ -122,9 +124,32 @@ class Evaluate(Step[dict]):
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine
         )
+        what = about.get("task", split or "validation")
+        with said_when_stopped():
+            metrics, summary = self.scored(source, instances, settings, what, task, extra_metrics)
+        metrics.update(about)
+        self.logger.info("%s: %s", what, summary)
+        info = source.info()
+        if info.get("metrics_history") is not None:
+            # Passed on to reports, which plot it.
+            metrics["training_history"] = info["metrics_history"]
+        if info.get("run_card") is not None:
+            metrics["run_card"] = info["run_card"]
+        return metrics
+
+    def scored(
+        self,
+        source: Any,
+        instances: list,
+        settings: EvaluationSettings,
+        what: str,
+        task: Task | None,
+        extra_metrics: list[str] | None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The metrics of the instances' kind, and the few the log shows (`what`: the task)."""
         if instances and isinstance(instances[0], OlmoEvalInstance):
-            name = f"task '{about.get('task', split or 'validation')}'"
-            check_whole_continuations(name, instances, encoder_of(source, settings), MAX_LENGTH)
+            encoder = encoder_of(source, settings)
+            check_whole_continuations(f"task '{what}'", instances, encoder, MAX_LENGTH)
             metrics = olmo_eval_result(source, instances, settings, self)
             summary = {key: metrics[key] for key in (metrics["primary_metric"], "n")}
         elif instances and isinstance(instances[0], GenerationInstance):
@@ -140,15 +165,24 @@ class Evaluate(Step[dict]):
             if extra_metrics:
                 tokens = continuation_tokens(source.tokenizer_name(), length, instances)
                 metrics.update(extra_metrics_of(instances, scores, tokens, extra_metrics))
-        metrics.update(about)
-        self.logger.info("%s: %s", about.get("task", split or "validation"), summary)
-        info = source.info()
-        if info.get("metrics_history") is not None:
-            # Passed on to reports, which plot it.
-            metrics["training_history"] = info["metrics_history"]
-        if info.get("run_card") is not None:
-            metrics["run_card"] = info["run_card"]
-        return metrics
+        return metrics, summary
+
+
+class EvaluationStopped(KeyboardInterrupt):
+    """An evaluation interrupted (Ctrl-C, SIGTERM), said in one line: Tango's CLI prints a
+    KeyboardInterrupt as "<type>: <message>", and a bare one as "KeyboardInterrupt:"."""
+
+
+@contextlib.contextmanager
+def said_when_stopped() -> Iterator[None]:
+    try:
+        yield
+    except KeyboardInterrupt as e:
+        how = f" by {e}" if str(e) else ""
+        raise EvaluationStopped(
+            f"evaluation stopped{how}; nothing of it was cached: run the same command again to "
+            "score it"
+        ) from None
 
 
 def continuation_tokens(tokenizer: str, length: int, instances: list) -> list[list[int]]:

@@ -113,9 +113,8 @@ class TrainRankClassifier(Step[RankClassifier]):
         try:
             run_training(job)
         except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: say where the rerun starts
-            message = stopped_message(self.work_dir, e)
-            self.logger.error(message)  # Tango's CLI then says "Aborted!" and nothing more
-            raise TrainingStopped(message) from None
+            # Tango's CLI logs it as one line ("TrainingStopped: ..."), then "Aborted!".
+            raise TrainingStopped(stopped_message(self.work_dir, e)) from None
         trained = trained_model(settings.model, self.work_dir)
         trained.run_card = finished(card, time.monotonic() - started, trained.metrics_history)
         return trained
