@@ -242,6 +242,7 @@ def test_a_killed_evaluation_worker_says_the_evaluation_starts_over(tmp_path):
     assert "killed by SIGKILL; the other workers were stopped (run the step again: an " in lines[0]
     assert "evaluation has no checkpoint, it scores everything again)" in lines[0]
     assert "last checkpoint" not in lines[0]
+    assert "Terminating process" not in command.output()  # torch's, for the worker it stopped
     assert not [p for p in workers if Path(f"/proc/{p}").exists() and not zombie(p)]
 
 
@@ -257,3 +258,39 @@ def zombie(pid: int) -> bool:
         return "zombie" in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return True
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_evaluate_on_more_cpu_processes_than_cores_warns_as_training_does(tmp_path):
+    """On one core (`taskset`: the cores this process may use, as a scheduler's cpuset gives),
+    two evaluation workers get the warning training gives, once."""
+    import shutil
+
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset is not installed")
+    task = {"type": "catwalk::synthetic", "seed": 1, "sizes": {"validation": 8}}
+    step = {"type": "catwalk::evaluate", "model": TINY_MODEL, "task": task, "device_count": 2}
+    path = tmp_path / "two.jsonnet"
+    path.write_text(json.dumps({"steps": {"ev": {**step, "device": "cpu"}}}))
+    argv = ["taskset", "-c", "0", *tango_command(path, tmp_path / "ws", "two")]
+    done = commands.run(argv, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    warning = (
+        "evaluate.device_count: 2 CPU processes on 1 cores share them and slow each other down; "
+        "use at most one process per core"
+    )
+    assert output.count(warning) == 1, output[-3000:]
+
+
+@pytest.mark.slow
+def test_fsdp2_on_one_device_keeps_torch_s_single_process_warning_off_the_terminal(tmp_path):
+    """DCP warned "torch.distributed is disabled, unavailable or uninitialized" on every
+    checkpoint of a one-device FSDP2 run (and in `catwalk-export`)."""
+    overrides = {**TINY, f"{T}.training_engine.type": "catwalk::torch_fsdp"}
+    done = commands.run(tango_command(DEMO, tmp_path / "ws", "one", overrides), timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert "torch.distributed is disabled" not in output
+    assert (tmp_path / "ws").exists()

@@ -4,12 +4,12 @@ warning each; and which blocks a sharded engine wraps when its `modules_to_wrap`
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
 
 from tango.integrations.torch import DataLoader
 
+from ..distributed.devices import usable_cores
 from ..scoring.tokenization import load_tokenizer
 from ..training.components import lazy_config
 from ..training.wrapping import describe_blocks
@@ -46,13 +46,14 @@ def schedule_warnings(schedule: Any) -> list[str]:
     ]
 
 
-def training_warnings(device_type: str, local_workers: int) -> list[str]:
-    """Settings that work but are probably not what was meant, one line each."""
+def training_warnings(device_type: str, local_workers: int, step: str = "train") -> list[str]:
+    """Settings that work but are probably not what was meant, one line each (`step`: whose
+    keys, `train` or `evaluate`)."""
     warnings = []
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if device_type == "cpu" and local_workers > cores:
         warnings.append(
-            f"train.device_count: {local_workers} CPU processes on {cores} cores share them and "
+            f"{step}.device_count: {local_workers} CPU processes on {cores} cores share them and "
             "slow each other down; use at most one process per core"
         )
     return warnings

@@ -8,6 +8,7 @@ and the batches of those processes all live on the CPU.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,15 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import whole
 
 DEVICE_KINDS = ("cpu", "cuda")
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on: its affinity (`taskset`, a scheduler's cpuset), not
+    every core of the machine."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def visible_gpu_count() -> int:

@@ -11,6 +11,7 @@ from tango.common import Lazy, Params
 from tango.common.util import get_extra_imported_modules
 from tango.integrations.torch import TrainingEngine
 
+from ..checks.start_warnings import training_warnings
 from ..console import announce
 from ..distributed.devices import evaluation_device, plan_devices
 from ..launch import run_job
@@ -48,6 +49,11 @@ def evaluation_scores(
         return scores, length
     job = evaluation_job(source, instances, settings, step)
     precision.check_device(job.devices.device_type, "evaluate.precision")
+    notes = [job.devices.note] if job.devices.note else []
+    for warning in notes + training_warnings(
+        job.devices.device_type, job.local_world_size, "evaluate"
+    ):
+        log.warning(warning)
     sharded = f", sharded by {engine_type(settings.engine)}" if settings.engine else ""
     announce(log, "Evaluating on %s%s", job.devices.describe(), sharded)
     clear_scores(job.work_dir)

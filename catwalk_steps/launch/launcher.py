@@ -55,6 +55,9 @@ from ..training.job import TrainingJob
 from .worker_process import Work, WorkerReport, train_on_worker, worker_main
 
 logger = logging.getLogger(__name__)
+# torch's "Terminating process <pid> via signal SIGTERM" for each worker it stops after one
+# failed: the failure's own line says the others were stopped.
+logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
 # Workers' tracebacks: to the run's log file; the terminal shows the one-line cause.
 TRACEBACKS = logging.getLogger("catwalk_steps.traceback")
 

@@ -10,8 +10,11 @@ one line naming the file, before any rank loads a tensor.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,5 +101,16 @@ def whole_state(directory: Path) -> dict[str, torch.Tensor]:
         if not isinstance(entry, TensorStorageMetadata):
             raise CheckpointError(f"{directory}: '{name}' is not a tensor; not a model's weights")
         state[name] = torch.empty(entry.size, dtype=entry.properties.dtype)
-    dcp.load(state, storage_reader=MetadataCheckingReader(str(directory)), no_dist=True)
+    with single_process_quietly():
+        dcp.load(state, storage_reader=MetadataCheckingReader(str(directory)), no_dist=True)
     return state
+
+
+@contextlib.contextmanager
+def single_process_quietly() -> Iterator[None]:
+    """DCP warns on every save and load without a process group that it is "assuming the intent
+    is to save in a single process": it is (one device, or `catwalk-export`), and the warning
+    reached the terminal each time."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield

@@ -26,10 +26,22 @@ def load_file(path: Path, map_location: str | torch.device = "cpu") -> Any:
     except pickle.UnpicklingError as e:
         raise CheckpointError(
             f"{path}: holds something other than tensors and plain data, which is not loaded "
-            f"({first_line(e)[:120]})"
+            f"({refusal_reason(e)})"
         ) from None
     except (OSError, RuntimeError, EOFError, ValueError, TypeError) as e:
         raise CheckpointError(f"{path}: cannot be read ({first_line(e)})") from None
+
+
+def refusal_reason(error: BaseException) -> str:
+    """What torch's weights-only reader refused, whole: its line naming the global ("Trying to
+    load unsupported GLOBAL posix.system whose module posix is blocked."), else its first
+    sentence (its first line is a paragraph about `weights_only`)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    named = [line for line in lines if "GLOBAL" in line or "Unsupported global" in line]
+    if named:
+        return named[0]
+    first = first_line(error)
+    return first.split(". ")[0].rstrip(".") if ". " in first else first
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

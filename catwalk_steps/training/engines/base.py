@@ -25,6 +25,7 @@ from tango.integrations.torch import (
 )
 from tango.integrations.torch.util import move_to_device
 
+from ...distributed.devices import usable_cores
 from ...distributed.groups import cuda_device_for, distributed_position, init_process_group
 from ...errors import one_line_error
 from ...files import torch_save_atomic
@@ -273,7 +274,7 @@ def default_cpu_threads(local_ranks: int) -> int:
     """Torch threads per CPU rank: the cores shared between this machine's ranks (N ranks each
     spinning all cores' worth of threads slow each other down), at most OMP_NUM_THREADS when it
     is set (a scheduler's allocation, a shared machine)."""
-    share = max(1, (os.cpu_count() or 1) // local_ranks)
+    share = max(1, usable_cores() // local_ranks)
     allowed = os.environ.get("OMP_NUM_THREADS", "")
     if allowed.isdigit() and int(allowed) > 0:
         share = min(share, int(allowed))

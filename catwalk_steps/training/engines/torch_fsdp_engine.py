@@ -33,7 +33,11 @@ from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngi
 from ...distributed.groups import distributed_position
 from ...files import torch_save_atomic
 from ...scoring.rank_classifier import RankClassifier
-from ..checkpoints.dcp_metadata import MetadataCheckingReader, read_metadata
+from ..checkpoints.dcp_metadata import (
+    MetadataCheckingReader,
+    read_metadata,
+    single_process_quietly,
+)
 from ..checkpoints.layout import (
     DCP_MODEL_DIR,
     DCP_OPTIMIZER_DIR,
@@ -156,9 +160,10 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
             get_optimizer_state_dict,
         )
 
-        dcp.save(get_model_state_dict(self.model), checkpoint_id=directory / DCP_MODEL_DIR)
         optimizer_state = get_optimizer_state_dict(self.model, self.optimizer)
-        dcp.save(optimizer_state, checkpoint_id=directory / DCP_OPTIMIZER_DIR)
+        with single_process_quietly():
+            dcp.save(get_model_state_dict(self.model), checkpoint_id=directory / DCP_MODEL_DIR)
+            dcp.save(optimizer_state, checkpoint_id=directory / DCP_OPTIMIZER_DIR)
         if distributed_position()[0] != 0:
             return
         if self.lr_scheduler is not None:
@@ -188,12 +193,14 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
 
         directory = payload["directory"]
         model_state = get_model_state_dict(self.model)
-        dcp.load(model_state, storage_reader=MetadataCheckingReader(directory / DCP_MODEL_DIR))
+        with single_process_quietly():
+            dcp.load(model_state, storage_reader=MetadataCheckingReader(directory / DCP_MODEL_DIR))
         set_model_state_dict(self.model, model_state)
         # Asking for the optimizer state also creates it (empty AdamW state) to load into.
         optimizer_state = get_optimizer_state_dict(self.model, self.optimizer)
         reader = MetadataCheckingReader(directory / DCP_OPTIMIZER_DIR)
-        dcp.load(optimizer_state, storage_reader=reader)
+        with single_process_quietly():
+            dcp.load(optimizer_state, storage_reader=reader)
         set_optimizer_state_dict(self.model, self.optimizer, optimizer_state)
         if self.lr_scheduler is not None and "lr_scheduler" in payload:
             self.lr_scheduler.load_state_dict(payload["lr_scheduler"])
