@@ -114,6 +114,8 @@ def test_the_olmes_demo_scores_labels_in_the_loop_and_after_and_a_rerun_scores_n
     )
     again = run_tango(OLMES_DEMO, workspace, "again", overrides)
     assert "Starting step" not in again
+    # Each row is scored by its own metric, named in the row: the header says so (not "acc").
+    assert "task (as named)" in again and "task (acc)" not in again
 
 
 GENERATION_DEMO = EXPERIMENTS / "generation_demo.jsonnet"

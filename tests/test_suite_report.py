@@ -108,3 +108,28 @@ def test_a_suite_reports_markdown_has_the_run_cards_under_its_table():
     assert report.run_cards == {"trained": card}
     table, cards = report.markdown().split("## Run card")
     assert "| trained | 0.5000 |" in table and "| trained | `T-1` |" in cards
+
+
+def test_headers_and_titles_say_acc_only_where_the_numbers_are_acc(monkeypatch, capsys):
+    """Exact match, F1 or bits per byte are named in their rows; the turned table's header and
+    the in-loop plot's title do not call them acc."""
+    from catwalk_steps.reports import plots
+
+    def nq(value: float, **extra) -> dict:
+        return {"exact_match,remove_whitespace": value, "n": 8, "task": "nq_open", **extra}
+
+    points = [{"step": s, "exact_match,remove_whitespace": v, "count": 8} for s, v in [(2, 0.1)]]
+    loop = {"train": [], "validation": [], "tasks": {"nq_open": points}}
+    results = {
+        "trained": {"nq_open": nq(0.5, training_history=loop), "arc_easy": result(0.5)},
+        "untrained": {"nq_open": nq(0.0), "arc_easy": result(0.25)},
+    }
+    assert build_suite_report(results).details["shown"] == "acc, or as named"
+    only_nq = {run: {"nq_open": by_task["nq_open"]} for run, by_task in results.items()}
+    monkeypatch.setenv("COLUMNS", "60")
+    print_report(build_suite_report(only_nq))  # turned: its header names what the rows are
+    assert "task (as named)" in capsys.readouterr().out
+    titles = []
+    monkeypatch.setattr(plots, "_save", lambda figure, path: titles.append(figure._suptitle))
+    plots.plot_task_curves(build_suite_report(only_nq), None)
+    assert titles[0].get_text() == "Task suite: in-loop scores (each panel's own) per task"

@@ -89,8 +89,8 @@ def print_report(report: Report, location: str | None = None) -> None:
     turn = table_width(header, body) > console.width
     if turn:
         header, body = turned(header, body)
-        metric = report.details.get("metric")
-        header[0] = f"task ({metric})" if metric else "metric"
+        shown = report.details.get("shown") or report.details.get("metric")
+        header[0] = f"task ({shown})" if shown else "metric"
     table = Table(title=report.title)
     table.add_column(header[0], style="cyan")
     for column in header[1:]:

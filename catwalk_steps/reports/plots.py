@@ -86,7 +86,9 @@ def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:
     for axes in panels[len(tasks) :]:
         axes.set_visible(False)
     panels[0].legend(fontsize="x-small")
-    figure.suptitle(f"{report.title}: in-loop {metric} per task")
+    shown = {axes.get_ylabel() for axes in panels[: len(tasks)]}
+    scores = metric if shown == {metric} else "scores (each panel's own)"
+    figure.suptitle(f"{report.title}: in-loop {scores} per task")
     _save(figure, path)
     return True
 

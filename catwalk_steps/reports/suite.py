@@ -62,7 +62,7 @@ def build_suite_report(
         configs={run: dict(config) for run, config in (configs or {}).items()},
         task_histories=in_loop_histories(histories),
         column_order=[*columns.values(), AVERAGE],
-        details={"metric": metric, "results": details},
+        details={"metric": metric, "shown": shown_label(shown, metric), "results": details},
         run_cards=cards,
         environment=dict(environment or {}),
         step_times=list(step_times or []),
@@ -102,6 +102,15 @@ def shown_metric(result: Mapping[str, Any], metric: str) -> str:
         if GENERATIVE_KEY in key:
             return key
     raise KeyError(f"the result has no {metric!r} (it has {', '.join(sorted(result))})")
+
+
+def shown_label(shown: Mapping[str, str], metric: str) -> str:
+    """What the tasks' numbers are, in a header: `metric`, or each task's own (named in its
+    column) where some or all show another (exact match, F1, bits per byte)."""
+    own = set(shown.values())
+    if own <= {metric}:
+        return metric
+    return "as named" if metric not in own else f"{metric}, or as named"
 
 
 def lower_is_better(key: str) -> bool:
