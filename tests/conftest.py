@@ -122,9 +122,9 @@ def run_tango(
 
 def step_result(workspace: Path, run_name: str, step_name: str) -> Path:
     """Where a step of a finished run keeps its result."""
-    from tango.workspaces import LocalWorkspace
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace  # its records are JSON
 
-    run = LocalWorkspace(workspace).registered_run(run_name)
+    run = SharedLocalWorkspace(workspace).registered_run(run_name)
     return Path(run.steps[step_name].result_location)
 
 

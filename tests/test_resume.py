@@ -168,7 +168,7 @@ def faulty_demo(pids: Path, **faults) -> dict:
 
 
 def step_state(workspace: Path, step: str = "trained") -> str:
-    from tango.workspaces import LocalWorkspace
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace as LocalWorkspace
 
     ws = LocalWorkspace(workspace)
     [info] = [i for i in ws.search_step_info() if i.step_name == step]

@@ -28,7 +28,7 @@ def trained_dirs(workspace: Path) -> set[str]:
 
 
 def unique_id(workspace: Path, run: str, step: str) -> str:
-    from tango.workspaces import LocalWorkspace
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace as LocalWorkspace
 
     return LocalWorkspace(workspace).registered_run(run).steps[step].unique_id
 
