@@ -15,10 +15,10 @@ STAMP := $(VENV)/.catwalk-installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install $(TORCH_PIP_FLAGS) "$(TORCH)"
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -c constraints.txt -e '.[dev]'
 	$(BIN)/python -m catwalk_startup
 	@touch $@
 
