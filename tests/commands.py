@@ -227,3 +227,13 @@ def run(
             command.wait()
             raise
         return Finished(command.returncode, command.output(), command.errors())
+
+
+def error_lines(text: str) -> list[str]:
+    """What a command's terminal shows as errors, besides Tango's own "✗ ... failed" summary:
+    each should be one line."""
+    return [
+        line
+        for line in text.splitlines()
+        if (" ERROR " in line and "\N{BALLOT X}" not in line) or "Traceback" in line
+    ]

@@ -30,6 +30,15 @@ TINY_MODEL = {
     "tokenizer": "catwalk::byte_level",
 }
 
+# The demo (experiments/demo.jsonnet) as small as it runs: one process, two steps.
+TINY_DEMO = {
+    "steps.data.task.sizes": {"train": 16, "validation": 8},
+    "steps.trained.device_count": 1,
+    "steps.trained.train_steps": 2,
+    "steps.trained.validate_every": 2,
+    "steps.trained.checkpoint_every": 2,
+}
+
 PIQA_ROWS = [
     {"goal": "Keep bread fresh", "sol1": "Seal it in a bag.", "sol2": "Leave it in the sun."},
     {"goal": "Open a jar", "sol1": "Hit it with a feather.", "sol2": "Twist the lid hard."},

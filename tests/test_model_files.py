@@ -18,7 +18,8 @@ from catwalk_steps.scoring.model_files import DamagedModelError, check_model_dir
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 
 from . import commands
-from .conftest import EXPERIMENTS, TINY_GPT2, step_result, tango_command
+from .commands import error_lines
+from .conftest import EXPERIMENTS, TINY_DEMO, TINY_GPT2, step_result, tango_command
 
 DEMO = EXPERIMENTS / "demo.jsonnet"
 
@@ -126,27 +127,12 @@ def test_every_worker_reader_refuses_a_cut_file_before_any_forward(tmp_path, mod
 # --- Through `tango run` ------------------------------------------------------------------------
 
 T = "steps.trained"
-TINY_RUN = {
-    "steps.data.task.sizes": {"train": 16, "validation": 8},
-    f"{T}.device_count": 1,
-    f"{T}.train_steps": 2,
-    f"{T}.validate_every": 2,
-    f"{T}.checkpoint_every": 2,
-}
+TINY_RUN = TINY_DEMO
 # (DDP's graph-build check is theirs: one check of the directory, whatever the engine.)
 ENGINES = {
     "fairscale": {"type": "catwalk::fairscale", "optimizer": {"type": "torch::AdamW", "lr": 1e-3}},
     "fsdp2": {"type": "catwalk::torch_fsdp", "optimizer": {"type": "torch::AdamW", "lr": 1e-3}},
 }
-
-
-def error_lines(text: str) -> list[str]:
-    """What the terminal shows as errors, besides Tango's own "✗ ... failed" summary."""
-    return [
-        line
-        for line in text.splitlines()
-        if (" ERROR " in line and "\N{BALLOT X}" not in line) or "Traceback" in line
-    ]
 
 
 @pytest.mark.slow

@@ -11,17 +11,12 @@ from pathlib import Path
 import pytest
 
 from . import commands
-from .conftest import EXPERIMENTS, TANGO_ENV, TINY_MODEL, tango_command
+from .commands import error_lines
+from .conftest import EXPERIMENTS, TANGO_ENV, TINY_DEMO, TINY_MODEL, tango_command
 
 DEMO = EXPERIMENTS / "demo.jsonnet"
 T, EU = "steps.trained", "steps.eval_untrained"
-TINY = {
-    "steps.data.task.sizes": {"train": 16, "validation": 8},
-    f"{T}.device_count": 1,
-    f"{T}.train_steps": 2,
-    f"{T}.validate_every": 2,
-    f"{T}.checkpoint_every": 2,
-}
+TINY = TINY_DEMO
 GSM8K_BPB = {"name": "gsm8k_gold_bpb_5shot", "max_instances": 4}
 
 
@@ -89,15 +84,6 @@ SUITE_REF = (
     f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
     "lib.suite(tasks=['arc_easy'], models={ref: lib.models.tiny_gpt2})\n"
 )
-
-
-def error_lines(text: str) -> list[str]:
-    """What the terminal shows as errors, besides Tango's own "✗ ... failed" summary."""
-    return [
-        line
-        for line in text.splitlines()
-        if (" ERROR " in line and "\N{BALLOT X}" not in line) or "Traceback" in line
-    ]
 
 
 @pytest.mark.slow

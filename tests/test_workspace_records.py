@@ -19,16 +19,10 @@ from catwalk_steps.workspace.records import DamagedRecordsError, StepRecords
 from catwalk_steps.workspace.shared import SharedLocalWorkspace
 
 from . import commands
-from .conftest import EXPERIMENTS, step_result, tango_command
+from .conftest import EXPERIMENTS, TINY_DEMO, step_result, tango_command
 
 DEMO = EXPERIMENTS / "demo.jsonnet"
-TINY_RUN = {
-    "steps.data.task.sizes": {"train": 16, "validation": 8},
-    "steps.trained.device_count": 1,
-    "steps.trained.train_steps": 2,
-    "steps.trained.validate_every": 2,
-    "steps.trained.checkpoint_every": 2,
-}
+TINY_RUN = TINY_DEMO
 
 
 class Payload:
