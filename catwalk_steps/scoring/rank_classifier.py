@@ -49,8 +49,14 @@ def with_umask_permissions(directory: Path) -> None:
 
 
 def check_model_arguments(
-    pretrained: str | None, config: dict[str, Any] | None, tokenizer: str | None, objective: str
+    pretrained: str | None,
+    config: dict[str, Any] | None,
+    tokenizer: str | None,
+    objective: str,
+    skeleton: bool = False,
 ) -> None:
+    """The arguments, and a local `pretrained` directory whole (a skeleton: its config), before
+    its tokenizer is read."""
     if objective not in OBJECTIVES:
         raise ConfigurationError(
             f"model.objective: expected one of {OBJECTIVES}, got {objective!r}"
@@ -59,6 +65,8 @@ def check_model_arguments(
         raise ConfigurationError("model: give exactly one of 'pretrained' or 'config'")
     if tokenizer is None and pretrained is None:
         raise ConfigurationError("model.tokenizer: required when the model is built from 'config'")
+    if pretrained is not None:
+        checked_source(pretrained, weights=not skeleton)
 
 
 @Model.register("catwalk::rank_classifier")
@@ -95,10 +103,7 @@ class RankClassifier(Model):
         self.metrics_history = None
         self.run_card = None
         self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed)
-        check_model_arguments(pretrained, config, tokenizer, objective)
-        if pretrained is not None:
-            # A local directory whole (a skeleton: its config), before its tokenizer is read.
-            checked_source(pretrained, weights=not skeleton)
+        check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)

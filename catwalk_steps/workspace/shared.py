@@ -1,6 +1,15 @@
 """The Tango workspace: a directory we must be able to write, and that several jobs may share.
 
-(Cached results that cannot be read: :mod:`.step_cache`; clearing one: `catwalk-clear-step`.)
+(Cached results that cannot be read: :mod:`.step_cache`; clearing one: `catwalk-clear-step`;
+the records as data: :mod:`.records`.)
+
+Tango 1.3.2 judged who computes a step by its record too, read outside the step's lock, and
+failed in the gaps: a job that found the lock held before the holder had written "running"
+stopped with "marked as being incomplete, but ... can only be one of {running}"; a probe of the
+lock by one job made another's look-up see "running"; records were read, changed and written
+back by whoever looked (a run being registered could undo another job's "running"); two jobs
+racing to create `settings.json` or the `latest` link failed; a job killed while writing its
+result left a record that stayed "running" for ever.
 """
 
 from __future__ import annotations
@@ -72,13 +81,7 @@ class SharedLocalWorkspace(LocalWorkspace):
     (a SLURM job array, two terminals, machines sharing a filesystem with working `flock`).
 
     A step's lock is the only judge of who computes it, and a step's record is written only
-    under that lock. Tango 1.3.2 judged by the record too, read outside the lock, and failed in
-    the gaps: a job that found the lock held before the holder had written "running" stopped
-    with "marked as being incomplete, but ... can only be one of {running}"; a probe of the lock
-    by one job made another's look-up see "running"; records were read, changed and written back
-    by whoever looked (a run being registered could undo another job's "running"); two jobs
-    racing to create `settings.json` or the `latest` link failed; a job killed while writing its
-    result left a record that stayed "running" for ever. Here:
+    under that lock (what went wrong without: the module's docstring). Here:
 
     - `step_starting` takes the step's lock (waiting, with one log line, while another job
       holds it), then decides under the lock: a result already in the cache (computed by the
@@ -192,7 +195,7 @@ class SharedLocalWorkspace(LocalWorkspace):
             now = utc_now_datetime()
             if step in self.step_cache:
                 if info.state != StepState.COMPLETED:  # its job died after writing the result
-                    self._record_completed(records, step, info)
+                    record_completed(records, info, self.step_dir(step))
                 return True
             remove_partial_result(self.step_dir(step))
             if info.state == StepState.FAILED:
@@ -258,17 +261,10 @@ class SharedLocalWorkspace(LocalWorkspace):
             for step in steps:
                 info = self._record(records, step)
                 if info.state != StepState.COMPLETED and step in self.step_cache:
-                    self._record_completed(records, step, info)
+                    record_completed(records, info, self.step_dir(step))
                     fixed = True
         return fixed
 
-    def _record_completed(self, records: StepRecords, step: Step, info: StepInfo) -> None:
-        now = utc_now_datetime()
-        info.start_time = info.start_time or now
-        info.end_time = now
-        info.error = None
-        info.result_location = str(self.step_dir(step).absolute())
-        records[step.unique_id] = info
 
     def remove_step(self, step_unique_id: str) -> None:
         if not self._abandoned(step_unique_id) and self.step_dir(step_unique_id).exists():
@@ -278,6 +274,16 @@ class SharedLocalWorkspace(LocalWorkspace):
             )
         with self._records_lock:
             super().remove_step(step_unique_id)
+
+
+def record_completed(records: StepRecords, info: StepInfo, result: Path) -> None:
+    """The record of a step whose result is in the cache says so."""
+    now = utc_now_datetime()
+    info.start_time = info.start_time or now
+    info.end_time = now
+    info.error = None
+    info.result_location = str(result.absolute())
+    records[info.unique_id] = info
 
 
 def lock_is_free(path: Path) -> bool:
