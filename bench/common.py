@@ -73,7 +73,7 @@ def engine_inputs(model: dict, work_dir: Path, rank: int, world_size: int, devic
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model, Optimizer
 
-    from catwalk_steps.training.train_config import NodeAwareTrainConfig
+    from catwalk_steps.engines.train_config import NodeAwareTrainConfig
 
     train_config = NodeAwareTrainConfig(
         step_id="bench",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from catwalk_steps.scoring.evaluation import sequence_batches
+from catwalk_steps.scoring.choices import sequence_batches
 from catwalk_steps.scoring.packing import pack_rows, row_batches
 from catwalk_steps.scoring.sequences import pad_sequences
 

@@ -46,8 +46,8 @@ WORLD_SIZE = 2
 def every_rank_loads(spec: dict) -> None:
     from torch.distributed.fsdp import fully_shard
 
+    from catwalk_steps.engines.wrapping import match_modules
     from catwalk_steps.scoring.rank_classifier import RankClassifier
-    from catwalk_steps.training.wrapping import match_modules
 
     model = RankClassifier(**{k: v for k, v in spec.items() if k != "type"})
     for name in match_modules(model, [BLOCKS]):

@@ -26,7 +26,7 @@ from common import REPO, machine, write_results
 
 sys.path.insert(0, str(REPO))
 
-from catwalk_steps.scoring.evaluation import score_choices
+from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.sequences import SequenceEncoder
 from catwalk_steps.tasks.base import MultipleChoiceInstance

@@ -8,9 +8,11 @@ tango.yml). The sub-packages, from the bottom up:
 - :mod:`.scoring`: tokenizing, the rank classifier over any causal LM, scoring a split;
 - :mod:`.reports`: tables, task suites, sweep aggregates and plots of several runs;
 - :mod:`.distributed`: devices, the rendezvous store, process groups;
-- :mod:`.training`: engines, optimizers, loaders, callbacks, checkpoints, the loop;
+- :mod:`.checkpoints`: the checkpoint format: files, manifests, which one resumes, weights;
+- :mod:`.engines`: DDP, FairScale FSDP, FSDP2 and what building one needs (wrapping, optimizers);
+- :mod:`.training`: the loop, its checkpoints, loaders, callbacks, trackers, in-loop tasks;
 - :mod:`.checks`: what is checked before anything runs (when the step graph is built);
-- :mod:`.evaluation`: which model is scored, loaded once per process, where it is scored;
+- :mod:`.standalone`: evaluation outside training: which model, loaded once, where scored;
 - :mod:`.launch`: the worker processes of a job, on one node or several;
 - :mod:`.workspace`: the workspace several jobs share, its cache, results as data;
 - :mod:`.tango_fixes`: where `tango run` behaves otherwise than Tango 1.3.2 alone;
@@ -22,6 +24,7 @@ import catwalk_startup
 catwalk_startup.install()  # first: Tango's log receiver reads data only (see that package)
 
 from . import tango_fixes  # noqa: E402, F401  (apply the fixes to Tango)
+from .engines import CatwalkFairScaleEngine, CatwalkTorchEngine, CatwalkTorchFSDPEngine  # noqa: E402
 from .scoring import MultipleChoiceCollator, RankClassifier  # noqa: E402
 from .steps import (  # noqa: E402
     Evaluate,
@@ -32,13 +35,7 @@ from .steps import (  # noqa: E402
     TrainRankClassifier,
 )
 from .tasks import MultipleChoiceInstance, PiqaTask, SyntheticTask, Task, TemplatedTask  # noqa: E402
-from .training import (  # noqa: E402
-    CatwalkFairScaleEngine,
-    CatwalkTorchEngine,
-    CatwalkTorchFSDPEngine,
-    RunMetrics,
-    ShardedDataLoader,
-)
+from .training import RunMetrics, ShardedDataLoader  # noqa: E402
 from .workspace import HFModelFormat, SharedLocalWorkspace  # noqa: E402
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from catwalk_steps.scoring.evaluation import score_choices
+from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.olmo_metrics import (
     lengths_tensor,
     olmo_eval_metrics,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from catwalk_steps.checkpoints.weights import check_full_weights, tied_parameter_names
 from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.training.checkpoints.weights import check_full_weights, tied_parameter_names
 
 from .conftest import TINY_GPT2
 
@@ -38,8 +38,8 @@ def three_shards(rank, world_size, port, directory):
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model, Optimizer
 
-    from catwalk_steps.training.engines.torch_fsdp_engine import CatwalkTorchFSDPEngine
-    from catwalk_steps.training.train_config import NodeAwareTrainConfig
+    from catwalk_steps.engines.torch_fsdp_engine import CatwalkTorchFSDPEngine
+    from catwalk_steps.engines.train_config import NodeAwareTrainConfig
 
     from .conftest import TINY_MODEL
 
@@ -60,8 +60,8 @@ def test_three_sharded_ranks_consolidate_into_the_whole_model(tmp_path, model):
     """Shards are found through the checkpoint's metadata, not in file-system order."""
     import torch
 
-    from catwalk_steps.training.checkpoints.layout import DCP_MODEL_DIR
-    from catwalk_steps.training.checkpoints.weights import full_model_state
+    from catwalk_steps.checkpoints.layout import DCP_MODEL_DIR
+    from catwalk_steps.checkpoints.weights import full_model_state
 
     from .distributed import run_distributed
 
@@ -79,8 +79,8 @@ def test_three_sharded_ranks_consolidate_into_the_whole_model(tmp_path, model):
 
 
 def fake_checkpoint(work_dir: Path, step: int, files: dict[str, bytes]) -> Path:
-    from catwalk_steps.training.checkpoints.layout import checkpoint_dir
-    from catwalk_steps.training.checkpoints.manifest import mark_complete
+    from catwalk_steps.checkpoints.layout import checkpoint_dir
+    from catwalk_steps.checkpoints.manifest import mark_complete
 
     directory = checkpoint_dir(work_dir, step)
     directory.mkdir(parents=True)
@@ -91,7 +91,7 @@ def fake_checkpoint(work_dir: Path, step: int, files: dict[str, bytes]) -> Path:
 
 
 def test_a_checkpoint_without_its_manifest_or_with_a_missing_file_is_not_used(tmp_path):
-    from catwalk_steps.training.checkpoints import complete_checkpoints, problem_with
+    from catwalk_steps.checkpoints import complete_checkpoints, problem_with
 
     files = {"model.pt": b"m" * 10, "optimizer.pt": b"o" * 20, "trainer.pt": b"t"}
     step4 = fake_checkpoint(tmp_path, 4, files)
@@ -115,9 +115,9 @@ def test_a_damaged_checkpoint_is_skipped_with_a_warning_naming_the_file(tmp_path
 
     import torch
 
+    from catwalk_steps.checkpoints import checkpoint_dir, problem_with
+    from catwalk_steps.checkpoints.layout import MODEL_FILE
     from catwalk_steps.launch import run_training
-    from catwalk_steps.training.checkpoints import checkpoint_dir, problem_with
-    from catwalk_steps.training.checkpoints.layout import MODEL_FILE
 
     from .training import job, weights
 
@@ -128,7 +128,7 @@ def test_a_damaged_checkpoint_is_skipped_with_a_warning_naming_the_file(tmp_path
     model_file = latest / MODEL_FILE
     model_file.write_bytes(model_file.read_bytes()[:1000])  # truncated
     assert problem_with(latest).startswith(f"{model_file}: 1000 bytes,")
-    with caplog.at_level(logging.WARNING, logger="catwalk_steps.training.checkpoints.saving"):
+    with caplog.at_level(logging.WARNING, logger="catwalk_steps.training.checkpointing"):
         run_training(damaged)
     assert f"Skipping checkpoint: {model_file}: 1000 bytes" in caplog.text
     assert "Resumed from" in caplog.text or checkpoint_dir(damaged.work_dir, 4).exists()

@@ -108,10 +108,10 @@ def test_a_plan_gives_each_local_worker_its_device():
 
 
 def test_cpu_threads_are_the_cores_shared_between_ranks_at_most_omp_num_threads(monkeypatch):
-    from catwalk_steps.training.engines.base import default_cpu_threads
+    from catwalk_steps.engines.base import default_cpu_threads
 
     # The cores this process may use (its affinity), as a scheduler's cpuset sets them.
-    monkeypatch.setattr("catwalk_steps.training.engines.base.usable_cores", lambda: 16)
+    monkeypatch.setattr("catwalk_steps.engines.base.usable_cores", lambda: 16)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert [default_cpu_threads(n) for n in (1, 2, 4, 32)] == [16, 8, 4, 1]
     monkeypatch.setenv("OMP_NUM_THREADS", "3")

@@ -12,12 +12,12 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.fairscale import FSDPConfig
 from tango.integrations.torch import Model, Optimizer, TrainConfig
 
+from catwalk_steps.checkpoints import full_model_state
+from catwalk_steps.engines.fairscale_engine import CatwalkFairScaleEngine
+from catwalk_steps.engines.torch_engine import CatwalkTorchEngine
+from catwalk_steps.engines.torch_fsdp_engine import CatwalkTorchFSDPEngine
 from catwalk_steps.scoring.collate import MultipleChoiceCollator
 from catwalk_steps.tasks.synthetic import SyntheticTask
-from catwalk_steps.training.checkpoints import full_model_state
-from catwalk_steps.training.engines.fairscale_engine import CatwalkFairScaleEngine
-from catwalk_steps.training.engines.torch_engine import CatwalkTorchEngine
-from catwalk_steps.training.engines.torch_fsdp_engine import CatwalkTorchFSDPEngine
 
 from .conftest import TINY_MODEL
 from .distributed import run_distributed

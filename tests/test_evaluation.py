@@ -16,7 +16,9 @@ from tango.common.exceptions import ConfigurationError
 from tango.common.params import Params
 from tango.step_graph import StepGraph
 
-from catwalk_steps.evaluation import (
+from catwalk_steps.scoring.choices import score_choices
+from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.standalone import (
     ConfiguredModel,
     EvaluationSettings,
     evaluation_scores,
@@ -24,8 +26,6 @@ from catwalk_steps.evaluation import (
     models_loaded,
     release_model,
 )
-from catwalk_steps.scoring.evaluation import score_choices
-from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.steps.evaluate import Evaluate
 from catwalk_steps.tango_fixes.executor import execution_order
 from catwalk_steps.tasks.base import MultipleChoiceInstance as Instance
@@ -274,7 +274,7 @@ def fsdp2_reads_its_rows(rank, world_size, port, directory):
     from tango.common import Lazy
     from tango.integrations.torch import Model
 
-    from catwalk_steps.training.engines import torch_fsdp_engine
+    from catwalk_steps.engines import torch_fsdp_engine
 
     read = []
     original = torch_fsdp_engine.read_own_rows
@@ -342,7 +342,7 @@ def test_an_olmo_eval_label_on_two_devices_gives_the_one_device_metrics(tmp_path
 
 
 def test_extra_metrics_are_the_per_byte_and_per_token_forms():
-    from catwalk_steps.scoring.evaluation import extra_metrics_of
+    from catwalk_steps.scoring.choices import extra_metrics_of
 
     instances = [Instance("c", (" ab", " abcd"), 1), Instance("c", (" é", " x"), 0)]
     scores = [[-2.0, -3.0], [-3.0, -2.0]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from catwalk_steps.training.engines import fairscale_cpu
+from catwalk_steps.engines import fairscale_cpu
 
 from .distributed import run_distributed
 

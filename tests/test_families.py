@@ -17,11 +17,11 @@ import torch
 from tango.common import Lazy, Params
 from tango.integrations.torch import Model, Optimizer, TrainingEngine
 
+from catwalk_steps.engines.train_config import NodeAwareTrainConfig
+from catwalk_steps.engines.wrapping import describe_blocks, select_modules
 from catwalk_steps.scoring.collate import MultipleChoiceCollator
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.synthetic import SyntheticTask
-from catwalk_steps.training.train_config import NodeAwareTrainConfig
-from catwalk_steps.training.wrapping import describe_blocks, select_modules
 
 from .distributed import run_distributed
 from .families import FAMILIES, model_spec, save_llama_style_tokenizer
@@ -126,7 +126,7 @@ def train_and_score(engine, collate, rank: int) -> dict:
 
 def save_checkpoint(engine, work_dir: Path) -> None:
     """A complete checkpoint through the training loop's own checkpointer."""
-    from catwalk_steps.training.checkpoints.saving import Checkpointer
+    from catwalk_steps.training.checkpointing import Checkpointer
     from catwalk_steps.training.job import TrainerState
 
     from .training import job

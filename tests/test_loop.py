@@ -6,9 +6,9 @@ import pytest
 from tango.common.exceptions import ConfigurationError
 from tango.step_info import StepState
 
+from catwalk_steps.engines.base import NonFiniteLossError
 from catwalk_steps.launch.launcher import run_training
 from catwalk_steps.steps.train import TrainRankClassifier
-from catwalk_steps.training.engines.base import NonFiniteLossError
 from catwalk_steps.workspace.shared import SharedLocalWorkspace
 
 from .training import dataset, engine, history, job, loader, model_spec

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from catwalk_steps.scoring.evaluation import metrics_from_scores, score_choices
+from catwalk_steps.scoring.choices import metrics_from_scores, score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.synthetic import SyntheticTask
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from catwalk_steps.engines.base import CatwalkEngine, NonFiniteLossError
 from catwalk_steps.scoring.precision import Precision
-from catwalk_steps.training.engines.base import CatwalkEngine, NonFiniteLossError
 
 
 def test_precision_names_and_errors():
@@ -44,8 +44,8 @@ def test_the_sharded_engines_compute_in_the_precision_and_keep_float32_masters(e
         destroy_process_group_if_initialized,
         init_process_group,
     )
-    from catwalk_steps.training.engines.fairscale_cpu import use_worker_device
-    from catwalk_steps.training.engines.mixed_precision import fairscale_flags, fsdp2_policy
+    from catwalk_steps.engines.fairscale_cpu import use_worker_device
+    from catwalk_steps.engines.mixed_precision import fairscale_flags, fsdp2_policy
 
     precision = Precision.parse(name)
     init_process_group("cpu", 0, 1)

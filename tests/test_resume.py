@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from catwalk_steps.checkpoints.discovery import complete_checkpoints
+from catwalk_steps.checkpoints.layout import checkpoint_dir
+from catwalk_steps.checkpoints.state import load_file
 from catwalk_steps.launch.launcher import run_training
-from catwalk_steps.training.checkpoints.discovery import complete_checkpoints
-from catwalk_steps.training.checkpoints.layout import checkpoint_dir
-from catwalk_steps.training.checkpoints.state import load_file
 
 from . import commands
 from .conftest import EXPERIMENTS, step_result, tango_command
@@ -37,8 +37,8 @@ def optimizer_states(rank, world_size, port, work_dir):
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model, Optimizer
 
-    from catwalk_steps.training.engines.torch_engine import CatwalkTorchEngine
-    from catwalk_steps.training.train_config import NodeAwareTrainConfig
+    from catwalk_steps.engines.torch_engine import CatwalkTorchEngine
+    from catwalk_steps.engines.train_config import NodeAwareTrainConfig
 
     from .test_engines import batch
     from .training import model_spec

@@ -142,7 +142,7 @@ def test_a_sweep_aggregates_tokens_per_s_and_peak_memory_per_configuration():
 
 
 def test_the_trained_model_directory_keeps_its_run_card(tmp_path):
-    from catwalk_steps.training.checkpoints.weights import read_model_info, write_model_info
+    from catwalk_steps.checkpoints.weights import read_model_info, write_model_info
 
     write_model_info(tmp_path, "lm", {"train": [], "validation": []}, CARD)
     assert read_model_info(Path(tmp_path))["run_card"] == CARD

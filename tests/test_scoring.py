@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from catwalk_steps.scoring.choices import metrics_from_scores, score_choices
 from catwalk_steps.scoring.collate import MultipleChoiceCollator, Padding
-from catwalk_steps.scoring.evaluation import metrics_from_scores, score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.base import MultipleChoiceInstance
 

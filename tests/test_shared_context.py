@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.collate import MultipleChoiceCollator
-from catwalk_steps.scoring.evaluation import score_choices
 from catwalk_steps.scoring.packing import pack_rows, packed_attention, packed_rows
 from catwalk_steps.scoring.precision import Precision
 from catwalk_steps.scoring.rank_classifier import RankClassifier
@@ -207,7 +207,7 @@ def test_a_model_without_packed_rows_falls_back_with_one_log_line(caplog):
 def fsdp2_evaluation(rank, world_size, port, work_dir):
     """Each rank scores its half of the questions through an FSDP2 engine (blocks wrapped):
     `forward_eval` runs the packed rows through the sharded root, as in-loop evaluation does."""
-    from catwalk_steps.training.engines.torch_fsdp_engine import CatwalkTorchFSDPEngine
+    from catwalk_steps.engines.torch_fsdp_engine import CatwalkTorchFSDPEngine
 
     from .test_engines import BLOCKS, lazy_model, lazy_optimizer, train_config
 

@@ -127,7 +127,7 @@ def test_tangos_own_names_build_ours():
     from tango.integrations.torch import Model
     from tango.workspace import Workspace
 
-    from catwalk_steps.training.engines.fairscale_engine import with_wrapped_modules
+    from catwalk_steps.engines.fairscale_engine import with_wrapped_modules
     from catwalk_steps.workspace.shared import SharedLocalWorkspace
 
     assert Workspace.resolve_class_name("local")[0] is SharedLocalWorkspace
@@ -190,7 +190,7 @@ def test_lazy_still_keeps_its_config_where_we_read_it():
     from tango.common import Lazy, Params
     from tango.integrations.torch import Model
 
-    from catwalk_steps.training.components import lazy_params
+    from catwalk_steps.components import lazy_params
 
     lazy = Lazy(Model, Params({"type": "transformers::AutoModelForCausalLM::from_config"}))
     assert lazy_params(lazy) == {"type": "transformers::AutoModelForCausalLM::from_config"}

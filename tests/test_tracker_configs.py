@@ -12,8 +12,8 @@ from tango.step_graph import StepGraph
 import catwalk_steps  # noqa: F401  (registers the components)
 from catwalk_steps.checks import trackers as step_trackers
 from catwalk_steps.checks.trackers import tracker_callbacks
+from catwalk_steps.components import lazy_config
 from catwalk_steps.errors import one_line
-from catwalk_steps.training.components import lazy_config
 from catwalk_steps.training.trackers import TensorBoardTracker, WandbTracker
 
 from . import training  # noqa: F401  (registers test::faults)

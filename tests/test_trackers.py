@@ -11,9 +11,9 @@ import pytest
 import torch
 from tango.integrations.torch import TrainConfig
 
-from catwalk_steps.training import throughput
+from catwalk_steps.engines.throughput import Throughput, batch_tokens
+from catwalk_steps.engines import throughput
 from catwalk_steps.training.callbacks import RunMetrics
-from catwalk_steps.training.throughput import Throughput, batch_tokens
 from catwalk_steps.training.trackers import TensorBoardTracker, Tracker, WandbTracker
 from catwalk_steps.training.trackers.base import entry_scalars, history_rows
 from catwalk_steps.training.trackers.wandb import wandb_api_key_found, wandb_mode

@@ -17,16 +17,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from catwalk_steps.launch import run_training
-from catwalk_steps.training.checkpoints import (
+from catwalk_steps.checkpoints import (
     CheckpointError,
     checkpoint_dir,
     complete_checkpoints,
     problem_with,
 )
-from catwalk_steps.training.checkpoints.layout import COMPLETE, TRAINER_FILE
-from catwalk_steps.training.checkpoints.manifest import mark_complete
-from catwalk_steps.training.checkpoints.state import load_file
+from catwalk_steps.checkpoints.layout import COMPLETE, TRAINER_FILE
+from catwalk_steps.checkpoints.manifest import mark_complete
+from catwalk_steps.checkpoints.state import load_file
+from catwalk_steps.launch import run_training
 
 from . import commands
 from .training import engine, history, job, reproducible, weights

@@ -8,13 +8,13 @@ import torch
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
-from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.training.wrapping import (
+from catwalk_steps.engines.wrapping import (
     checkpoint_activations,
     match_modules,
     select_modules,
     wrap_modules,
 )
+from catwalk_steps.scoring.rank_classifier import RankClassifier
 
 from .conftest import TINY_GPT2
 

@@ -15,12 +15,12 @@ import torch
 from tango.common import DatasetDict, Lazy, Params
 from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
 
+from catwalk_steps.checkpoints.discovery import best_checkpoint
+from catwalk_steps.checkpoints.weights import full_model_state
 from catwalk_steps.distributed.devices import plan_devices
 from catwalk_steps.distributed.rendezvous import Rendezvous
 from catwalk_steps.tasks.synthetic import SyntheticTask
 from catwalk_steps.training.callbacks import HISTORY_FILE, RunMetrics
-from catwalk_steps.training.checkpoints.discovery import best_checkpoint
-from catwalk_steps.training.checkpoints.weights import full_model_state
 from catwalk_steps.training.job import Schedule, TrainingJob
 
 from .conftest import TINY_GPT2

@@ -9,11 +9,11 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from ..components import lazy_params
 from ..errors import whole
-from ..scoring.evaluation import EXTRA_METRICS, max_positions
+from ..scoring.choices import EXTRA_METRICS, max_positions
 from ..scoring.precision import Precision
 from ..tasks import GenerativeTask
-from ..training.components import lazy_params
 from .training import check_against_model, check_engine
 
 

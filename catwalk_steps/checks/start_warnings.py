@@ -9,10 +9,10 @@ from typing import Any
 
 from tango.integrations.torch import DataLoader
 
+from ..components import lazy_config
 from ..distributed.devices import usable_cores
+from ..engines.wrapping import describe_blocks
 from ..scoring.tokenization import load_tokenizer
-from ..training.components import lazy_config
-from ..training.wrapping import describe_blocks
 from .training import SHARDED_ENGINES, chosen_modules, model_skeleton
 
 

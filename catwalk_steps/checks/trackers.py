@@ -19,8 +19,8 @@ from tango.common import Lazy, Params
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainCallback
 
+from ..components import lazy_params
 from ..files import unwritable
-from ..training.components import lazy_params
 from ..training.trackers import TRACKER_ALIASES, TensorBoardTracker, Tracker, WandbTracker
 from ..training.trackers.wandb import OFFLINE_MODES, wandb_api_key_found, wandb_mode
 
@@ -73,7 +73,7 @@ def tracker_callbacks(trackers: list[Lazy] | None) -> list[Lazy]:
 def check_trackers(kwargs: Mapping[str, Any], engine_name: str | None) -> None:
     """Each tracker's library is installed, its keys exist, W&B can log in (or is offline),
     and TensorBoard's directory can be written."""
-    from ..training.components import check_keys
+    from ..components import check_keys
 
     names = tracker_names()
     for index, callback in enumerate(kwargs.get("callbacks") or []):

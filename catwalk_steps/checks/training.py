@@ -27,16 +27,16 @@ from tango.integrations.torch import (
     TrainingEngine,
 )
 
+from ..components import check_keys, lazy_config, registered_name, resolve_config
 from ..distributed.rendezvous import rendezvous_settings
+from ..engines.base import CatwalkEngine
+from ..engines.wrapping import select_modules
 from ..errors import whole
 from ..remote import is_hub_name
 from ..scoring.causal_lm import unavailable_here
-from ..scoring.evaluation import max_positions
+from ..scoring.choices import max_positions
 from ..scoring.model_files import check_model_directory
 from ..scoring.precision import Precision
-from ..training.components import check_keys, lazy_config, registered_name, resolve_config
-from ..training.engines.base import CatwalkEngine
-from ..training.wrapping import select_modules
 from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def check_optimizer(config: Any, key: str) -> None:
     constructor, params = resolve_config(config, Optimizer, key)
     name = registered_name(Optimizer, constructor)
     if name in ("catwalk::zero", "catwalk::oss"):
-        from ..training.optim import optimizer_class
+        from ..engines.optim import optimizer_class
 
         inner = optimizer_class(params.pop("optimizer", "torch::AdamW"), f"{key}.optimizer")
         check_keys(inner, params, key)
@@ -211,7 +211,7 @@ def _skeleton(params_json: str, constructor: Any) -> Any:
 
 def chosen_modules(model: Any, engine: dict[str, Any]) -> list[str] | None:
     """The inner modules the engine's `modules_to_wrap` chooses in the model, deepest first,
-    matched on its skeleton (:func:`~catwalk_steps.training.wrapping.select_modules`) once per
+    matched on its skeleton (:func:`~catwalk_steps.engines.wrapping.select_modules`) once per
     process: the graph-build check, the note when training starts and every worker (through
     the job) use this one match. None when the engine chooses none, or when the model cannot be
     built here (each worker then matches its own)."""
@@ -317,8 +317,8 @@ def check_resume_from(resume_from: Any) -> None:
         return
     from pathlib import Path
 
-    from ..training.checkpoints.discovery import resume_candidates
-    from ..training.checkpoints.manifest import has_manifest
+    from ..checkpoints.discovery import resume_candidates
+    from ..checkpoints.manifest import has_manifest
 
     if not isinstance(resume_from, str) or not any(
         map(has_manifest, resume_candidates(Path(resume_from)))

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from tango.common.exceptions import ConfigurationError
 
+from ..checkpoints import model_from_checkpoint, resolve_checkpoint
 from ..errors import command_line
 from ..files import unwritable
-from ..training.checkpoints import model_from_checkpoint, resolve_checkpoint
 from ..workspace.formats import HFModelFormat
 
 

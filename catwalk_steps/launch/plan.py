@@ -12,6 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.common.util import get_extra_imported_modules
 from tango.integrations.torch import DataLoader
 
+from ..checkpoints import check_resumable
 from ..checks.start_warnings import (
     cut_answer_warnings,
     schedule_warnings,
@@ -20,6 +21,7 @@ from ..checks.start_warnings import (
 )
 from ..checks.trackers import tracker_callbacks
 from ..checks.training import check_engine, chosen_modules
+from ..components import lazy_config
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
@@ -27,8 +29,6 @@ from ..scoring.sequences import SequenceEncoder, check_whole_continuations
 from ..scoring.tokenization import load_tokenizer
 from ..tasks import Task
 from ..training.callbacks import RunMetrics
-from ..training.checkpoints import check_resumable
-from ..training.components import lazy_config
 from ..training.job import Schedule, TrainingJob
 from ..training.settings import TrainSettings
 

@@ -43,7 +43,7 @@ class WorkerReport:
     rebuilds our one-line error types from their names)."""
 
     rank: int
-    error_type: str  # qualified: "catwalk_steps.training.engines.base.NonFiniteLossError"
+    error_type: str  # qualified: "catwalk_steps.engines.base.NonFiniteLossError"
     message: str  # the first line
     traceback: str
 

@@ -6,8 +6,8 @@ generation request (greedy decoding with a cache, continuous batching, the answe
 Pure model-and-data code: nothing here knows of devices, ranks or process groups.
 """
 
+from .choices import metrics_from_scores, model_max_length, score_choices, task_metrics
 from .collate import MultipleChoiceCollator
-from .evaluation import metrics_from_scores, model_max_length, score_choices, task_metrics
 from .generated import generate_texts, generation_metrics, generation_outputs
 from .precision import Precision
 from .rank_classifier import RankClassifier

@@ -11,8 +11,8 @@ import torch
 from tango.integrations.torch.util import move_to_device
 
 from ..tasks import GenerationInstance
+from .choices import FP32, evaluating, model_max_length, score_choices
 from .continuous import continuous_generate
-from .evaluation import FP32, evaluating, model_max_length, score_choices
 from .generation import GenerationEncoder, eos_ids_of, forward_step
 from .precision import Precision
 

@@ -3,7 +3,7 @@ on it.
 
 `precision: "fp32" | "bf16" | "fp16"` in jsonnet decides the autocast dtype (here) and whether a
 gradient scaler is needed; the sharded engines ask it for FairScale FSDP's mixed-precision flags
-and FSDP2's `MixedPrecisionPolicy` (:mod:`catwalk_steps.training.engines.mixed_precision`: what
+and FSDP2's `MixedPrecisionPolicy` (:mod:`catwalk_steps.engines.mixed_precision`: what
 ranks exchange is the engines' concern, not scoring's). Losses and log-softmax stay in float32 in
 the model code.
 """

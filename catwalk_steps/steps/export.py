@@ -14,13 +14,13 @@ from typing import Any
 from tango import Step
 from tango.common.exceptions import ConfigurationError
 
-from ..scoring.rank_classifier import RankClassifier
-from ..training.checkpoints import (
+from ..checkpoints import (
     CheckpointError,
     model_from_checkpoint,
     read_manifest,
     resolve_checkpoint,
 )
+from ..scoring.rank_classifier import RankClassifier
 from ..workspace.formats import HFModelFormat
 
 

@@ -14,19 +14,19 @@ from tango.common.util import get_extra_imported_modules
 from tango.integrations.torch import Model
 from tango.step import StepResources
 
-from ..checks.trackers import split_trackers
-from ..checks.training import check_train_step
-from ..evaluation import release_model
-from ..files import write_json_atomic
-from ..launch import run_training, start_worker_server
-from ..launch.plan import build_job
-from ..scoring.rank_classifier import RankClassifier
-from ..training.checkpoints import (
+from ..checkpoints import (
     best_checkpoint,
     complete_checkpoints,
     latest_checkpoint,
     model_from_checkpoint,
 )
+from ..checks.trackers import split_trackers
+from ..checks.training import check_train_step
+from ..files import write_json_atomic
+from ..launch import run_training, start_worker_server
+from ..launch.plan import build_job
+from ..scoring.rank_classifier import RankClassifier
+from ..standalone import release_model
 from ..training.run_card import finished, run_card
 from ..training.settings import TrainSettings, run_signature
 from ..training.trackers import RUN_CARD_FILE
@@ -41,7 +41,7 @@ class TrainRankClassifier(Step[RankClassifier]):
     `checkpoint_every`, `grad_accum`, `log_every`, `device_count`, `seed`, ...), with these
     differences: validation metrics (`acc` by default, maximised) are exact over the whole
     split and all ranks (:mod:`~catwalk_steps.training.callbacks`); checkpoints resume bit for bit
-    after a crash and on another `device_count` (:mod:`~catwalk_steps.training.checkpoints`); the
+    after a crash and on another `device_count` (:mod:`~catwalk_steps.checkpoints`); the
     best checkpoint's weights must fit the model exactly. And these keys:
 
     :param device: "cuda" (fail unless `device_count` GPUs are visible), "cpu" (CPU processes
@@ -59,7 +59,7 @@ class TrainRankClassifier(Step[RankClassifier]):
     :param evaluate_tasks: tasks scored whenever the step validates (every `validate_every`
         steps and at the end), by name or block (`{name: 'arc_easy', max_instances: 500}`), with
         the validation loader and exact over all ranks (:mod:`~catwalk_steps.training.
-        task_evaluation`); kept in the metric history (`tasks`), in checkpoints and in the
+        in_loop`); kept in the metric history (`tasks`), in checkpoints and in the
         trained model's `catwalk_model.json`, and plotted per task by the reports.
     :param keep_last_checkpoints: how many of the newest checkpoints to keep besides the best
         (default 2: a damaged latest checkpoint falls back to the one before it).

@@ -2,7 +2,7 @@
 around them (Tango 1.3.2 has no other seam for it).
 
 - The evaluations of one model run one after another (:func:`execution_order`), so that the
-  process's one loaded model (:mod:`catwalk_steps.evaluation.loaded`) serves them all: a suite
+  process's one loaded model (:mod:`catwalk_steps.standalone.loaded`) serves them all: a suite
   loads each model once. Without `--parallelism` steps run in this process, as Tango's default
   executor runs them; with `--parallelism N` Tango's multicore executor runs each in a process
   of its own.
@@ -26,8 +26,8 @@ from tango.executor import Executor
 from tango.executors import MulticoreExecutor
 from tango.step_graph import StepGraph
 
-from ..evaluation import release_model
 from ..reports import ReportFormat, print_report
+from ..standalone import release_model
 
 
 @Executor.register("catwalk::executor")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from tango.integrations.torch import Model
 from tango.workspace import Workspace
 
-from ..training.engines.fairscale_engine import with_wrapped_modules
+from ..engines.fairscale_engine import with_wrapped_modules
 from ..workspace.shared import SharedLocalWorkspace
 
 Workspace.register("local", exist_ok=True)(SharedLocalWorkspace)

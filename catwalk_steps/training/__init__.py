@@ -1,15 +1,9 @@
-"""What every worker runs to train: the engines (DDP, FairScale FSDP, FSDP2), ZeRO optimizers,
-the sharded loader, the callbacks, checkpoints, and the loop that drives them step by step."""
+"""What every worker runs to train: the loop that drives an engine (:mod:`catwalk_steps.engines`)
+step by step, its checkpoints, the sharded loader, the callbacks and trackers, and the in-loop
+evaluation of a task suite."""
 
-from . import optim, trackers  # noqa: F401  (register catwalk::zero, ::oss, ::wandb, ::tensorboard)
+from . import trackers  # noqa: F401  (register catwalk::wandb, ::tensorboard)
 from .callbacks import RunMetrics
-from .engines import CatwalkFairScaleEngine, CatwalkTorchEngine, CatwalkTorchFSDPEngine
 from .loaders import ShardedDataLoader
 
-__all__ = [
-    "CatwalkFairScaleEngine",
-    "CatwalkTorchEngine",
-    "CatwalkTorchFSDPEngine",
-    "RunMetrics",
-    "ShardedDataLoader",
-]
+__all__ = ["RunMetrics", "ShardedDataLoader"]

@@ -1,7 +1,7 @@
 """Exact validation metrics inside Tango's training loop, and the run's metric history.
 
 Each logged step's entry holds the loss, the learning rate the step used, and the throughput and
-memory of the steps since the last one (:mod:`.throughput`); trackers (:mod:`.trackers`) that
+memory of the steps since the last one (:mod:`catwalk_steps.engines.throughput`); trackers (:mod:`.trackers`) that
 subscribe receive every entry as it is recorded, by name, so a new metric reaches W&B and
 TensorBoard without changes there.
 
@@ -21,8 +21,8 @@ import torch.distributed as dist
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainCallback
 
+from ..engines.throughput import Throughput
 from ..files import write_json_atomic
-from .throughput import Throughput
 
 HISTORY_FILE = "metrics_history.json"
 

@@ -17,7 +17,7 @@ from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingE
 from ..distributed.devices import DevicePlan
 from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
-from .train_config import NodeAwareTrainConfig
+from ..engines.train_config import NodeAwareTrainConfig
 
 
 @dataclass(frozen=True)

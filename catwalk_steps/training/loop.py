@@ -3,7 +3,7 @@ by step, with checkpoints that survive a crash.
 
 What it does differently from Tango's `torch::train` loop, and why:
 
-- A checkpoint is complete-marked and resumable on any number of ranks (:mod:`.checkpoints`),
+- A checkpoint is complete-marked and resumable on any number of ranks (:mod:`.checkpointing`),
   and it holds everything the next steps depend on: model, optimizer (consolidated when it is
   sharded), LR scheduler, grad scaler, every rank's random generators, the data position, the
   step, the best validation metric and the callbacks' state. A resumed run ends bit for bit
@@ -12,9 +12,9 @@ What it does differently from Tango's `torch::train` loop, and why:
   skipped batches.
 - Validation callbacks run before the checkpoint of the same step, so the metric history that a
   checkpoint holds includes its own validation, and the in-loop task suite's scores
-  (:mod:`.task_evaluation`).
+  (:mod:`.in_loop`).
 
-Each concern is one method of :class:`Trainer`; checkpoints are :mod:`.checkpoints.saving`'s, and
+Each concern is one method of :class:`Trainer`; checkpoints are :mod:`.checkpointing`'s, and
 :mod:`catwalk_steps.launch` starts the workers that run it.
 """
 
@@ -36,11 +36,11 @@ from tango.integrations.torch import DataLoader, StopEarly, TrainCallback, Train
 from torch.utils.data import DistributedSampler
 
 from ..distributed.groups import barrier, distributed_position
-from .checkpoints.saving import Checkpointer
+from ..engines.train_config import NodeAwareTrainConfig
+from .checkpointing import Checkpointer
+from .in_loop import InLoopTasks
 from .job import TrainerState, TrainingJob
-from .task_evaluation import InLoopTasks
 from .trackers import connect_trackers
-from .train_config import NodeAwareTrainConfig
 
 logger = logging.getLogger(__name__)
 

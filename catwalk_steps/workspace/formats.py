@@ -14,7 +14,7 @@ from tango.format import Format
 from ..files import write_json_atomic
 from ..scoring.rank_classifier import RankClassifier
 from ..tasks import MultipleChoiceInstance
-from ..training.checkpoints.weights import read_model_info, write_model_info
+from ..checkpoints.weights import read_model_info, write_model_info
 
 
 @Format.register("catwalk::hf_model")

@@ -19,7 +19,7 @@ from tango.step_caches import LocalStepCache
 from tango.step_info import StepInfo
 
 from ..errors import first_line, one_line_error
-from ..evaluation.loaded import held_model, keep_model
+from ..standalone.loaded import held_model, keep_model
 
 # Tango's formats that read plain data. (Its "dill" format unpickles; its "json" format imports
 # and calls whatever a file names under "_dataclass".)
@@ -40,7 +40,7 @@ def damaged(directory: Path, error: BaseException) -> DamagedResultError:
 
 class CheckedStepCache(LocalStepCache):
     """Tango's local step cache, with one-line errors for damaged results (see the module), and
-    models held as the process's one loaded model (:mod:`catwalk_steps.evaluation.loaded`)."""
+    models held as the process's one loaded model (:mod:`catwalk_steps.standalone.loaded`)."""
 
     # Tango 1.3.2's in-memory caches (`_add_to_cache`, `_get_from_cache`, private) keep the last
     # eight results read or written, models too: a suite of trained models held them all. A

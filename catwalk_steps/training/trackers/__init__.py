@@ -2,7 +2,7 @@
 `catwalk::wandb`) and TensorBoard (`catwalk::tensorboard`). Neither library is imported until
 a tracker opens, on rank 0: both are optional (`pip install 'catwalk_steps[trackers]'`)."""
 
-from ..checkpoints.layout import RUN_CARD_FILE
+from ...checkpoints.layout import RUN_CARD_FILE
 from .base import Tracker, TrackerError, connect_trackers
 from .tensorboard import TensorBoardTracker
 from .wandb import WandbTracker

@@ -15,7 +15,7 @@ from typing import Any
 
 from tango.integrations.torch import TrainCallback
 
-from ..checkpoints.layout import RUN_CARD_FILE
+from ...checkpoints.layout import RUN_CARD_FILE
 from .base import Tracker, TrackerError
 
 TENSORBOARD_DIR = "tensorboard"

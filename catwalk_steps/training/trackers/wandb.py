@@ -30,9 +30,9 @@ from urllib.parse import urlsplit
 
 from tango.integrations.torch import TrainCallback
 
+from ...checkpoints.layout import RUN_CARD_FILE
 from ...files import write_json_atomic
 from ...remote import unanswered
-from ..checkpoints.layout import RUN_CARD_FILE
 from .base import Tracker, TrackerError
 
 RUN_ID_FILE = "wandb_run.json"  # in the work directory: the W&B run this step logs to

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from ...files import write_json_atomic
-from ...scoring.rank_classifier import RankClassifier
+from ..files import write_json_atomic
+from ..scoring.rank_classifier import RankClassifier
 from .dcp_metadata import whole_state
 from .layout import (
     DCP_MODEL_DIR,

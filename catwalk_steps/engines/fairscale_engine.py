@@ -20,12 +20,12 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.fairscale import FairScaleTrainingEngine, FSDPConfig
 from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngine
 
-from ...distributed.groups import distributed_position
-from ...scoring.precision import Precision
-from ..wrapping import checkpoint_activations, match_modules, wrap_modules
+from ..distributed.groups import distributed_position
+from ..scoring.precision import Precision
 from .base import CatwalkEngine
 from .fairscale_cpu import use_worker_device
 from .mixed_precision import fairscale_flags
+from .wrapping import checkpoint_activations, match_modules, wrap_modules
 
 # FairScale 0.4.13 calls APIs that torch deprecates (TypedStorage, the private collectives);
 # every rank warned at every run, and there is nothing a user can do about it.
@@ -55,7 +55,7 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
         at most `OMP_NUM_THREADS` when it is set.
 
     Every unit computes on the worker's device; on CPU workers (also on a GPU machine),
-    :mod:`~catwalk_steps.training.engines.fairscale_cpu` lets FSDP run with gloo. A single worker
+    :mod:`~catwalk_steps.engines.fairscale_cpu` lets FSDP run with gloo. A single worker
     (`device_count: 1`) gets a one-process group: FSDP on one GPU still gives mixed precision
     and CPU offload.
     """

@@ -17,13 +17,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ...console import announce
-from ...distributed.exchange import broadcast_data, gather_data
-from ...distributed.groups import barrier, distributed_position
-from ...files import torch_save_atomic
-from ..job import Schedule, TrainerState, TrainingJob
-from .discovery import complete_checkpoints, resumable_checkpoints
-from .layout import (
+from ..checkpoints.discovery import complete_checkpoints, resumable_checkpoints
+from ..checkpoints.layout import (
     BEST,
     COMPLETE,
     LATEST,
@@ -36,9 +31,14 @@ from .layout import (
     remove_partial,
     remove_stale,
 )
-from .manifest import mark_complete, problem_with
-from .state import load_file, restore_rng_state, rng_state
-from .weights import write_model_files
+from ..checkpoints.manifest import mark_complete, problem_with
+from ..checkpoints.state import load_file, restore_rng_state, rng_state
+from ..checkpoints.weights import write_model_files
+from ..console import announce
+from ..distributed.exchange import broadcast_data, gather_data
+from ..distributed.groups import barrier, distributed_position
+from ..files import torch_save_atomic
+from .job import Schedule, TrainerState, TrainingJob
 
 logger = logging.getLogger(__name__)
 

@@ -28,14 +28,14 @@ import torch
 from tango.common import Lazy, Params
 from tango.integrations.torch import Optimizer
 
+from ..engines.base import default_cpu_threads
+from ..engines.lockstep import engine_texts
+from ..engines.throughput import peak_memory_mib
+from ..engines.train_config import NodeAwareTrainConfig
 from ..files import write_json_atomic
 from ..scoring.collate import GenerationBatch, MultipleChoiceCollator, Padding
 from ..scoring.generated import model_answers
 from ..scoring.precision import Precision
-from ..training.engines.base import default_cpu_threads
-from ..training.generation import engine_texts
-from ..training.throughput import peak_memory_mib
-from ..training.train_config import NodeAwareTrainConfig
 from .job import EvaluationJob
 
 SCORES_DIR = "scores"

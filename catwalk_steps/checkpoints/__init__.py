@@ -4,7 +4,8 @@
 - :mod:`.manifest`: complete only once `COMPLETE.json` lists every file;
 - :mod:`.discovery`: which checkpoint to resume from, which one is the result, which one a user
   names;
-- :mod:`.state` and :mod:`.saving`: what the training loop writes and reads, on every rank;
+- :mod:`.state`: a checkpoint file read as data, the random generators (what the loop writes
+  and reads on every rank: :mod:`catwalk_steps.training.checkpointing`);
 - :mod:`.weights`: the whole model out of any engine's checkpoint, and the model's own files.
 """
 

@@ -11,7 +11,7 @@ from typing import Any
 from tango.common import Lazy, Registrable
 from tango.common.exceptions import ConfigurationError
 
-from ..errors import accepted_keys, closest
+from .errors import accepted_keys, closest
 
 
 def resolve_config(

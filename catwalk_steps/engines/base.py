@@ -25,11 +25,6 @@ from tango.integrations.torch import (
 )
 from tango.integrations.torch.util import move_to_device
 
-from ...distributed.devices import usable_cores
-from ...distributed.groups import cuda_device_for, distributed_position, init_process_group
-from ...errors import one_line_error
-from ...files import torch_save_atomic
-from ...scoring.precision import Precision
 from ..checkpoints.layout import (
     GRAD_SCALER_FILE,
     LR_SCHEDULER_FILE,
@@ -37,9 +32,14 @@ from ..checkpoints.layout import (
     OPTIMIZER_FILE,
 )
 from ..checkpoints.state import load_file
-from ..optim import full_optimizer_state
-from ..train_config import local_world_size
-from ..wrapping import (
+from ..distributed.devices import usable_cores
+from ..distributed.groups import cuda_device_for, distributed_position, init_process_group
+from ..errors import one_line_error
+from ..files import torch_save_atomic
+from ..scoring.precision import Precision
+from .optim import full_optimizer_state
+from .train_config import local_world_size
+from .wrapping import (
     NOTHING_TO_RECOMPUTE,
     checkpoint_activations,
     compile_patterns,

@@ -14,8 +14,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from ...errors import first_line
-from ...files import write_json_atomic
+from ..errors import first_line
+from ..files import write_json_atomic
 from .layout import COMPLETE, CheckpointError
 
 CHUNK = 1 << 20

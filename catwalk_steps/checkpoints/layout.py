@@ -18,8 +18,8 @@ import re
 import shutil
 from pathlib import Path
 
-from ...errors import one_line_error
-from ...files import write_atomic
+from ..errors import one_line_error
+from ..files import write_atomic
 
 CHECKPOINTS = "checkpoints"
 COMPLETE = "COMPLETE.json"

@@ -12,14 +12,14 @@ from tango.common.util import get_extra_imported_modules
 from tango.integrations.torch import TrainingEngine
 
 from ..checks.start_warnings import training_warnings
+from ..components import lazy_params
 from ..console import announce
 from ..distributed.devices import evaluation_device, plan_devices
 from ..launch import run_job
-from ..scoring.evaluation import max_length_of, model_max_length
+from ..scoring.choices import max_length_of, model_max_length
 from ..scoring.generated import model_answers
 from ..scoring.precision import Precision
 from ..scoring.tokenization import load_tokenizer
-from ..training.components import lazy_params
 from .job import EvaluationJob, EvaluationSettings
 from .sources import ModelSource
 from .workers import clear_scores, merged_scores, score_share

@@ -30,9 +30,6 @@ from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngine
 
-from ...distributed.groups import distributed_position
-from ...files import torch_save_atomic
-from ...scoring.rank_classifier import RankClassifier
 from ..checkpoints.dcp_metadata import (
     MetadataCheckingReader,
     read_metadata,
@@ -46,6 +43,9 @@ from ..checkpoints.layout import (
 )
 from ..checkpoints.state import load_file
 from ..components import lazy_config
+from ..distributed.groups import distributed_position
+from ..files import torch_save_atomic
+from ..scoring.rank_classifier import RankClassifier
 from .base import CatwalkEngine
 from .mixed_precision import fsdp2_policy
 from .sharded_weights import read_own_rows

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ...errors import first_line
+from ..errors import first_line
 from .layout import CheckpointError
 
 

@@ -23,13 +23,13 @@ from tango.common.det_hash import det_hash
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
+from ..checkpoints.weights import read_model_info
+from ..components import check_keys, lazy_params, resolve_config
 from ..remote import is_hub_name
 from ..scoring.causal_lm import causal_lm_config, unavailable_here
 from ..scoring.model_files import check_model_directory
 from ..scoring.rank_classifier import RankClassifier
 from ..scoring.tokenization import load_tokenizer
-from ..training.checkpoints.weights import read_model_info
-from ..training.components import check_keys, lazy_params, resolve_config
 from .loaded import use_model
 
 RANK_CLASSIFIER = "catwalk::rank_classifier"

@@ -17,11 +17,11 @@ import torch
 from tango.common import Lazy, Tqdm
 from tango.integrations.torch import DataLoader, TrainingEngine
 
+from ..engines.lockstep import generation_sums
 from ..scoring.collate import GenerationBatch
 from ..scoring.olmo_metrics import metric_values
 from ..tasks import GenerationInstance, OlmoEvalInstance
 from .callbacks import summed_over_ranks
-from .generation import generation_sums
 
 COUNTS = ("correct", "correct_norm", "count")
 

@@ -23,11 +23,11 @@ import torch.distributed as dist
 from tango.common import Lazy
 from tango.integrations.torch import Model
 
-from ...distributed.groups import distributed_position
-from ...scoring.causal_lm import causal_lm_config
-from ...scoring.model_files import INDEX, SINGLE, saved_tensors
-from ...scoring.rank_classifier import RankClassifier
 from ..components import lazy_config, lazy_params
+from ..distributed.groups import distributed_position
+from ..scoring.causal_lm import causal_lm_config
+from ..scoring.model_files import INDEX, SINGLE, saved_tensors
+from ..scoring.rank_classifier import RankClassifier
 
 
 def saved_weights(model: Any) -> Path | None:
