@@ -25,11 +25,8 @@ sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 from common import machine, write_results  # noqa: E402
 from generation_model import build, checksum  # noqa: E402
 
-from catwalk_steps.scoring.generated import (  # noqa: E402
-    generate_texts,
-    generation_metrics,
-    generation_outputs,
-)
+from catwalk_steps.kinds.generative import generation_metrics, generation_outputs  # noqa: E402
+from catwalk_steps.scoring.generated import generate_texts  # noqa: E402
 from catwalk_steps.scoring.rank_classifier import RankClassifier  # noqa: E402
 from catwalk_steps.tasks import Task  # noqa: E402
 

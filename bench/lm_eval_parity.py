@@ -68,8 +68,8 @@ def build_model(directory: Path, layers: int, width: int, positions: int) -> Non
 
 def ours(model_dir: Path, limit: int, mmlu_limit: int, num_fewshot: int) -> dict:
     """{task: [(pairs, lls, acc, acc_norm) per instance], aggregated metrics}."""
+    from catwalk_steps.kinds.multiple_choice import metrics_from_scores, task_metrics
     from catwalk_steps.scoring import RankClassifier, model_max_length, score_choices
-    from catwalk_steps.scoring.choices import metrics_from_scores, task_metrics
     from catwalk_steps.tasks import TemplatedTask
 
     model = RankClassifier.from_directory(model_dir).eval()

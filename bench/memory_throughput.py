@@ -116,7 +116,7 @@ MiB = 2**20
 
 
 def make_batch(rank: int, batch: int, length: int) -> dict:
-    from catwalk_steps.scoring.collate import MultipleChoiceCollator
+    from catwalk_steps.kinds.collate import MultipleChoiceCollator
     from catwalk_steps.tasks.base import MultipleChoiceInstance
 
     generator = torch.Generator().manual_seed(rank)

@@ -31,7 +31,8 @@ from scoring_setup import BENCH, build_models, build_requests, default_data_root
 
 sys.path.insert(0, str(REPO))  # the checkout this file is in, whatever the venv has installed
 
-from catwalk_steps.scoring.choices import metrics_from_scores, score_choices
+from catwalk_steps.kinds.multiple_choice import metrics_from_scores
+from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.packing import packed_rows
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.sequences import SequenceEncoder, answer_chars

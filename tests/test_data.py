@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch.utils.data import DataLoader
 
-from catwalk_steps.scoring.collate import MultipleChoiceCollator, Padding
+from catwalk_steps.kinds.collate import MultipleChoiceCollator, Padding
 from catwalk_steps.tasks.synthetic import SyntheticTask
 from catwalk_steps.training.loaders import EpochSampler, PaddedDataset, ShardedDataLoader
 

@@ -16,7 +16,7 @@ from catwalk_steps.checkpoints import full_model_state
 from catwalk_steps.engines.fairscale_engine import CatwalkFairScaleEngine
 from catwalk_steps.engines.torch_engine import CatwalkTorchEngine
 from catwalk_steps.engines.torch_fsdp_engine import CatwalkTorchFSDPEngine
-from catwalk_steps.scoring.collate import MultipleChoiceCollator
+from catwalk_steps.kinds.collate import MultipleChoiceCollator
 from catwalk_steps.tasks.synthetic import SyntheticTask
 
 from .conftest import TINY_MODEL

@@ -321,8 +321,17 @@ def test_an_olmo_eval_label_on_two_devices_gives_the_one_device_metrics(tmp_path
     from tango.common import Lazy
     from tango.integrations.torch import TrainingEngine
 
-    from catwalk_steps.steps.evaluate import olmo_eval_result
+    from catwalk_steps.kinds import ResultContext, kind_of
     from catwalk_steps.tasks import Task
+
+    def olmo_eval_result(source, documents, settings, step):
+        """As the evaluate step scores a label: its kind's requests (pmi_dc's unconditioned
+        continuations among them), answers and result."""
+        kind = kind_of(documents)
+        answers, _ = evaluation_scores(
+            source, kind.requests(documents), settings, step, step.logger
+        )
+        return kind.result(documents, answers, ResultContext())
 
     block = model_block({"type": "catwalk::rank_classifier", "pretrained": str(saved_gpt2)})
     documents = Task.from_params(
@@ -342,7 +351,7 @@ def test_an_olmo_eval_label_on_two_devices_gives_the_one_device_metrics(tmp_path
 
 
 def test_extra_metrics_are_the_per_byte_and_per_token_forms():
-    from catwalk_steps.scoring.choices import extra_metrics_of
+    from catwalk_steps.kinds.multiple_choice import extra_metrics_of
 
     instances = [Instance("c", (" ab", " abcd"), 1), Instance("c", (" é", " x"), 0)]
     scores = [[-2.0, -3.0], [-3.0, -2.0]]

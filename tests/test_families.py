@@ -19,7 +19,7 @@ from tango.integrations.torch import Model, Optimizer, TrainingEngine
 
 from catwalk_steps.engines.train_config import NodeAwareTrainConfig
 from catwalk_steps.engines.wrapping import describe_blocks, select_modules
-from catwalk_steps.scoring.collate import MultipleChoiceCollator
+from catwalk_steps.kinds.collate import MultipleChoiceCollator
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.synthetic import SyntheticTask
 

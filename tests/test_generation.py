@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from catwalk_steps.kinds.generative import generation_metrics, generation_outputs
 from catwalk_steps.scoring import continuous
-from catwalk_steps.scoring.generated import generate_texts, generation_metrics, generation_outputs
+from catwalk_steps.scoring.generated import generate_texts
 from catwalk_steps.scoring.generation import (
     GenerationEncoder,
     Ranks,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.scoring.collate import MultipleChoiceCollator
+from catwalk_steps.kinds.collate import MultipleChoiceCollator
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 
 from .conftest import TINY_GPT2

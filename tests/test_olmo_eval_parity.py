@@ -115,7 +115,7 @@ def test_olmo_eval_tokenization_puts_bos_only_where_the_tokenizer_adds_one(tmp_p
 def test_document_sums_add_up_over_shares_and_ignore_padding():
     """Sums over any split of the documents (ranks, batches) and zero-weight padding give the
     metrics of all of them at once."""
-    from catwalk_steps.scoring.olmo_metrics import document_sums, lengths_tensor, metric_values
+    from catwalk_steps.kinds.olmo_eval import document_sums, lengths_tensor, metric_values
 
     torch.manual_seed(0)
     choices = [(" a", " bb", " ccc"), (" dd", " e", " ffff"), (" g", " hh", " i")] * 3

@@ -12,7 +12,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from catwalk_steps.scoring.choices import metrics_from_scores, score_choices
+from catwalk_steps.kinds.multiple_choice import metrics_from_scores
+from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.synthetic import SyntheticTask
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from catwalk_steps.scoring.choices import metrics_from_scores, score_choices
-from catwalk_steps.scoring.collate import MultipleChoiceCollator, Padding
+from catwalk_steps.kinds.collate import MultipleChoiceCollator, Padding
+from catwalk_steps.kinds.multiple_choice import metrics_from_scores
+from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.base import MultipleChoiceInstance
 

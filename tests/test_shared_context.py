@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from catwalk_steps.kinds.collate import MultipleChoiceCollator
 from catwalk_steps.scoring.choices import score_choices
-from catwalk_steps.scoring.collate import MultipleChoiceCollator
 from catwalk_steps.scoring.packing import pack_rows, packed_attention, packed_rows
 from catwalk_steps.scoring.precision import Precision
 from catwalk_steps.scoring.rank_classifier import RankClassifier

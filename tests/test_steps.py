@@ -36,7 +36,8 @@ def test_load_task_keeps_the_first_instances_when_asked():
 
 def test_evaluate_returns_the_three_metrics(data, model):
     metrics = Evaluate(model=model, dataset_dict=data, batch_size=5).result()
-    assert set(metrics) == {"acc", "acc_norm", "n"} and metrics["n"] == 12
+    assert set(metrics) == {"acc", "acc_norm", "n", "kind"} and metrics["n"] == 12
+    assert metrics["kind"] == "multiple_choice"
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ import pytest
 import torch
 from tango.integrations.torch import TrainConfig
 
-from catwalk_steps.engines.throughput import Throughput, batch_tokens
 from catwalk_steps.engines import throughput
+from catwalk_steps.engines.throughput import Throughput, batch_tokens
 from catwalk_steps.training.callbacks import RunMetrics
 from catwalk_steps.training.trackers import TensorBoardTracker, Tracker, WandbTracker
 from catwalk_steps.training.trackers.base import entry_scalars, history_rows

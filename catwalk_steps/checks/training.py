@@ -32,6 +32,7 @@ from ..distributed.rendezvous import rendezvous_settings
 from ..engines.base import CatwalkEngine
 from ..engines.wrapping import select_modules
 from ..errors import whole
+from ..kinds import kind_of_task
 from ..remote import is_hub_name
 from ..scoring.causal_lm import unavailable_here
 from ..scoring.choices import max_positions
@@ -282,22 +283,15 @@ def check_train_step(kwargs: dict[str, Any]) -> None:
     ]
     check_against_model(kwargs["model"], engine, collates)
     in_loop = collates[1] if kwargs.get("validation_dataloader") is not None else collates[0]
-    check_generation_room(kwargs.get("evaluate_tasks") or [], in_loop.get("max_length", 256))
+    check_in_loop_tasks(kwargs.get("evaluate_tasks") or [], in_loop.get("max_length", 256))
     check_trackers(kwargs, engine["name"])
 
 
-def check_generation_room(tasks: list[Any], max_length: int) -> None:
-    """The in-loop generative tasks' answers fit beside their prompts in the loader's
-    `max_length` (its collate's, the length in-loop tasks are scored with)."""
-    from ..tasks import GenerativeTask
-
+def check_in_loop_tasks(tasks: list[Any], max_length: int) -> None:
+    """The in-loop tasks, as their kinds check them against the loader's `max_length` (its
+    collate's, the length in-loop tasks are scored with): room to generate an answer."""
     for task in tasks:
-        if isinstance(task, GenerativeTask) and task.max_gen_toks >= max_length:
-            raise ConfigurationError(
-                f"train.evaluate_tasks: task '{task.name}'.max_gen_toks: {task.max_gen_toks} "
-                f"tokens leave no room for the prompt in collate_fn.max_length {max_length}; "
-                "give the task a smaller max_gen_toks"
-            )
+        kind_of_task(task).check_in_loop(task, max_length)
 
 
 def check_devices_and_precision(kwargs: Mapping[str, Any], precision: str) -> None:

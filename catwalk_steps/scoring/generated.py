@@ -1,6 +1,6 @@
-"""A whole set of generation requests answered on one device, and the answers scored: the prompts,
-longest first (as lm-evaluation-harness orders them), through continuous batching
-(:mod:`.continuous`)."""
+"""A whole set of generation requests answered on one device: the prompts, longest first (as
+lm-evaluation-harness orders them), through continuous batching (:mod:`.continuous`). (Their
+answers scored: :mod:`catwalk_steps.kinds.generative`.)"""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from tango.integrations.torch.util import move_to_device
 
 from ..tasks import GenerationInstance
-from .choices import FP32, evaluating, model_max_length, score_choices
+from .choices import FP32, evaluating, model_max_length
 from .continuous import continuous_generate
 from .generation import GenerationEncoder, eos_ids_of, forward_step
 from .precision import Precision
@@ -48,52 +48,3 @@ def generate_texts(
     for i, row in zip(order, tokens, strict=True):
         texts[i] = encoder.text(row, instances[i].until)
     return texts
-
-
-def generation_outputs(
-    instances: Sequence[GenerationInstance], texts: Sequence[str]
-) -> list[dict[str, Any]]:
-    """What the model said for each instance, its filtered answers, targets and scores."""
-    outputs = []
-    for index, (instance, text) in enumerate(zip(instances, texts, strict=True)):
-        scored = instance.score(text)
-        outputs.append(
-            {
-                "index": index,
-                "context": instance.context,
-                "generation": text,
-                "filtered": scored["filtered"],
-                "targets": list(instance.targets),
-                "scores": scored["scores"],
-            }
-        )
-    return outputs
-
-
-def generation_metrics(
-    instances: Sequence[GenerationInstance], outputs: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
-    """Each `<metric>,<filter>` averaged over the instances, the one reports show
-    (`primary_metric`: the first) and `n`."""
-    scoring = instances[0].scoring
-    metrics: dict[str, Any] = {
-        key: sum(o["scores"][key] for o in outputs) / len(outputs) for key in scoring.names()
-    }
-    metrics.update(primary_metric=scoring.primary(), n=len(outputs))
-    return metrics
-
-
-def model_answers(
-    model: Any,
-    instances: Sequence[Any],
-    batch_size: int,
-    max_length: int,
-    device: torch.device,
-    precision: Precision,
-    progress: bool,
-) -> list[Any]:
-    """Each instance's answer from the model on `device`: its choices' scores, or for
-    generation requests the generated text."""
-    if instances and isinstance(instances[0], GenerationInstance):
-        return generate_texts(model, instances, batch_size, max_length, device, precision, progress)
-    return score_choices(model, instances, batch_size, max_length, device, precision, progress)

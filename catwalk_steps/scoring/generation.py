@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tango.common.exceptions import ConfigurationError
 
 from ..tasks import GenerationInstance
+from ..tasks.generative import prompt_room
 from .sequences import CHARS_PER_TOKEN
 
 MIN_SHARED_TOKENS = 8  # a shorter shared prefix is not worth a forward of its own
@@ -73,13 +73,9 @@ class GenerationEncoder:
         return not (self.bos_text and context.startswith(self.bos_text))
 
     def room(self, instance: GenerationInstance) -> int:
-        room = self.max_length - instance.max_gen_toks
-        if room <= 0:
-            raise ConfigurationError(
-                f"max_gen_toks {instance.max_gen_toks} leaves no room for the prompt in "
-                f"max_length {self.max_length}; give the task a smaller max_gen_toks"
-            )
-        return room
+        return prompt_room(
+            instance.max_gen_toks, self.max_length, "the task", f"max_length {self.max_length}"
+        )
 
     def stop_window(self, until: Sequence[str]) -> int:
         """How many last tokens are decoded to look for a stop sequence (lm-eval's: its

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+LOG_2_OF_E = 1.44269504089  # bits per nat: a loss per byte in bits (bits per byte)
+
 
 def continuation_log_probs(
     lm: torch.nn.Module,

@@ -25,7 +25,6 @@ from tango.integrations.torch import Model
 from .causal_lm import build_causal_lm, checked_source
 from .generation import decode_step
 from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
-from .olmo_metrics import olmo_eval_outputs
 from .shared_context import log_fallback, packed_scores, packing_support
 from .tokenization import load_tokenizer
 
@@ -221,14 +220,13 @@ class RankClassifier(Model):
         logits_from: int = 1,
         num_choices: int | None = None,
         packed: Mapping[str, torch.Tensor] | None = None,
-        olmo_eval: Mapping[str, torch.Tensor] | None = None,
     ) -> dict[str, Any]:
         """Loss and metrics for a batch of instances, each with all its choices. Sequence `s` is
         choice `choice_index[s]` of instance `instance_index[s]`. Training with the "lm"
         objective runs the right choices only (the others are not in the loss); otherwise every
         choice is scored, from the `packed` rows when the model takes them: one forward of the
-        LM on every rank, whatever the batch holds. ai2-olmo-eval documents (`olmo_eval`:
-        `collate.olmo_eval_batch`) also return their metric sums and their own `scores` rows."""
+        LM on every rank, whatever the batch holds (a kind's metrics are computed from its
+        `scores` after the forward: :mod:`catwalk_steps.kinds`)."""
         # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
         weights = weights.float()
         right = choice_index == labels[instance_index]
@@ -265,6 +263,4 @@ class RankClassifier(Model):
             "acc_norm": counts["correct_norm"] / count,
             **counts,
         }
-        if olmo_eval is not None:
-            outputs.update(olmo_eval_outputs(outputs["scores"], labels, weights, olmo_eval))
         return outputs

@@ -166,9 +166,15 @@ class SequenceEncoder:
         ]
 
     def instance_texts(self, instance: MultipleChoiceInstance) -> list[tuple[str, bool]]:
-        if isinstance(instance, OlmoEvalInstance):
-            return [key for pair in instance.pairs() for key in self.olmo_eval_texts(*pair)]
-        return [key for pair in instance.pairs() for key in self.texts(*pair)]
+        """What an instance's pairs tokenize, as the instance is encoded (its `encoding`:
+        lm-evaluation-harness's, or ai2-olmo-eval's)."""
+        texts = self.olmo_eval_texts if instance.encoding == "olmo_eval" else self.texts
+        return [key for pair in instance.pairs() for key in texts(*pair)]
+
+    def encoded(self, instance: MultipleChoiceInstance, context: str, choice: str):
+        if instance.encoding == "olmo_eval":
+            return self.olmo_eval_pair(context, choice, instance.conditioned)
+        return self.pair(context, choice)
 
     def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
         """One sequence per choice of every instance, in instance order."""
@@ -177,12 +183,7 @@ class SequenceEncoder:
         for i, instance in enumerate(instances):
             chars = instance.norm_chars()
             for c, (context, choice) in enumerate(instance.pairs()):
-                if isinstance(instance, OlmoEvalInstance):
-                    ids, continuation_length = self.olmo_eval_pair(
-                        context, choice, instance.conditioned
-                    )
-                else:
-                    ids, continuation_length = self.pair(context, choice)
+                ids, continuation_length = self.encoded(instance, context, choice)
                 out.append(ChoiceSequence(ids, continuation_length, i, c, chars[c]))
         return out
 
@@ -205,25 +206,3 @@ def pad_sequences(sequences: Sequence[ChoiceSequence], pad_id: int) -> dict[str,
         "continuation_mask": continuation_mask,
         "logits_from": logits_from,
     }
-
-
-def check_whole_continuations(
-    task: str, instances: Sequence, encoder: SequenceEncoder, field: str
-) -> None:
-    """An ai2-olmo-eval label is scored on whole continuations, as olmo_eval scores them (it
-    stops where one does not fit): its ce_loss and bpb are per byte of all of one, and a loss
-    over part of it is not the metric (a GSM8K answer cut to 8 tokens gave bpb 0.53, whole 8.0).
-    One line naming the label (`task`: how the user named it), the first document that does not
-    fit, and both lengths."""
-    labels = [i for i in instances if isinstance(i, OlmoEvalInstance)]
-    if not labels:
-        return
-    lengths = encoder.olmo_eval_lengths(labels)
-    longer = [(k, n) for k, n in enumerate(lengths) if n > encoder.max_length]
-    if longer:
-        first, tokens = longer[0]
-        raise TaskDataError(
-            f"{task}: document {first}'s continuation is {tokens} tokens, longer than max_length "
-            f"{encoder.max_length} ({len(longer)} of {len(labels)} documents are); a label is "
-            f"scored on whole continuations: give {field} >= {max(lengths)}"
-        )

@@ -15,9 +15,9 @@ from ..checks.start_warnings import training_warnings
 from ..components import lazy_params
 from ..console import announce
 from ..distributed.devices import evaluation_device, plan_devices
+from ..kinds import kind_of
 from ..launch import run_job
 from ..scoring.choices import max_length_of, model_max_length
-from ..scoring.generated import model_answers
 from ..scoring.precision import Precision
 from ..scoring.tokenization import load_tokenizer
 from .job import EvaluationJob, EvaluationSettings
@@ -43,10 +43,9 @@ def evaluation_scores(
         model = source.load()
         model.to(where)
         length = settings.max_length or model_max_length(model)
-        scores = model_answers(
-            model, instances, settings.batch_size, length, where, precision, progress=True
-        )
-        return scores, length
+        options = {"batch_size": settings.batch_size, "max_length": length, "device": where}
+        options.update(precision=precision, progress=True)
+        return kind_of(instances).answers(model, instances, options), length
     job = evaluation_job(source, instances, settings, step)
     precision.check_device(job.devices.device_type, "evaluate.precision")
     notes = [job.devices.note] if job.devices.note else []

@@ -29,12 +29,11 @@ from tango.common import Lazy, Params
 from tango.integrations.torch import Optimizer
 
 from ..engines.base import default_cpu_threads
-from ..engines.lockstep import engine_texts
+from ..engines.scorer import engine_scorer
 from ..engines.throughput import peak_memory_mib
 from ..engines.train_config import NodeAwareTrainConfig
 from ..files import write_json_atomic
-from ..scoring.collate import GenerationBatch, MultipleChoiceCollator, Padding
-from ..scoring.generated import model_answers
+from ..kinds import MultipleChoiceCollator, Padding, kind_of
 from ..scoring.precision import Precision
 from .job import EvaluationJob
 
@@ -102,9 +101,9 @@ def replica_scores(
     model.to(device)
     precision = Precision.parse(job.precision, "evaluate.precision")
     instances = [job.instances[i] for i in mine]
-    return model_answers(
-        model, instances, job.batch_size, job.max_length, device, precision, progress=show
-    )
+    options = {"batch_size": job.batch_size, "max_length": job.max_length, "device": device}
+    options.update(precision=precision, progress=show)
+    return kind_of(job.instances).answers(model, instances, options)
 
 
 def engine_scores(job: EvaluationJob, mine: list[int], rank: int, local_rank: int) -> list[Any]:
@@ -125,18 +124,16 @@ def engine_scores(job: EvaluationJob, mine: list[int], rank: int, local_rank: in
     collate = MultipleChoiceCollator(job.tokenizer, job.max_length)
     collate.unconditioned_rows = False
     engine.model.eval()
-    scores: list[list[float]] = []
+    kind, scorer = kind_of(job.instances), engine_scorer(engine, job.world_size > 1)
+    answers: list[Any] = []
     for start in range(0, per_rank, per_batch):
         batch = items[start : start + per_batch]
-        collated = collate(batch)
-        if isinstance(collated, GenerationBatch):  # one text per request
-            rows: list[Any] = engine_texts(engine, collated, job.world_size > 1)
-        else:
-            rows = engine.forward_eval(collated)["scores"].float().cpu().tolist()
-        for item, row in zip(batch, rows, strict=True):
-            if not isinstance(item, Padding):
-                scores.append(row if isinstance(row, str) else row[: len(item.choices)])
-    return scores
+        instances = [item.instance if isinstance(item, Padding) else item for item in batch]
+        rows = kind.batch_answers(scorer, collate(batch), instances)
+        answers += [
+            row for item, row in zip(batch, rows, strict=True) if not isinstance(item, Padding)
+        ]
+    return answers
 
 
 def evaluation_config(job: EvaluationJob, rank: int, local_rank: int) -> NodeAwareTrainConfig:

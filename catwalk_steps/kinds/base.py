@@ -1,0 +1,161 @@
+"""What every kind of task answers for itself: one interface, one object per kind.
+
+A kind (multiple choice, an ai2-olmo-eval label, generation) decides at every stage how its
+instances are treated; the stages (the data loaders' collate, the in-loop evaluation under any
+engine, the workers of a sharded evaluation, the evaluate step, the reports) ask the kind of
+their instances or result and never test a type. Shaped on OLMo-core's evaluator (`update` per
+batch, then `compute`) and lm-evaluation-harness's task (`process_results`, `aggregation`,
+`higher_is_better`):
+
+- :meth:`TaskKind.collate`: a batch of its instances for one forward (or a decoding loop);
+- :meth:`TaskKind.update`: one batch's sums, through a :class:`Scorer` (the forward through
+  the engine's root wrapper, the model, the decisions all ranks take together);
+- :meth:`TaskKind.compute`: the metrics from sums added over batches and ranks (sums combine by
+  addition, so padding that weighs 0 counts for nothing and every total is exact);
+- :meth:`TaskKind.answers` / :meth:`TaskKind.batch_answers`: each request's answer (its choices'
+  scores, or its text) on one device, or per batch under an engine; :meth:`TaskKind.result`:
+  the evaluate step's metrics from them;
+- :meth:`TaskKind.shown` and :meth:`TaskKind.lower_is_better`: what a report shows of a result.
+
+A kind is registered once (:func:`register`), under the name its instances and tasks carry
+(`kind`, a class attribute in :mod:`catwalk_steps.tasks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..scoring.generation import Ranks
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """How a kind reaches the model in the loop and under an engine: `forward` runs a batch
+    (through the engine's root wrapper, which moves it to the device), `model` is the rank
+    classifier inside (its tokenizer, its generation config), `ranks` the decisions every rank
+    takes together (alone: a rank decides for itself)."""
+
+    forward: Callable[[dict[str, Any]], dict[str, Any]]
+    model: Any
+    ranks: Ranks = Ranks()
+
+
+@dataclass(frozen=True)
+class ResultContext:
+    """What the evaluate step knows beside the answers: the task (its subtask groups), the
+    tokenizer and `max_length` the answers used, the extra metrics asked for."""
+
+    task: Any = None
+    tokenizer: str | None = None
+    max_length: int = 0
+    extra_metrics: Sequence[str] | None = None
+
+
+class TaskKind:
+    """One kind of task, as every stage asks it (see the module)."""
+
+    name: ClassVar[str]
+    # Whether `catwalk::load_task` loads it as training data.
+    trains: ClassVar[bool] = True
+
+    # --- Graph build ----------------------------------------------------------------------
+
+    def check_settings(self, task: Any, max_length: int | None, extra_metrics: Any) -> None:
+        """The evaluate step's settings against a task of this kind (one line if they do not
+        fit); `max_length` None when it is not known yet."""
+
+    def check_in_loop(self, task: Any, max_length: int) -> None:
+        """A task scored in the loop with the loader's `max_length`."""
+
+    # --- Batches: the data loaders' collate, the in-loop evaluation ---------------------------
+
+    def collate(self, collator: Any, instances: list, weights: list[float]) -> Any:
+        raise NotImplementedError
+
+    def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
+        """One batch's sums (each a weighted sum over its instances), on this rank."""
+        raise NotImplementedError
+
+    def compute(self, sums: Mapping[str, float]) -> dict[str, Any]:
+        """The metrics from sums added over batches and ranks, with `count`."""
+        raise NotImplementedError
+
+    # --- Standalone evaluation ----------------------------------------------------------------
+
+    def requests(self, instances: list) -> list:
+        """What the model is asked for the instances (their own list, or more)."""
+        return list(instances)
+
+    def check_requests(self, what: str, requests: list, planned: Callable[[], Any]) -> None:
+        """Before any forward: requests that cannot be scored as this kind scores them with the
+        tokenizer and `max_length` that `planned()` returns, with the field that sets the length
+        (read only where needed)."""
+
+    def answers(self, model: Any, requests: list, options: Mapping[str, Any]) -> list:
+        """Every request's answer from the model on one device (`options`: `batch_size`,
+        `max_length`, `device`, `precision`, `progress`)."""
+        raise NotImplementedError
+
+    def batch_answers(self, scorer: Scorer, batch: Any, items: list) -> list:
+        """Each item's answer in a batch run under an engine."""
+        raise NotImplementedError
+
+    def result(self, instances: list, answers: list, context: ResultContext) -> dict[str, Any]:
+        """The evaluate step's metrics (with `kind`, `n`, and what :meth:`summary` shows)."""
+        raise NotImplementedError
+
+    def summary(self, result: Mapping[str, Any]) -> tuple[str, ...]:
+        """The keys the evaluate step logs."""
+        return (self.shown(result, ""), "n")
+
+    # --- Reports ---------------------------------------------------------------------------
+
+    def shown(self, result: Mapping[str, Any], metric: str) -> str:
+        """The key of `result` (or of an in-loop point) a report shows; `metric` is the report's
+        own (`acc` or `acc_norm`)."""
+        raise NotImplementedError
+
+    def lower_is_better(self, key: str) -> bool:
+        return False
+
+    def outputs(self, result: Mapping[str, Any]) -> list | None:
+        """What the model said, per instance, when the result keeps it (for `generations.jsonl`)."""
+        return None
+
+    def owns(self, result: Mapping[str, Any]) -> bool:
+        """Whether a result without `kind` (cached before results named theirs, or an in-loop
+        point) is of this kind, by its keys."""
+        return False
+
+
+KINDS: dict[str, TaskKind] = {}
+
+
+def register(kind: TaskKind) -> TaskKind:
+    KINDS[kind.name] = kind
+    return kind
+
+
+def kind_named(name: str) -> TaskKind:
+    return KINDS[name]
+
+
+def kind_of(instances: Sequence[Any]) -> TaskKind:
+    """The kind of a list of instances (one task's: one kind); an empty list is multiple
+    choice's."""
+    return KINDS[instances[0].kind if instances else "multiple_choice"]
+
+
+def kind_of_task(task: Any) -> TaskKind:
+    return KINDS[task.kind]
+
+
+def kind_of_result(result: Mapping[str, Any]) -> TaskKind:
+    """The kind of an evaluation result or an in-loop point: the one it names, else the one
+    whose keys it has (multiple choice when none claims it)."""
+    if isinstance(result.get("kind"), str) and result["kind"] in KINDS:
+        return KINDS[result["kind"]]
+    claimed = [kind for kind in KINDS.values() if kind.owns(result)]
+    return claimed[0] if claimed else KINDS["multiple_choice"]

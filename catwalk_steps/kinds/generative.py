@@ -1,0 +1,173 @@
+"""Generation (NQ-Open, TriviaQA, GSM8K, a task of one's own): a greedy answer per request,
+filtered and scored by the task's own metrics (:mod:`catwalk_steps.tasks.answers`: exact match,
+token F1), each `<metric>,<filter>` averaged as lm-evaluation-harness reports it.
+
+Under an engine (in the loop, or a sharded evaluation) every decoding step is one forward
+through the engine's root wrapper, on every rank. Ranks hold different prompts and finish at
+different steps: a rank whose rows are all done keeps stepping (its tokens are dropped) until
+the ranks agree that every one is done (`Scorer.ranks`), and they agree on whether prompts
+share a prefix, so all run the same number of forwards: nothing reaches around the wrapper, and
+no rank waits alone in a collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tango.common.exceptions import ConfigurationError
+
+from ..scoring.generated import generate_texts
+from ..scoring.generation import GenerationEncoder, eos_ids_of, forward_step, greedy_generate
+from ..tasks.generative import GenerationInstance, prompt_room
+from .base import Scorer, TaskKind, register
+
+
+@dataclass(frozen=True)
+class GenerationBatch:
+    """Generation requests as a batch: their prompts' tokens and which of them count (not
+    padding). Decoding runs step by step (:mod:`~catwalk_steps.scoring.generation`), not as one
+    forward."""
+
+    instances: list[GenerationInstance]
+    prompts: list[list[int]]
+    live: list[bool]
+    encoder: GenerationEncoder
+
+
+def lockstep_texts(scorer: Scorer, batch: GenerationBatch) -> list[str]:
+    """Each row's answer, each decoding step one `scorer.forward`. Collective where the scorer's
+    ranks are: every rank calls it for a batch of the same size."""
+    tokens = greedy_generate(
+        forward_step(scorer.forward),
+        batch.encoder,
+        batch.prompts,
+        batch.instances,
+        eos_ids_of(scorer.model.lm, batch.encoder.tokenizer),
+        live=batch.live,
+        ranks=scorer.ranks,
+    )
+    return [batch.encoder.text(t, x.until) for t, x in zip(tokens, batch.instances, strict=True)]
+
+
+def generation_outputs(
+    instances: Sequence[GenerationInstance], texts: Sequence[str]
+) -> list[dict[str, Any]]:
+    """What the model said for each instance, its filtered answers, targets and scores."""
+    outputs = []
+    for index, (instance, text) in enumerate(zip(instances, texts, strict=True)):
+        scored = instance.score(text)
+        outputs.append(
+            {
+                "index": index,
+                "context": instance.context,
+                "generation": text,
+                "filtered": scored["filtered"],
+                "targets": list(instance.targets),
+                "scores": scored["scores"],
+            }
+        )
+    return outputs
+
+
+def generation_metrics(
+    instances: Sequence[GenerationInstance], outputs: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """Each `<metric>,<filter>` averaged over the instances, the one reports show
+    (`primary_metric`: the first) and `n`."""
+    scoring = instances[0].scoring
+    metrics: dict[str, Any] = {
+        key: sum(o["scores"][key] for o in outputs) / len(outputs) for key in scoring.names()
+    }
+    metrics.update(primary_metric=scoring.primary(), n=len(outputs))
+    return metrics
+
+
+# lm-evaluation-harness's result keys: `<metric>,<filter>`.
+KEY_SEPARATOR = ","
+
+
+class Generative(TaskKind):
+    name = "generative"
+    trains = False  # evaluated, not trained on (yet)
+
+    def check_settings(self, task, length, extra_metrics):
+        if extra_metrics:
+            raise_extra_metrics(task)
+        positions = length()
+        if positions is not None:
+            where, space = f"task '{task.name}'", f"the model's {positions} positions"
+            prompt_room(task.max_gen_toks, positions, where, space)
+
+    def check_in_loop(self, task, max_length):
+        prompt_room(
+            task.max_gen_toks,
+            max_length,
+            f"train.evaluate_tasks: task '{task.name}'",
+            f"collate_fn.max_length {max_length}",
+        )
+
+    def collate(self, collator, instances, weights):
+        encoder, live = collator.generation_encoder, [w > 0 for w in weights]
+        return GenerationBatch(instances, encoder.prompts(instances), live, encoder)
+
+    def update(self, scorer, batch):
+        texts = lockstep_texts(scorer, batch)
+        sums = {name: 0.0 for name in batch.instances[0].scoring.names()}
+        sums["count"] = 0.0
+        for instance, text, live in zip(batch.instances, texts, batch.live, strict=True):
+            if live:
+                for name, value in instance.score(text)["scores"].items():
+                    sums[name] += value
+                sums["count"] += 1.0
+        return sums
+
+    def compute(self, sums, instances):
+        count = float(sums["count"])
+        names = instances[0].scoring.names()
+        return {**{n: float(sums[n]) / max(count, 1.0) for n in names}, "count": int(count)}
+
+    def answers(self, model, requests, options):
+        return generate_texts(
+            model,
+            requests,
+            options["batch_size"],
+            options["max_length"],
+            options["device"],
+            options["precision"],
+            options["progress"],
+        )
+
+    def batch_answers(self, scorer, batch, items):
+        return lockstep_texts(scorer, batch)
+
+    def result(self, instances, answers, context):
+        outputs = generation_outputs(instances, answers)
+        return {**generation_metrics(instances, outputs), "outputs": outputs, "kind": self.name}
+
+    def summary(self, result):
+        names = [key for key in result if KEY_SEPARATOR in key]
+        return (*names, "n")
+
+    def shown(self, result, metric):
+        """A result's `primary_metric`; an in-loop point's first score."""
+        if isinstance(result.get("primary_metric"), str):
+            return result["primary_metric"]
+        return next(key for key in result if KEY_SEPARATOR in key)
+
+    def outputs(self, result):
+        return list(result["outputs"]) if isinstance(result.get("outputs"), list) else None
+
+    def owns(self, result):
+        return isinstance(result.get("outputs"), list) or any(KEY_SEPARATOR in k for k in result)
+
+
+def raise_extra_metrics(task: Any) -> None:
+    raise ConfigurationError(
+        f"evaluate.extra_metrics: task '{task.name}' is generative; extra_metrics are forms of "
+        "multiple-choice scores"
+    )
+
+
+GENERATIVE = register(Generative())

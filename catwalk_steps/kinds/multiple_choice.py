@@ -1,0 +1,194 @@
+"""Multiple choice (lm-evaluation-harness's tasks, the synthetic task, PIQA): each choice's
+summed log-probability; `acc` and `acc_norm` (per character of the choice), per subtask and
+group for a grouped task, and on request the per-byte and per-token forms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..scoring.choices import score_choices
+from ..scoring.logprobs import LOG_2_OF_E, choice_metrics
+from ..scoring.packing import pack_rows, packed_rows
+from ..scoring.sequences import SequenceEncoder, pad_sequences
+from ..scoring.tokenization import load_tokenizer
+from ..tasks.base import MultipleChoiceInstance, joined_choice_text
+from .base import ResultContext, Scorer, TaskKind, register
+
+COUNTS = ("correct", "correct_norm", "count")
+
+
+def metrics_from_scores(
+    instances: Sequence[MultipleChoiceInstance], scores: Sequence[Sequence[float]]
+) -> dict[str, float | int]:
+    """`acc`, `acc_norm` (score per character of the choice text, lm-evaluation-harness's
+    definitions; ties go to the first choice, as its `np.argmax`) and `n` over all instances."""
+    width = max(len(instance.choices) for instance in instances)
+    padded = torch.full((len(instances), width), float("-inf"), dtype=torch.float64)
+    chars = torch.ones((len(instances), width), dtype=torch.float64)
+    for i, (instance, row) in enumerate(zip(instances, scores, strict=True)):
+        padded[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
+        chars[i, : len(row)] = torch.tensor(instance.norm_chars(), dtype=torch.float64)
+    labels = torch.tensor([instance.label for instance in instances])
+    counts = choice_metrics(padded, labels, chars, torch.ones(len(instances), dtype=torch.float64))
+    n = int(counts["count"])
+    return {
+        "acc": float(counts["correct"]) / n,
+        "acc_norm": float(counts["correct_norm"]) / n,
+        "n": n,
+    }
+
+
+def task_metrics(
+    instances: Sequence[MultipleChoiceInstance],
+    scores: Sequence[Sequence[float]],
+    subtask_groups: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """:func:`metrics_from_scores` over all instances, and for a grouped task (MMLU) per subtask
+    and per group of subtasks. Every average is over instances (lm-evaluation-harness's
+    `weight_by_size`), so the whole is the instance-weighted mean of its parts."""
+    metrics: dict[str, Any] = dict(metrics_from_scores(instances, scores))
+    parts: dict[str, list[int]] = {}
+    for index, instance in enumerate(instances):
+        if instance.subtask is not None:
+            parts.setdefault(instance.subtask, []).append(index)
+    if not parts:
+        return metrics
+
+    def over(indices: list[int]) -> dict[str, float | int]:
+        return metrics_from_scores([instances[i] for i in indices], [scores[i] for i in indices])
+
+    metrics["subtasks"] = {name: over(indices) for name, indices in parts.items()}
+    groups: dict[str, list[int]] = {}
+    for name, indices in parts.items():
+        group = (subtask_groups or {}).get(name)
+        if group is not None:
+            groups.setdefault(group, []).extend(indices)
+    if groups:
+        metrics["groups"] = {name: over(indices) for name, indices in sorted(groups.items())}
+    return metrics
+
+
+EXTRA_METRICS = ("acc_bytes", "acc_per_token", "bits_per_byte")
+
+
+def extra_metrics_of(
+    instances: Sequence[MultipleChoiceInstance],
+    scores: Sequence[Sequence[float]],
+    token_counts: Sequence[Sequence[int]],
+    wanted: Sequence[str],
+) -> dict[str, float]:
+    """The per-byte and per-token forms asked for (:data:`EXTRA_METRICS`), over all instances:
+    `acc_bytes` (lm-evaluation-harness's: the highest score per UTF-8 byte of the choice text,
+    without the space that joins it), `acc_per_token` (per token of the continuation), and
+    `bits_per_byte` (the right continuation's `-score / bytes * log2(e)`, its joining space
+    counted, as OLMES counts it)."""
+    right_bytes = right_tokens = bits = 0.0
+    for instance, row, tokens in zip(instances, scores, token_counts, strict=True):
+        texts = [joined_choice_text(choice) for choice in instance.choices]
+        per_byte = [s / max(len(t.encode("utf-8")), 1) for s, t in zip(row, texts, strict=True)]
+        per_token = [s / max(n, 1) for s, n in zip(row, tokens, strict=True)]
+        right_bytes += max(range(len(row)), key=per_byte.__getitem__) == instance.label
+        right_tokens += max(range(len(row)), key=per_token.__getitem__) == instance.label
+        gold = instance.choices[instance.label]
+        bits += -row[instance.label] / max(len(gold.encode("utf-8")), 1) * LOG_2_OF_E
+    n = len(instances)
+    values = {"acc_bytes": right_bytes / n, "acc_per_token": right_tokens / n}
+    values["bits_per_byte"] = bits / n
+    return {name: values[name] for name in wanted}
+
+
+def choice_batch(collator: Any, instances: list, weights: list[float]) -> dict[str, Any]:
+    """Instances with all their choices: one sequence per choice (padded), which instance and
+    choice each is, the characters `acc_norm` divides by, the labels and weights, and the same
+    sequences as packed rows that run each context once."""
+    encoder = collator.encoder
+    sequences = encoder.sequences(instances)
+    batch = pad_sequences(sequences, encoder.tokenizer.pad_token_id)
+    batch.update(
+        instance_index=torch.tensor([s.instance for s in sequences]),
+        choice_index=torch.tensor([s.choice for s in sequences]),
+        choice_chars=torch.tensor([s.choice_chars for s in sequences]),
+        labels=torch.tensor([instance.label for instance in instances]),
+        weights=torch.tensor(weights),
+        num_choices=max(len(instance.choices) for instance in instances),
+        packed=pack_rows(packed_rows(sequences), encoder.tokenizer.pad_token_id),
+    )
+    return batch
+
+
+def score_rows(scorer: Scorer, batch: Any, items: list) -> list[list[float]]:
+    """Each item's choices' scores from one forward (the model's `scores` output)."""
+    rows = scorer.forward(batch)["scores"].float().cpu().tolist()
+    return [row[: len(item.choices)] for row, item in zip(rows, items, strict=False)]
+
+
+def choice_answers(model: Any, requests: list, options: Mapping[str, Any]) -> list:
+    """Every request's choices scored on one device (:func:`~..scoring.choices.score_choices`)."""
+    return score_choices(
+        model,
+        requests,
+        options["batch_size"],
+        options["max_length"],
+        options["device"],
+        options["precision"],
+        options["progress"],
+    )
+
+
+def continuation_tokens(tokenizer: str, length: int, instances: list) -> list[list[int]]:
+    """Each choice's continuation tokens, as the scores counted them."""
+    encoder = SequenceEncoder(load_tokenizer(tokenizer, "evaluate.model.tokenizer"), length)
+    counts: list[list[int]] = [[] for _ in instances]
+    for sequence in encoder.sequences(instances):
+        counts[sequence.instance].append(sequence.continuation_length)
+    return counts
+
+
+class MultipleChoice(TaskKind):
+    name = "multiple_choice"
+
+    def check_settings(self, task, length, extra_metrics) -> None:
+        pass  # every extra metric is a form of its scores
+
+    def collate(self, collator, instances, weights):
+        return choice_batch(collator, instances, weights)
+
+    def update(self, scorer, batch):
+        outputs = scorer.forward(batch)
+        return {key: float(outputs[key]) for key in COUNTS}
+
+    def compute(self, sums, instances=()):
+        count = max(float(sums["count"]), 1.0)
+        return {
+            "acc": float(sums["correct"]) / count,
+            "acc_norm": float(sums["correct_norm"]) / count,
+            "count": int(float(sums["count"])),
+        }
+
+    def answers(self, model, requests, options):
+        return choice_answers(model, requests, options)
+
+    def batch_answers(self, scorer, batch, items):
+        return score_rows(scorer, batch, items)
+
+    def result(self, instances, answers, context: ResultContext) -> dict[str, Any]:
+        groups = getattr(getattr(context.task, "spec", None), "subtask_groups", None)
+        metrics = task_metrics(instances, answers, groups)
+        wanted = [name for name in context.extra_metrics or () if name in EXTRA_METRICS]
+        if wanted:
+            assert context.tokenizer is not None
+            tokens = continuation_tokens(context.tokenizer, context.max_length, instances)
+            metrics.update(extra_metrics_of(instances, answers, tokens, wanted))
+        return {**metrics, "kind": self.name}
+
+    def summary(self, result):
+        return ("acc", "acc_norm", "n")
+
+    def shown(self, result, metric):
+        return metric or "acc"
+
+
+MULTIPLE_CHOICE = register(MultipleChoice())
