@@ -10,6 +10,7 @@ from typing import Any
 from tango.common.exceptions import ConfigurationError
 
 from ..components import lazy_params
+from ..engines.settings import EvaluationSettings
 from ..errors import whole
 from ..kinds import kind_of_task
 from ..kinds.multiple_choice import EXTRA_METRICS
@@ -25,17 +26,17 @@ def check_evaluate_step(
     the model's positions (read from the model's config: nothing is loaded). `configured` is
     the model's block when it is known at graph build (a `ConfiguredModel`), `splits` those the
     data step loads, when the step names one."""
-    whole(kwargs.get("batch_size", 32), "evaluate.batch_size")
-    max_length = kwargs.get("max_length")  # None: the model's positions
+    settings = EvaluationSettings.of(kwargs)  # typed, with the keys' one set of defaults
+    whole(settings.batch_size, "evaluate.batch_size")
+    max_length = settings.max_length  # None: the model's positions
     if max_length is not None:
         whole(max_length, "evaluate.max_length", minimum=2)
-    device_type = evaluation_device_type(kwargs)
-    precision = kwargs.get("precision", "fp32")
-    parsed = Precision.parse(precision, "evaluate.precision")
-    parsed.check_device(device_type, "evaluate.precision")
-    engine = kwargs.get("engine")
-    if engine is not None:
-        check_evaluation_engine(engine, precision, configured)
+    device_type = evaluation_device_type(settings)
+    Precision.parse(settings.precision, "evaluate.precision").check_device(
+        device_type, "evaluate.precision"
+    )
+    if settings.engine is not None:
+        check_evaluation_engine(settings.engine, settings.precision, configured)
     split = kwargs.get("split") or "validation"
     if splits is not None and split not in splits:
         raise ConfigurationError(
@@ -70,16 +71,14 @@ def model_length(configured: Any | None, max_length: int | None) -> int | None:
     return max_positions(configured.hf_config())
 
 
-def evaluation_device_type(kwargs: Mapping[str, Any]) -> str:
+def evaluation_device_type(settings: EvaluationSettings) -> str:
     """Where the step will score: one device, or `device_count` workers (GPUs, else CPU)."""
     from ..distributed.devices import evaluation_device, plan_devices
 
-    device_count = kwargs.get("device_count", 1)
-    whole(device_count, "evaluate.device_count")
-    device = kwargs.get("device")
-    if device_count == 1 and kwargs.get("engine") is None:
-        return evaluation_device(device, field="evaluate.device").type
-    plan = plan_devices(device_count, requested=device, field="evaluate.device")
+    whole(settings.device_count, "evaluate.device_count")
+    if settings.here:
+        return evaluation_device(settings.device, field="evaluate.device").type
+    plan = plan_devices(settings.device_count, requested=settings.device, field="evaluate.device")
     return plan.device_type
 
 
@@ -93,7 +92,7 @@ def check_evaluation_engine(engine: Any, precision: str, configured: Any | None)
             f"evaluate.engine.precision: {given!r}, but the step's precision is {precision!r}; "
             "give the step's precision alone"
         )
-    if configured is not None and checked["selects_modules"]:
+    if configured is not None and checked.selects_modules:
         check_against_model(configured.lazy(), checked, [])
 
 

@@ -11,22 +11,22 @@ from tango.integrations.torch import DataLoader
 
 from ..components import lazy_config
 from ..distributed.devices import usable_cores
+from ..engines.skeleton import chosen_modules, model_skeleton
 from ..engines.wrapping import describe_blocks
 from ..scoring.tokenization import load_tokenizer
-from .training import SHARDED_ENGINES, chosen_modules, model_skeleton
 
 
 def wrapping_note(engine: dict[str, Any], model: Any) -> str | None:
     """Where `modules_to_wrap` is left out: which of the model's block classes become FSDP units
     (or are recomputed in backward), and how many; None when nothing is selected, or when the
     model cannot be built here. `engine` is what :func:`.training.check_engine` says of it."""
-    if engine["patterns"] is not None:
+    if engine.patterns is not None:
         return None
     names = chosen_modules(model, engine)  # the graph-build check's match, not a second one
     if not names:
         return None
     blocks = describe_blocks(model_skeleton(model), names)
-    sharded, checkpointing = engine["name"] in SHARDED_ENGINES, engine["activation_checkpointing"]
+    sharded, checkpointing = engine.shards, engine.activation_checkpointing
     roles = (["FSDP units"] if sharded else []) + (["recomputed"] if checkpointing else [])
     return (
         f"training_engine.modules_to_wrap: left out, so the model's blocks (its "

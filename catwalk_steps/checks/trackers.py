@@ -20,11 +20,11 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainCallback
 
 from ..components import lazy_params
+from ..engines.settings import EngineSettings
 from ..files import unwritable
 from ..training.trackers import TRACKER_ALIASES, TensorBoardTracker, Tracker, WandbTracker
 from ..training.trackers.wandb import OFFLINE_MODES, wandb_api_key_found, wandb_mode
 
-SHARDED_ENGINES = ("catwalk::fairscale", "catwalk::torch_fsdp")
 INSTALL = "pip install 'catwalk_steps[trackers]' (or {package})"
 
 
@@ -70,7 +70,7 @@ def tracker_callbacks(trackers: list[Lazy] | None) -> list[Lazy]:
 # --- Checks when the step graph is built ----------------------------------------------------
 
 
-def check_trackers(kwargs: Mapping[str, Any], engine_name: str | None) -> None:
+def check_trackers(kwargs: Mapping[str, Any], engine: EngineSettings) -> None:
     """Each tracker's library is installed, its keys exist, W&B can log in (or is offline),
     and TensorBoard's directory can be written."""
     from ..components import check_keys
@@ -86,12 +86,12 @@ def check_trackers(kwargs: Mapping[str, Any], engine_name: str | None) -> None:
         tracker = WandbTracker if wandb else TensorBoardTracker
         check_keys(tracker, params, key)
         if wandb:
-            check_wandb(params, key, engine_name)
+            check_wandb(params, key, engine)
         else:
             check_tensorboard(params, key)
 
 
-def check_wandb(params: Mapping[str, Any], key: str, engine_name: str | None) -> None:
+def check_wandb(params: Mapping[str, Any], key: str, engine: EngineSettings) -> None:
     if importlib.util.find_spec("wandb") is None:
         raise ConfigurationError(
             f"{key}: the wandb package is not installed; " + INSTALL.format(package="wandb")
@@ -104,9 +104,9 @@ def check_wandb(params: Mapping[str, Any], key: str, engine_name: str | None) ->
             f"{key}: no W&B API key (WANDB_API_KEY, or `wandb login`) and not offline; "
             "log in, or set WANDB_MODE=offline (or mode: 'offline')"
         )
-    if params.get("watch_model") and engine_name in SHARDED_ENGINES:
+    if params.get("watch_model") and engine.shards:
         raise ConfigurationError(
-            f"{key}.watch_model: not with {engine_name}: each rank holds a shard of the "
+            f"{key}.watch_model: not with {engine.name}: each rank holds a shard of the "
             "parameters (use catwalk::torch, or leave it out)"
         )
 

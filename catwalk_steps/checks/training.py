@@ -9,9 +9,6 @@ their `type` and keys are read without building them, against the constructors' 
 
 from __future__ import annotations
 
-import functools
-import inspect
-import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -22,7 +19,6 @@ from tango.integrations.torch import (
     DataCollator,
     DataLoader,
     LRScheduler,
-    Model,
     Optimizer,
     TrainingEngine,
 )
@@ -30,25 +26,22 @@ from tango.integrations.torch import (
 from ..components import check_keys, lazy_config, registered_name, resolve_config
 from ..distributed.rendezvous import rendezvous_settings
 from ..engines.base import CatwalkEngine
-from ..engines.wrapping import select_modules
+from ..engines.settings import EngineSettings
+from ..engines.skeleton import chosen_modules, model_skeleton
 from ..errors import whole
-from ..kinds import kind_of_task
-from ..remote import is_hub_name
-from ..scoring.causal_lm import unavailable_here
+from ..kinds import MultipleChoiceCollator, kind_of_task
 from ..scoring.choices import max_positions
-from ..scoring.model_files import check_model_directory
 from ..scoring.precision import Precision
+from ..training.settings import TrainSettings
 from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
 
-SHARDED_ENGINES = ("catwalk::fairscale", "catwalk::torch_fsdp")
 
-
-def check_schedule(kwargs: Mapping[str, Any]) -> None:
+def check_schedule(settings: TrainSettings) -> None:
     """The training loop's numbers; `grad_accum: 0` used to hang forever, `train_steps: 0`
     cached an untrained model as trained."""
-    steps, epochs = kwargs.get("train_steps"), kwargs.get("train_epochs")
+    steps, epochs = settings.train_steps, settings.train_epochs
     if (steps is None) == (epochs is None):
         raise ConfigurationError("train.train_steps / train.train_epochs: give exactly one of them")
     if steps == 0:
@@ -58,50 +51,49 @@ def check_schedule(kwargs: Mapping[str, Any]) -> None:
         )
     whole(steps, "train.train_steps", optional=True)
     whole(epochs, "train.train_epochs", optional=True)
-    for key in (
-        "grad_accum",
-        "log_every",
-        "checkpoint_every",
-        "device_count",
-        "num_nodes",
-        "keep_last_checkpoints",
-    ):
-        whole(kwargs.get(key, 1), f"train.{key}")
-    whole(kwargs.get("validate_every"), "train.validate_every", optional=True)
-    whole(kwargs.get("validation_steps"), "train.validation_steps", optional=True)
-    whole(kwargs.get("seed", 0), "train.seed", minimum=0)
-    validate_every, checkpoint_every = (
-        kwargs.get("validate_every"),
-        kwargs.get("checkpoint_every", 100),
-    )
+    for key in WHOLE_KEYS:
+        whole(getattr(settings, key), f"train.{key}")
+    whole(settings.validate_every, "train.validate_every", optional=True)
+    whole(settings.validation_steps, "train.validation_steps", optional=True)
+    whole(settings.seed, "train.seed", minimum=0)
+    validate_every, checkpoint_every = settings.validate_every, settings.checkpoint_every
     if validate_every and checkpoint_every % validate_every and validate_every % checkpoint_every:
         raise ConfigurationError(
             f"train.checkpoint_every: {checkpoint_every} must be a multiple or a divisor of "
             f"validate_every ({validate_every}), so that the best checkpoint is one that exists"
         )
-    if validate_every and kwargs.get("validation_split", "validation") is None:
+    if validate_every and settings.validation_split is None:
         raise ConfigurationError(
             "train.validate_every: set, but validation_split is null; give a validation split"
         )
-    timeout = kwargs.get("rendezvous_timeout", 300.0)
+    timeout = settings.rendezvous_timeout
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ConfigurationError(f"train.rendezvous_timeout: seconds > 0, got {timeout!r}")
-    device = kwargs.get("device")
-    if device not in (None, "cpu", "cuda"):
-        raise ConfigurationError(f"train.device: cpu or cuda (or leave it out), got {device!r}")
-    port = kwargs.get("master_port") or kwargs.get("distributed_port")
-    rendezvous_settings(kwargs.get("num_nodes", 1), kwargs.get("master_addr"), port, timeout)
-    metric = kwargs.get("val_metric_name", "acc")
-    if metric not in ("acc", "acc_norm", "loss"):
+    if settings.device not in (None, "cpu", "cuda"):
         raise ConfigurationError(
-            f"train.val_metric_name: one of acc, acc_norm, loss, got {metric!r}"
+            f"train.device: cpu or cuda (or leave it out), got {settings.device!r}"
         )
+    rendezvous_settings(settings.num_nodes, settings.master_addr, settings.port, timeout)
+    if settings.val_metric_name not in ("acc", "acc_norm", "loss"):
+        raise ConfigurationError(
+            f"train.val_metric_name: one of acc, acc_norm, loss, got {settings.val_metric_name!r}"
+        )
+
+
+WHOLE_KEYS = (
+    "grad_accum",
+    "log_every",
+    "checkpoint_every",
+    "device_count",
+    "num_nodes",
+    "keep_last_checkpoints",
+)
 
 
 # --- Lazy components: their type and keys, without building them ---------------------------
 
 
-def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -> dict[str, Any]:
+def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -> EngineSettings:
     """The engine's type, keys, precision, regexes, and (when it `trains`) its optimizer and LR
     scheduler; an engine that only evaluates takes neither."""
     engine, params = lazy_config(lazy, TrainingEngine, key)
@@ -114,8 +106,6 @@ def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -
     check_keys(engine, params, key)
     if isinstance(engine, type) and issubclass(engine, CatwalkEngine):
         engine.check_params(params, key)  # the rules the engine's constructor applies too
-    patterns = params.get("modules_to_wrap")  # None (left out): the model's own blocks
-    name = registered_name(TrainingEngine, engine)
     if trains:
         check_optimizer(params.get("optimizer"), f"{key}.optimizer")
     if params.get("lr_scheduler") is not None:
@@ -123,16 +113,7 @@ def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -
             params["lr_scheduler"], LRScheduler, f"{key}.lr_scheduler"
         )
         check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
-    return {
-        "key": key,
-        "class": engine,
-        "name": name,
-        "patterns": patterns,
-        "activation_checkpointing": bool(params.get("activation_checkpointing")),
-        # Whether the engine wraps or recomputes inner modules: they must exist in the model.
-        "selects_modules": name in SHARDED_ENGINES or bool(params.get("activation_checkpointing")),
-        "precision": params.get("precision", "fp32"),
-    }
+    return EngineSettings.of(lazy, key)
 
 
 def is_number(value: Any) -> bool:
@@ -178,60 +159,7 @@ def check_loader(lazy: Any, key: str) -> dict[str, Any]:
 # --- The model's structure: regexes that match, lengths that fit -----------------------------
 
 
-def model_skeleton(lazy: Any) -> Any:
-    """The rank classifier's structure on the meta device, or None when it cannot be built
-    without a download (then the real construction reports what is wrong). Built once per
-    model block and process: the graph-build checks and the warnings when training starts
-    share it."""
-    return _skeleton(*_model_key(lazy))
-
-
-def _model_key(lazy: Any) -> tuple[str, Any]:
-    constructor, params = lazy_config(lazy, Model, "model")
-    check_keys(constructor, params, "model")
-    return json.dumps(params, sort_keys=True, default=str), constructor
-
-
-@functools.lru_cache(maxsize=8)
-def _skeleton(params_json: str, constructor: Any) -> Any:
-    from ..scoring.rank_classifier import RankClassifier
-
-    if not (inspect.isclass(constructor) and issubclass(constructor, RankClassifier)):
-        return None
-    params = json.loads(params_json)
-    pretrained = params.get("pretrained")
-    if pretrained and not is_hub_name(pretrained):  # the weights the workers will read, too
-        check_model_directory(pretrained)
-    try:
-        return RankClassifier(**params, skeleton=True)
-    except ConfigurationError as e:
-        if unavailable_here(e, params.get("pretrained")):
-            return None  # not on this machine (yet): the step's own load says so, if it runs
-        raise
-
-
-def chosen_modules(model: Any, engine: dict[str, Any]) -> list[str] | None:
-    """The inner modules the engine's `modules_to_wrap` chooses in the model, deepest first,
-    matched on its skeleton (:func:`~catwalk_steps.engines.wrapping.select_modules`) once per
-    process: the graph-build check, the note when training starts and every worker (through
-    the job) use this one match. None when the engine chooses none, or when the model cannot be
-    built here (each worker then matches its own)."""
-    if not engine["selects_modules"]:
-        return None
-    patterns = json.dumps(engine["patterns"])
-    chosen = _chosen(*_model_key(model), patterns, f"{engine['key']}.modules_to_wrap")
-    return None if chosen is None else list(chosen)
-
-
-@functools.lru_cache(maxsize=8)
-def _chosen(params_json: str, constructor: Any, patterns: str, field: str) -> tuple | None:
-    skeleton = _skeleton(params_json, constructor)
-    if skeleton is None:
-        return None
-    return tuple(select_modules(skeleton, json.loads(patterns), field))
-
-
-def check_against_model(model: Any, engine: dict[str, Any], collates: Iterable[Mapping]) -> None:
+def check_against_model(model: Any, engine: EngineSettings, collates: Iterable[Mapping]) -> None:
     """Inner modules that cannot be found (a regex that matches nothing; no `modules_to_wrap`
     for a model that declares no blocks), and a max_length the model's positions cannot hold."""
     skeleton = model_skeleton(model)
@@ -248,15 +176,11 @@ def check_against_model(model: Any, engine: dict[str, Any], collates: Iterable[M
             )
 
 
-def check_evaluate_tasks(kwargs: dict[str, Any]) -> None:
-    """The in-loop tasks run when the step validates, each built here if Tango has not
-    (:meth:`Task.built`), so a bad task fails with its own message."""
-    from ..tasks import Task
-
-    tasks = [Task.built(task) for task in kwargs.get("evaluate_tasks") or []]
-    if tasks:
-        kwargs["evaluate_tasks"] = tasks
-    if tasks and kwargs.get("validation_split", "validation") is None:
+def check_evaluate_tasks(settings: TrainSettings) -> None:
+    """The in-loop tasks (built by the step: `evaluate_tasks`) run when the step validates,
+    each once."""
+    tasks = settings.evaluate_tasks or []
+    if tasks and settings.validation_split is None:
         raise ConfigurationError(
             "train.evaluate_tasks: scored whenever the step validates, but validation_split is "
             "null; give a validation split"
@@ -268,39 +192,42 @@ def check_evaluate_tasks(kwargs: dict[str, Any]) -> None:
                 f"train.evaluate_tasks: '{name}' is given {names.count(name)} times; give each "
                 "task once"
             )
+    collate = in_loop_collate(settings)
+    for task in tasks:  # as their kinds check them against the in-loop loader's max_length
+        kind_of_task(task).check_in_loop(
+            task, collate.get("max_length", MultipleChoiceCollator.MAX_LENGTH)
+        )
 
 
-def check_train_step(kwargs: dict[str, Any]) -> None:
+def check_train_step(settings: TrainSettings) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
-    check_schedule(kwargs)
-    check_evaluate_tasks(kwargs)
-    engine = check_engine(kwargs["training_engine"])
-    check_devices_and_precision(kwargs, engine["precision"])
-    check_resume_from(kwargs.get("resume_from"))
+    check_schedule(settings)
+    engine = check_engine(settings.training_engine)
+    check_devices_and_precision(settings, engine.precision)
+    check_resume_from(settings.resume_from)
     collates = [
-        check_loader(kwargs.get("train_dataloader"), "train_dataloader"),
-        check_loader(kwargs.get("validation_dataloader"), "validation_dataloader"),
+        check_loader(settings.train_dataloader, "train_dataloader"),
+        check_loader(settings.validation_dataloader, "validation_dataloader"),
     ]
-    check_against_model(kwargs["model"], engine, collates)
-    in_loop = collates[1] if kwargs.get("validation_dataloader") is not None else collates[0]
-    check_in_loop_tasks(kwargs.get("evaluate_tasks") or [], in_loop.get("max_length", 256))
-    check_trackers(kwargs, engine["name"])
+    check_against_model(settings.model, engine, collates)
+    check_evaluate_tasks(settings)
+    check_trackers(settings.as_mapping(), engine)
 
 
-def check_in_loop_tasks(tasks: list[Any], max_length: int) -> None:
-    """The in-loop tasks, as their kinds check them against the loader's `max_length` (its
-    collate's, the length in-loop tasks are scored with): room to generate an answer."""
-    for task in tasks:
-        kind_of_task(task).check_in_loop(task, max_length)
+def in_loop_collate(settings: TrainSettings) -> dict[str, Any]:
+    """The collate keys of the loader in-loop tasks are scored with (the validation loader's,
+    else the training loader's)."""
+    loader = settings.validation_dataloader or settings.train_dataloader
+    if loader is None:
+        return {}
+    return dict(lazy_config(loader, DataLoader, "train_dataloader")[1].get("collate_fn") or {})
 
 
-def check_devices_and_precision(kwargs: Mapping[str, Any], precision: str) -> None:
+def check_devices_and_precision(settings: TrainSettings, precision: str) -> None:
     """Where the workers will run is known now (this machine's GPUs); fp16 needs CUDA."""
     from ..distributed.devices import plan_devices
 
-    plan = plan_devices(
-        kwargs.get("device_count", 1), requested=kwargs.get("device"), field="train.device"
-    )
+    plan = plan_devices(settings.device_count, requested=settings.device, field="train.device")
     Precision.parse(precision, "training_engine.precision").check_device(
         plan.device_type, "training_engine.precision"
     )

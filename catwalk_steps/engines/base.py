@@ -95,6 +95,7 @@ class CatwalkEngine(TorchTrainingEngine):
     :meth:`check_params`, which the graph-build checks call too (:mod:`catwalk_steps.checks`).
     """
 
+    shards: bool = False  # each rank holds a shard of the parameters (FSDP)
     needs_process_group: bool = False  # sharded engines need one even for a single worker
     options: dict[str, Any] = {}  # an engine's own keys, set by its constructor, checked here
 

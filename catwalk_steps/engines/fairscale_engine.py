@@ -60,6 +60,7 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
     and CPU offload.
     """
 
+    shards = True
     needs_process_group = True
 
     def __init__(

@@ -102,6 +102,7 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
     Runs with NCCL on GPUs and gloo on CPU processes; one worker gets a one-process group.
     """
 
+    shards = True
     needs_process_group = True
     checkpoint_format = "dcp"
 

@@ -41,8 +41,9 @@ class MultipleChoiceCollator(DataCollator):
     """
 
     unconditioned_rows = True
+    MAX_LENGTH = 256  # max_length's default
 
-    def __init__(self, tokenizer: str, max_length: int = 256):
+    def __init__(self, tokenizer: str, max_length: int = MAX_LENGTH):
         self.encoder = SequenceEncoder(
             load_tokenizer(tokenizer, "collate_fn.tokenizer"), max_length, "collate_fn.max_length"
         )

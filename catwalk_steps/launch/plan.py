@@ -20,11 +20,12 @@ from ..checks.start_warnings import (
     wrapping_note,
 )
 from ..checks.trackers import tracker_callbacks
-from ..checks.training import check_engine, chosen_modules
+from ..checks.training import check_engine
 from ..components import lazy_config
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
+from ..engines.skeleton import chosen_modules
 from ..kinds import kind_of
 from ..scoring.tokenization import load_tokenizer
 from ..training.callbacks import RunMetrics
@@ -78,7 +79,7 @@ def build_job(
         evaluate_tasks=in_loop_instances(settings, log),
         inner_modules=chosen_modules(settings.model, engine),
     )
-    check_resumable(job.work_dir, job.resume_from, engine["class"].__name__, job.world_size)
+    check_resumable(job.work_dir, job.resume_from, engine.engine_class.__name__, job.world_size)
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
     announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
     note = wrapping_note(engine, settings.model)

@@ -280,7 +280,9 @@ def build_report(
         name: {
             key: value
             for key, value in run.items()
-            if isinstance(value, (int, float, str)) and not isinstance(value, bool)
+            if isinstance(value, (int, float, str))
+            and not isinstance(value, bool)
+            and key != "kind"  # which kind of task it was, not a figure of the run
         }
         for name, run in metrics.items()
     }

@@ -13,23 +13,7 @@ from tango.integrations.torch import Model, TrainingEngine
 from ..distributed.devices import DevicePlan
 from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
-
-
-@dataclass(frozen=True)
-class EvaluationSettings:
-    """How `catwalk::evaluate` scores a model: its keys beside the model and the data."""
-
-    batch_size: int = 32  # sequences (one per choice) per forward
-    max_length: int | None = None  # None: the model's own positions
-    precision: str = "fp32"
-    device: str | None = None
-    device_count: int = 1
-    engine: Lazy[TrainingEngine] | None = None  # shards the model across the workers
-
-    @property
-    def here(self) -> bool:
-        """Scored in this process (one device, no engine), as it always was."""
-        return self.device_count == 1 and self.engine is None
+from ..engines.settings import EvaluationSettings  # noqa: F401  (the job's settings, re-exported)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 
 from ..checks.evaluation import check_evaluate_step
+from ..engines.settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..kinds import ResultContext, kind_of
 from ..scoring.choices import max_length_of
 from ..scoring.tokenization import load_tokenizer
@@ -68,7 +69,11 @@ class Evaluate(Step[dict]):
     CACHEABLE = True
     FORMAT = PlainJsonFormat()
     # Keys added later leave the unique ids of steps that do not set them as they were.
-    SKIP_DEFAULT_ARGUMENTS = {"device_count": 1, "engine": None, "extra_metrics": None}
+    SKIP_DEFAULT_ARGUMENTS = {
+        "device_count": DEFAULTS["device_count"],
+        "engine": DEFAULTS["engine"],
+        "extra_metrics": None,
+    }
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -109,12 +114,12 @@ class Evaluate(Step[dict]):
         task: Task | None = None,
         dataset_dict: DatasetDict | None = None,
         split: str | None = None,
-        batch_size: int = 32,
-        max_length: int | None = None,
-        precision: str = "fp32",
-        device: str | None = None,
-        device_count: int = 1,
-        engine: Lazy[TrainingEngine] | None = None,
+        batch_size: int = DEFAULTS["batch_size"],
+        max_length: int | None = DEFAULTS["max_length"],
+        precision: str = DEFAULTS["precision"],
+        device: str | None = DEFAULTS["device"],
+        device_count: int = DEFAULTS["device_count"],
+        engine: Lazy[TrainingEngine] | None = DEFAULTS["engine"],
         extra_metrics: list[str] | None = None,
     ) -> dict[str, Any]:
         source = model_source(model)

@@ -27,6 +27,7 @@ from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
 from ..scoring.rank_classifier import RankClassifier
 from ..standalone import release_model
+from ..tasks import Task
 from ..training.run_card import finished, run_card
 from ..training.settings import TrainSettings, run_signature
 from ..training.trackers import RUN_CARD_FILE
@@ -93,8 +94,11 @@ class TrainRankClassifier(Step[RankClassifier]):
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
-        # When the step graph is built: a bad setting fails before any step has run.
-        check_train_step(kwargs)
+        # When the step graph is built: a bad setting fails before any step has run. The
+        # in-loop tasks are built here if Tango has not (Task.built: a bad task's own message).
+        if kwargs.get("evaluate_tasks"):
+            kwargs = {**kwargs, "evaluate_tasks": [Task.built(t) for t in kwargs["evaluate_tasks"]]}
+        check_train_step(TrainSettings(**kwargs))  # typed, with the keys' one set of defaults
         return split_trackers(kwargs)
 
     def run(self, **keys: Any) -> RankClassifier:  # type: ignore[override]

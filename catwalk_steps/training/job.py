@@ -18,28 +18,29 @@ from ..distributed.devices import DevicePlan
 from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
+from .settings import DEFAULTS
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """When to step, log, validate and checkpoint (the keys of `catwalk::train`)."""
+    """When to step, log, validate and checkpoint (the keys of `catwalk::train`, with their
+    defaults: :data:`~.settings.DEFAULTS`)."""
 
-    train_steps: int | None = None  # or train_epochs; resolved by the worker (loader length)
-    train_epochs: int | None = None
-    train_split: str = "train"
-    validation_split: str | None = "validation"
-    validation_steps: int | None = None
-    seed: int = 42
-    grad_accum: int = 1
-    log_every: int = 10
-    checkpoint_every: int = 100
-    validate_every: int | None = None
-    val_metric_name: str = "acc"
-    minimize_val_metric: bool = False
-    remove_stale_checkpoints: bool = True
-    keep_last_checkpoints: int = (
-        2  # besides the best: a damaged latest falls back to the one before
-    )
+    train_steps: int | None = DEFAULTS["train_steps"]  # or train_epochs: the loader's length
+    train_epochs: int | None = DEFAULTS["train_epochs"]
+    train_split: str = DEFAULTS["train_split"]
+    validation_split: str | None = DEFAULTS["validation_split"]
+    validation_steps: int | None = DEFAULTS["validation_steps"]
+    seed: int = DEFAULTS["seed"]
+    grad_accum: int = DEFAULTS["grad_accum"]
+    log_every: int = DEFAULTS["log_every"]
+    checkpoint_every: int = DEFAULTS["checkpoint_every"]
+    validate_every: int | None = DEFAULTS["validate_every"]
+    val_metric_name: str = DEFAULTS["val_metric_name"]
+    minimize_val_metric: bool = DEFAULTS["minimize_val_metric"]
+    remove_stale_checkpoints: bool = DEFAULTS["remove_stale_checkpoints"]
+    # Besides the best: a damaged latest falls back to the one before.
+    keep_last_checkpoints: int = DEFAULTS["keep_last_checkpoints"]
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> Schedule:

@@ -69,6 +69,12 @@ class TrainSettings:
         return self.device_count * self.num_nodes
 
 
+# Each key's default, written once (above): the schedule (`job.Schedule`) takes its own from here.
+DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in fields(TrainSettings) if f.default is not MISSING
+}
+
+
 def run_signature(returns: type) -> inspect.Signature:
     """`run(self, model, training_engine, dataset_dict, train_dataloader, *, ...)` with the
     settings' types and defaults, as Tango reads a step's keys."""
