@@ -6,10 +6,10 @@ waiting prompt takes its slot (its prompt run on its own, its cache joined to th
 on the left to the same length and masked), and once nothing waits, finished rows leave the
 batch. Each answer is still its own greedy decode: the same tokens as alone (tests).
 
-Prompts that all start alike (a description, fixed examples) run that prefix once; every
-prompt's own forward starts from a copy of its cache. Caches other than the plain per-layer key/
-value tensors (sliding windows) cannot be joined: then a batch is refilled only when all its
-rows are done, as static batches are. Under a sharded engine every rank must run the same
+The decoding state (the rows' cache, mask and positions, the prefix every prompt shares, run
+once) is the lockstep loop's (:class:`~.decoding.Decoding`); here batches of it are joined and
+rows leave it. Caches other than the plain per-layer key/value tensors (sliding windows) cannot
+be joined: then a batch is refilled only when all its rows are done, as static batches are. Under a sharded engine every rank must run the same
 forwards, which a refill would break: there :func:`~.generation.greedy_generate` runs instead.
 """
 
@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..tasks import GenerationInstance
-from .generation import GenerationEncoder, Rows, Step, chosen_tokens, left_padded, shared_prefix
+from .decoding import Decoding, Step, shared_prefix
+from .generation import GenerationEncoder, Rows, chosen_tokens
 
 
 def joinable(cache: Any) -> bool:
@@ -72,43 +74,33 @@ def trimmed(cache: Any, mask: torch.Tensor) -> tuple[Any, torch.Tensor]:
     return cache_of(kept), mask[:, start:]
 
 
-class ContinuousBatch:
-    """The slots' caches, masks and positions; their rows (:class:`~.generation.Rows`)."""
+@dataclass
+class Slots:
+    """The batch: its decoding state, its rows, which prompt each slot holds, and each slot's
+    next token."""
 
-    def __init__(self, step: Step, encoder: GenerationEncoder, prompts, instances, eos_ids):
-        self.step, self.encoder, self.eos_ids = step, encoder, eos_ids
-        self.prompts, self.instances = prompts, instances
-        self.shared, self.prefix = 0, None
+    decoding: Decoding
+    rows: Rows
+    requests: list[int]
+    tokens: list[int]
 
-    def share(self, requests: Sequence[int]) -> None:
-        """Runs the prefix every prompt has in common once, for every prompt's forward."""
-        self.shared = shared_prefix([self.prompts[i] for i in requests])
-        if self.shared:
-            ids = torch.tensor([list(self.prompts[requests[0]][: self.shared])])
-            positions = torch.arange(self.shared).unsqueeze(0)
-            _, cache = self.step(ids, torch.ones_like(ids), positions, None)
-            self.prefix = tensors_of(cache) if joinable(cache) else None
-            self.shared = self.shared if self.prefix is not None else 0
 
-    def prefill(self, requests: list[int]):
-        """The prompts' forward: (last logits, cache tensors or cache, mask, last positions)."""
-        count, shared = len(requests), self.shared
-        ids, mask, positions = left_padded(
-            [self.prompts[i][shared:] for i in requests], self.encoder.pad_id, start=shared
+class Prompts:
+    """The prompts to answer, and how a batch of them starts."""
+
+    def __init__(self, encoder, prompts, instances, eos_ids):
+        self.encoder, self.prompts, self.instances, self.eos_ids = (
+            encoder,
+            prompts,
+            instances,
+            eos_ids,
         )
-        cache = None
-        if shared:
-            assert self.prefix is not None
-            copies = [(k.expand(count, -1, -1, -1), v.expand(count, -1, -1, -1)) for k, v in
-                      self.prefix]  # fmt: skip
-            cache = cache_of([(k.contiguous(), v.contiguous()) for k, v in copies])
-            mask = torch.cat([torch.ones((count, shared), dtype=torch.long), mask], dim=1)
-        logits, cache = self.step(ids, mask, positions, cache)
-        return logits, cache, mask, positions[:, -1:]
 
-    def rows_of(self, requests: list[int]) -> Rows:
+    def started(self, decoding: Decoding, requests: list[int]) -> Slots:
         chosen = [self.instances[i] for i in requests]
-        return Rows([x.until for x in chosen], [x.max_gen_toks for x in chosen])
+        rows = Rows([x.until for x in chosen], [x.max_gen_toks for x in chosen])
+        logits = decoding.start([self.prompts[i] for i in requests])
+        return Slots(decoding, rows, list(requests), self.next_tokens(rows, logits))
 
     def next_tokens(self, rows: Rows, logits: torch.Tensor) -> list[int]:
         return chosen_tokens(rows, logits, self.eos_ids, self.encoder)
@@ -125,74 +117,74 @@ def continuous_generate(
 ) -> list[list[int]]:
     """Each prompt's generated tokens (without the end-of-text token), in input order; prompts
     enter the batch in order (put the longest first)."""
-    state = ContinuousBatch(step, encoder, prompts, instances, eos_ids)
+    decoding = Decoding(step, encoder.pad_id)
     if share_prefix:
-        state.share(list(range(len(prompts))))
+        decoding.share(prompts[0][: shared_prefix(prompts)])
+    asked = Prompts(encoder, prompts, instances, eos_ids)
     results: list[list[int] | None] = [None] * len(prompts)
     waiting = deque(range(len(prompts)))
-    requests = [waiting.popleft() for _ in range(min(batch_size, len(waiting)))]
-    logits, cache, mask, positions = state.prefill(requests)
-    rows = state.rows_of(requests)
-    tokens = state.next_tokens(rows, logits)
+    batch = asked.started(
+        decoding, [waiting.popleft() for _ in range(min(batch_size, len(waiting)))]
+    )
     while True:
+        rows = batch.rows
         done = [slot for slot, finished in enumerate(rows.done) if finished]
         for slot in done:
-            results[requests[slot]] = rows.tokens[slot]
-        if waiting and done and (joinable(cache) or len(done) == len(requests)):
-            batch = (cache, mask, positions, rows, requests, tokens)
-            cache, mask, positions, rows, requests, tokens = refill(state, batch, done, waiting)
+            results[batch.requests[slot]] = rows.tokens[slot]
+        joins = joinable(batch.decoding.cache)
+        if waiting and done and (joins or len(done) == len(batch.requests)):
+            batch = refilled(batch, asked, done, waiting)
             continue  # rows may be done at their first token
         if all(rows.done) and not waiting:
             return [r if r is not None else [] for r in results]
-        if done and not waiting and joinable(cache):  # finished rows leave the batch
-            keep = [slot for slot in range(len(requests)) if not rows.done[slot]]
-            cache.batch_select_indices(torch.tensor(keep))
-            cache, mask = trimmed(cache, mask[keep])
-            positions = positions[keep]
-            kept = Rows([rows.until[s] for s in keep], [rows.budgets[s] for s in keep])
-            kept.tokens, kept.done = [rows.tokens[s] for s in keep], [False] * len(keep)
-            rows, requests = kept, [requests[s] for s in keep]
-            tokens = [tokens[s] for s in keep]
-        ids = torch.tensor(tokens, dtype=torch.long).unsqueeze(1)
-        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
-        positions = positions + 1
-        logits, cache = step(ids, mask, positions, cache)
-        tokens = state.next_tokens(rows, logits)
+        if done and not waiting and joins:  # finished rows leave the batch
+            leave(batch, [slot for slot in range(len(batch.requests)) if not rows.done[slot]])
+        batch.tokens = asked.next_tokens(batch.rows, batch.decoding.advance(batch.tokens))
 
 
-def refill(state: ContinuousBatch, batch: tuple, done: list[int], waiting: deque):
-    """Waiting prompts into the finished slots `done`, or, when every slot is done and the cache
-    cannot take rows, as a new batch: the batch (cache, mask, positions, rows, requests, next
-    tokens) after it."""
-    cache, mask, positions, rows, requests, tokens = batch
+def refilled(batch: Slots, asked: Prompts, done: list[int], waiting: deque) -> Slots:
+    """Waiting prompts into the finished slots `done`; when every slot is done and the cache
+    cannot take rows, as a new batch."""
     slots = done[: len(waiting)]
-    new = [waiting.popleft() for _ in slots]
-    logits, new_cache, new_mask, new_positions = state.prefill(new)
-    fresh = state.rows_of(new)
-    first = state.next_tokens(fresh, logits)
-    if not joinable(cache):  # every slot was done: the new prompts are the batch
-        return new_cache, new_mask, new_positions, fresh, new, first
-    if not joinable(new_cache):
-        raise RuntimeError(f"generation: the model's caches differ ({type(new_cache).__name__})")
-    width = max(mask.size(1), new_mask.size(1))
-    old, mask = padded_to(tensors_of(cache), mask, width)
-    added, new_mask = padded_to(tensors_of(new_cache), new_mask, width)
+    fresh = asked.started(batch.decoding.fork(), [waiting.popleft() for _ in slots])
+    if not joinable(batch.decoding.cache):  # every slot was done: the new prompts are the batch
+        return fresh
+    join(batch.decoding, fresh.decoding, slots)
+    rows, new = batch.rows, fresh.rows
+    for j, slot in enumerate(slots):
+        batch.requests[slot], batch.tokens[slot] = fresh.requests[j], fresh.tokens[j]
+        rows.until[slot], rows.budgets[slot] = new.until[j], new.budgets[j]
+        rows.tokens[slot], rows.done[slot] = new.tokens[j], new.done[j]
+    return batch
+
+
+def join(decoding: Decoding, fresh: Decoding, slots: list[int]) -> None:
+    """`fresh`'s rows (new prompts, started) into `decoding`'s finished `slots`: their caches
+    padded on the left (masked) to one width."""
+    if not joinable(fresh.cache):
+        raise RuntimeError(f"generation: the model's caches differ ({type(fresh.cache).__name__})")
+    width = max(decoding.mask.size(1), fresh.mask.size(1))
+    old, mask = padded_to(tensors_of(decoding.cache), decoding.mask, width)
+    added, new_mask = padded_to(tensors_of(fresh.cache), fresh.mask, width)
     index = torch.tensor(slots)
     merged = []
     for (keys, values), (new_keys, new_values) in zip(old, added, strict=True):
         keys, values = keys.clone(), values.clone()
         keys[index], values[index] = new_keys, new_values
         merged.append((keys, values))
-    mask, positions, requests, tokens = (
-        mask.clone(),
-        positions.clone(),
-        list(requests),
-        list(tokens),
-    )
-    mask[index], positions[index] = new_mask, new_positions
-    for j, slot in enumerate(slots):
-        requests[slot], tokens[slot] = new[j], first[j]
-        rows.until[slot], rows.budgets[slot] = fresh.until[j], fresh.budgets[j]
-        rows.tokens[slot], rows.done[slot] = fresh.tokens[j], fresh.done[j]
-    cache, mask = trimmed(cache_of(merged), mask)
-    return cache, mask, positions, rows, requests, tokens
+    mask, positions = mask.clone(), decoding.positions.clone()
+    mask[index], positions[index] = new_mask, fresh.positions
+    decoding.cache, decoding.mask = trimmed(cache_of(merged), mask)
+    decoding.positions = positions
+
+
+def leave(batch: Slots, keep: list[int]) -> None:
+    """Only the rows `keep` stay in the batch."""
+    decoding, rows = batch.decoding, batch.rows
+    decoding.cache.batch_select_indices(torch.tensor(keep))
+    decoding.cache, decoding.mask = trimmed(decoding.cache, decoding.mask[keep])
+    decoding.positions = decoding.positions[keep]
+    kept = Rows([rows.until[s] for s in keep], [rows.budgets[s] for s in keep])
+    kept.tokens, kept.done = [rows.tokens[s] for s in keep], [False] * len(keep)
+    batch.rows, batch.requests = kept, [batch.requests[s] for s in keep]
+    batch.tokens = [batch.tokens[s] for s in keep]

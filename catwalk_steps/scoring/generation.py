@@ -28,13 +28,8 @@ import torch
 
 from ..tasks import GenerationInstance
 from ..tasks.generative import prompt_room
+from .decoding import Decoding, Step, shared_prefix
 from .sequences import CHARS_PER_TOKEN
-
-MIN_SHARED_TOKENS = 8  # a shorter shared prefix is not worth a forward of its own
-
-# One decoding forward: (input_ids, attention_mask, position_ids, cache) -> (logits of the
-# last position per row, float32; the cache).
-Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], tuple[torch.Tensor, Any]]
 
 
 class GenerationEncoder:
@@ -119,32 +114,6 @@ class Rows:
         self.done = [budget <= 0 for budget in self.budgets]
 
 
-def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, start: int = 0):
-    """Prompts padded on the left: ids, attention mask, positions (from `start`)."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        if prompt:
-            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt) :] = 1
-    positions = (mask.cumsum(-1) - 1 + start).masked_fill(mask == 0, 0)
-    return ids, mask, positions
-
-
-def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
-    """How many first tokens every prompt has in common, leaving each at least one of its own
-    (0 when that is too short to be worth sharing)."""
-    if len(prompts) < 2:
-        return 0
-    shortest = min(len(p) for p in prompts) - 1
-    length = 0
-    first = prompts[0]
-    while length < shortest and all(p[length] == first[length] for p in prompts):
-        length += 1
-    return length if length >= MIN_SHARED_TOKENS else 0
-
-
 def greedy_generate(
     step: Step,
     encoder: GenerationEncoder,
@@ -163,16 +132,15 @@ def greedy_generate(
         rows.done = [done or not alive for done, alive in zip(rows.done, live, strict=True)]
     shared = shared_prefix(prompts) if share_prefix else 0
     shared = shared if ranks.all(shared > 0) else 0  # one forward more on every rank, or none
-    logits, cache, mask, positions = prompt_forward(step, prompts, encoder.pad_id, shared)
+    decoding = Decoding(step, encoder.pad_id)
+    decoding.share(prompts[0][:shared])
+    logits = decoding.start(prompts)
     while True:
         next_tokens = chosen_tokens(rows, logits, eos_ids, encoder)
         if not ranks.any(not all(rows.done)):
             return rows.tokens
         # Finished rows keep stepping (their tokens are not kept): one forward for all.
-        ids = torch.tensor(next_tokens, dtype=torch.long).unsqueeze(1)
-        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
-        positions = positions + 1
-        logits, cache = step(ids, mask, positions, cache)
+        logits = decoding.advance(next_tokens)
 
 
 def chosen_tokens(rows: Rows, logits: torch.Tensor, eos_ids, encoder) -> list[int]:
@@ -197,22 +165,6 @@ def finish_row(rows: Rows, row: int, token: int, eos_ids, encoder: GenerationEnc
     elif rows.until[row]:
         tail = encoder.tokenizer.decode(tokens[-encoder.stop_window(rows.until[row]) :])
         rows.done[row] = any(stop in tail for stop in rows.until[row])
-
-
-def prompt_forward(step: Step, prompts: Sequence[Sequence[int]], pad_id: int, shared: int):
-    """The prompts' forward(s), the first `shared` tokens once: (last logits, cache, attention
-    mask, last positions)."""
-    cache = None
-    if shared:
-        prefix = torch.tensor([list(prompts[0][:shared])], dtype=torch.long)
-        ones = torch.ones_like(prefix)
-        _, cache = step(prefix, ones, torch.arange(shared).unsqueeze(0), None)
-        cache.batch_repeat_interleave(len(prompts))
-    ids, mask, positions = left_padded([p[shared:] for p in prompts], pad_id, start=shared)
-    if shared:
-        mask = torch.cat([torch.ones((len(prompts), shared), dtype=torch.long), mask], dim=1)
-    logits, cache = step(ids, mask, positions, cache)
-    return logits, cache, mask, positions[:, -1:]
 
 
 def decode_step(
