@@ -25,20 +25,17 @@ from pathlib import Path
 from typing import Any
 
 TANGO_LOGGING = "tango.common.logging"
-CHECKED_TANGO = "1.3.2"
 PTH_NAME = "catwalk_startup.pth"
 
 
 def patch(module: types.ModuleType) -> None:
-    """Both changes, on Tango's logging module, when it is the Tango they were checked against
-    (any other is left alone: `catwalk_steps`, imported, then says which patch to check)."""
-    from importlib import metadata
+    """Both changes, on Tango's logging module; refused, in one line, on a Tango they were not
+    checked against (its receiver would unpickle what reaches it: never left so silently)."""
+    from . import checked
 
-    try:
-        if metadata.version("ai2-tango") != CHECKED_TANGO:
-            return
-    except metadata.PackageNotFoundError:
-        return
+    version = checked.installed("ai2-tango")
+    if not checked.is_checked("ai2-tango", version):
+        raise ImportError(checked.refusal("ai2-tango", "log records as JSON", version))
     from .log_records import patch_tango_logging, senders_write_json
     from .one_line import one_line_on_the_terminal
 

@@ -1,10 +1,13 @@
-"""How we change Tango 1.3.2 where it breaks ordinary use: one named patch per fix, each applied
-once, each refusing to apply to a Tango it was not checked against.
+"""How we change someone else's library where it breaks ordinary use: one named patch per fix,
+each applied once, each refusing to apply to a version it was not checked against (the one
+table: :data:`catwalk_startup.checked.CHECKED`; Tango, FairScale, torch).
 
-A patch replaces one attribute (a function, method or classmethod) with a wrapper of the
-original. If the installed ai2-tango is not the version the patches were checked against, or
-the attribute has moved, importing `catwalk_steps` fails with one line naming the patch, rather
-than wrapping code that no longer does what the wrapper expects.
+A patch of Tango replaces one attribute (a function, method or classmethod) with a wrapper of
+the original (:func:`patch`); FairScale's and torch's patches (:mod:`catwalk_steps.engines.
+fairscale_cpu`, the meta-device parameters of :mod:`catwalk_steps.engines.sharded_weights`) call
+:func:`check_version` first. If the installed version is not one the patches were checked
+against, or the attribute has moved, the patch fails with one line naming it, rather than
+wrapping code that no longer does what the wrapper expects.
 """
 
 from __future__ import annotations
@@ -13,21 +16,31 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-CHECKED_TANGO = "1.3.2"
+from catwalk_startup import checked
 
 
-class TangoChanged(ImportError):
+class PackageChanged(ImportError):
+    """The installed package is not one a patch was checked against."""
+
+
+class TangoChanged(PackageChanged):
     """The installed Tango is not the one a patch was checked against."""
 
 
+def check_version(package: str, patch_name: str) -> None:
+    """One line naming the patch, the package and both versions, unless the installed version
+    is one the patch was checked against (:data:`catwalk_startup.checked.CHECKED`)."""
+    try:
+        version: str | None = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        version = None
+    if not checked.is_checked(package, version):
+        error = TangoChanged if package == "ai2-tango" else PackageChanged
+        raise error(checked.refusal(package, patch_name, version))
+
+
 def check_tango(patch_name: str) -> None:
-    installed = metadata.version("ai2-tango")
-    if installed != CHECKED_TANGO:
-        raise TangoChanged(
-            f"catwalk_steps: the patch '{patch_name}' was checked against ai2-tango "
-            f"{CHECKED_TANGO}, but {installed} is installed; install ai2-tango=={CHECKED_TANGO} "
-            "(as pyproject.toml pins it) or check the patch against the new code"
-        )
+    check_version("ai2-tango", patch_name)
 
 
 def patch(owner: Any, attribute: str, patch_name: str, wrap: Callable[[Any], Any]) -> None:

@@ -133,7 +133,7 @@ def test_tangos_own_names_build_ours():
     assert Workspace.resolve_class_name("local")[0] is SharedLocalWorkspace
     assert Workspace.resolve_class_name("catwalk::local")[0] is SharedLocalWorkspace
     assert Model.resolve_class_name("fairscale::with_wrapped_modules")[0] is with_wrapped_modules
-    assert Workspace.from_url.__func__ is vars(Workspace)["from_url"].__func__  # not patched
+    assert getattr(Workspace.from_url, "_catwalk_patch", None) is None  # through the registry
 
 
 def test_a_plain_workspace_directory_gets_the_shared_workspace(tmp_path):
@@ -176,14 +176,30 @@ def test_the_step_cache_still_has_its_memory_and_metadata_seams(tmp_path):
     assert cache._get_from_cache("other") == 2
 
 
-def test_a_step_still_turns_its_inputs_into_results_through_one_method():
-    """steps/evaluate.py overrides `_replace_steps_with_results`; Tango calls it on the kwargs."""
-    import inspect
-
+def test_a_step_still_turns_its_inputs_into_results_through_one_method(tmp_path):
+    """steps/evaluate.py overrides `_replace_steps_with_results` (Tango 1.3.2 offers no public
+    seam: it replaces every dependency by its whole result before `run`): a step that overrides
+    it gets what the override returns, and the dependency's result is not read."""
     from tango import Step
 
-    source = inspect.getsource(Step._run_with_work_dir)
-    assert "kwargs = self._replace_steps_with_results(self.kwargs, workspace)" in source
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
+
+    class Source(Step):
+        def run(self) -> int:  # type: ignore[override]
+            return 1
+
+    class Handle(Step):
+        def _replace_steps_with_results(self, o, workspace):
+            if isinstance(o, Source):
+                return "a handle"
+            return super()._replace_steps_with_results(o, workspace)
+
+        def run(self, source) -> str:  # type: ignore[override]
+            return source
+
+    workspace = SharedLocalWorkspace(tmp_path / "ws")
+    step = Handle(step_name="handle", source=Source(step_name="source"), cache_results=False)
+    assert step.result(workspace) == "a handle"
 
 
 def test_lazy_still_keeps_its_config_where_we_read_it():
@@ -252,3 +268,37 @@ def test_tangos_messages_are_still_the_ones_we_parse():
     with pytest.raises(ValueError) as unused:
         with_overrides({"steps": {}}, {"stpes.train": 1})
     assert UNUSED_OVERRIDES.match(str(unused.value))
+
+
+def test_every_patch_of_fairscale_and_torch_refuses_another_version(monkeypatch):
+    """One table of checked versions (catwalk_startup/checked.py); a local build of a checked
+    release passes (2.13.0+cpu), another release fails in one line naming package and patch."""
+    from catwalk_startup import checked
+
+    assert checked.is_checked("torch", "2.13.0+cpu") and checked.is_checked("torch", "2.11.1")
+    assert not checked.is_checked("torch", "2.14.0") and not checked.is_checked("torch", "2.1.0")
+    versions = {"fairscale": "0.4.14", "torch": "2.13.0"}
+    monkeypatch.setattr(patching.metadata, "version", lambda name: versions[name])
+    with pytest.raises(patching.PackageChanged) as error:
+        patching.check_version("fairscale", "FairScale FSDP on CPU workers")
+    assert str(error.value) == (
+        "catwalk_steps: the patch 'FairScale FSDP on CPU workers' was checked against fairscale "
+        "0.4.13, but 0.4.14 is installed; install fairscale==0.4.13 (as pyproject.toml pins it) "
+        "or check the patch against the new code"
+    )
+    patching.check_version("torch", "parameters on the meta device")  # 2.13.0: checked
+
+
+def test_the_log_record_patch_refuses_another_tango_instead_of_leaving_pickles(monkeypatch):
+    """catwalk_startup used to leave Tango's pickle-reading log receiver in place, silently."""
+    import catwalk_startup
+    from catwalk_startup import checked
+
+    monkeypatch.setattr(checked, "installed", lambda package: "1.4.0")
+    module = types.ModuleType("tango.common.logging")
+    with pytest.raises(ImportError) as error:
+        catwalk_startup.patch(module)
+    assert str(error.value).startswith(
+        "catwalk_steps: the patch 'log records as JSON' was checked against ai2-tango 1.3.2, but "
+        "1.4.0 is installed"
+    )

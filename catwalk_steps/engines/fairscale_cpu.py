@@ -46,6 +46,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..patching import check_version
+
 _installed = False
 _worker_device: torch.device | None = None
 
@@ -302,6 +304,8 @@ def use_worker_device(device: torch.device | str) -> None:
     global _installed, _worker_device
     _worker_device = torch.device(device)
     if not _installed:
+        check_version("fairscale", "FairScale FSDP on CPU workers")
+        check_version("torch", "FairScale FSDP on CPU workers (Tensor.record_stream)")
         _patch_fsdp_torch_reference()
         _patch_fsdp_default_compute_device()
         _patch_fsdp_streams()

@@ -25,6 +25,7 @@ from tango.integrations.torch import Model
 
 from ..components import lazy_config, lazy_params
 from ..distributed.groups import distributed_position
+from ..patching import check_version
 from ..scoring.causal_lm import causal_lm_config
 from ..scoring.model_files import INDEX, SINGLE, saved_tensors
 from ..scoring.rank_classifier import RankClassifier
@@ -133,6 +134,7 @@ def unsaved_buffers(model: Lazy, saved_names: set[str]) -> dict[str, torch.Tenso
 def parameters_on_meta() -> Iterator[None]:
     """Modules built inside get their parameters on the meta device, their buffers where they
     are made (as accelerate's `init_empty_weights(include_buffers=False)`)."""
+    check_version("torch", "parameters on the meta device (Module.register_parameter)")
     original = torch.nn.Module.register_parameter
 
     def register(module: torch.nn.Module, name: str, parameter: Any) -> None:

@@ -9,8 +9,9 @@ batch. Each answer is still its own greedy decode: the same tokens as alone (tes
 The decoding state (the rows' cache, mask and positions, the prefix every prompt shares, run
 once) is the lockstep loop's (:class:`~.decoding.Decoding`); here batches of it are joined and
 rows leave it. Caches other than the plain per-layer key/value tensors (sliding windows) cannot
-be joined: then a batch is refilled only when all its rows are done, as static batches are. Under a sharded engine every rank must run the same
-forwards, which a refill would break: there :func:`~.generation.greedy_generate` runs instead.
+be joined: then a batch is refilled only when all its rows are done, as static batches are.
+Under a sharded engine every rank must run the same forwards, which a refill would break: there
+:func:`~.generation.greedy_generate` runs instead.
 """
 
 from __future__ import annotations
