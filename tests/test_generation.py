@@ -269,3 +269,33 @@ def test_until_as_one_text_is_one_stop_sequence_through_tango_run(tmp_path):
     assert 'Starting step "ev"' in first
     again = run_tango(experiment(["\n"]), tmp_path / "ws", "list")
     assert 'Starting step "ev"' not in again
+
+
+def test_a_task_of_ones_own_scores_1_and_0_where_lm_evaluation_harness_does(model, tmp_path):
+    """The fixture's task of one's own (NQ-Open's prompts, the model's own answer as every
+    other document's target): lm-eval's generations, and its scores, 1 and 0 (the named tasks'
+    are 0 everywhere with a random model, which a scorer stuck at 0 would pass)."""
+    own = FIXTURE["own_answers"]
+    data = tmp_path / "own.jsonl"
+    data.write_text("".join(json.dumps(doc) + "\n" for doc in own["docs"]))
+    config = own["config"]
+    block = {
+        "type": "catwalk::generative",
+        "name": "own_answers",
+        "source": "files",
+        "data_files": {"test": str(data)},
+        "split": "test",
+        "doc_to_text": config["doc_to_text"],
+        "doc_to_target": config["doc_to_target"],
+        "until": config["generation_kwargs"]["until"],
+        "metric_list": [{"metric": "exact_match"}],
+    }
+    instances = Task.from_params(block).evaluation_instances()
+    outputs = generation_outputs(instances, generate_texts(model, instances, 3, progress=False))
+    for row, instance, output in zip(own["rows"], instances, outputs, strict=True):
+        assert instance.context == row["context"]
+        assert output["generation"] == row["generation"], row["doc_id"]
+        assert output["scores"] == row["scores"], row["doc_id"]
+    assert {s for o in outputs for s in o["scores"].values()} == {0.0, 1.0}
+    metrics = generation_metrics(instances, outputs)
+    assert metrics["exact_match,none"] == own["results"]["exact_match,none"] == 0.5
