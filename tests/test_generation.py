@@ -276,21 +276,15 @@ def test_a_task_of_ones_own_scores_1_and_0_where_lm_evaluation_harness_does(mode
     other document's target): lm-eval's generations, and its scores, 1 and 0 (the named tasks'
     are 0 everywhere with a random model, which a scorer stuck at 0 would pass)."""
     own = FIXTURE["own_answers"]
-    data = tmp_path / "own.jsonl"
-    data.write_text("".join(json.dumps(doc) + "\n" for doc in own["docs"]))
     config = own["config"]
-    block = {
-        "type": "catwalk::generative",
-        "name": "own_answers",
-        "source": "files",
-        "data_files": {"test": str(data)},
-        "split": "test",
-        "doc_to_text": config["doc_to_text"],
-        "doc_to_target": config["doc_to_target"],
-        "until": config["generation_kwargs"]["until"],
-        "metric_list": [{"metric": "exact_match"}],
-    }
-    instances = Task.from_params(block).evaluation_instances()
+    instances = own_task(
+        tmp_path,
+        own["docs"],
+        doc_to_text=config["doc_to_text"],
+        doc_to_target=config["doc_to_target"],
+        until=config["generation_kwargs"]["until"],
+        metric_list=[{"metric": "exact_match"}],
+    )
     outputs = generation_outputs(instances, generate_texts(model, instances, 3, progress=False))
     for row, instance, output in zip(own["rows"], instances, outputs, strict=True):
         assert instance.context == row["context"]

@@ -129,15 +129,7 @@ class Generative(TaskKind):
         return {**{n: float(sums[n]) / max(count, 1.0) for n in names}, "count": int(count)}
 
     def answers(self, model, requests, options):
-        return generate_texts(
-            model,
-            requests,
-            options["batch_size"],
-            options["max_length"],
-            options["device"],
-            options["precision"],
-            options["progress"],
-        )
+        return generate_texts(model, requests, **options)
 
     def batch_answers(self, scorer, batch, items):
         return lockstep_texts(scorer, batch)

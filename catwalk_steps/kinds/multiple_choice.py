@@ -127,15 +127,7 @@ def score_rows(scorer: Scorer, batch: Any, items: list) -> list[list[float]]:
 
 def choice_answers(model: Any, requests: list, options: Mapping[str, Any]) -> list:
     """Every request's choices scored on one device (:func:`~..scoring.choices.score_choices`)."""
-    return score_choices(
-        model,
-        requests,
-        options["batch_size"],
-        options["max_length"],
-        options["device"],
-        options["precision"],
-        options["progress"],
-    )
+    return score_choices(model, requests, **options)
 
 
 def continuation_tokens(tokenizer: str, length: int, instances: list) -> list[list[int]]:
