@@ -4,12 +4,13 @@ SOCKET`, started by the test process with `subprocess`, so it is an ordinary mai
 
 It imports torch, transformers, Tango and this package once, prints `ready`, then serves one
 request per connection on a Unix socket in a directory only its user can enter: a JSON line
-naming the console script's entry point, its arguments, environment, working directory and
-output files (data only, never a pickle). For each request a handler process forks the command
-and answers with two JSON lines on the connection: the command's pid, then its exit code, as
-`subprocess` reports it (negative: killed by that signal). The command leaves the server's loop
-and ends as `python -c "sys.exit(main())"` would: interpreter shutdown runs `atexit`, prints an
-uncaught error, and re-raises SIGINT after a KeyboardInterrupt.
+naming the console script's entry point, its arguments, environment, working directory,
+output files and network namespace, if any (data only, never a pickle). For each request a
+handler process forks the command and answers with two JSON lines on the connection: the
+command's pid, then its exit code, as `subprocess` reports it (negative: killed by that
+signal). The command leaves the server's loop and ends as `python -c "sys.exit(main())"` would:
+interpreter shutdown runs `atexit`, prints an uncaught error, and re-raises SIGINT after a
+KeyboardInterrupt.
 
 The server stops when its standard input closes (the test process is gone).
 """
@@ -86,6 +87,8 @@ def become(request: dict[str, Any]) -> Any:
     null = os.open(os.devnull, os.O_RDONLY)
     for fd, target in ((null, 0), (out_fd, 1), (err_fd, 2)):
         os.dup2(fd, target)
+    if request.get("netns"):
+        enter_network_namespace(request["netns"])
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -98,6 +101,20 @@ def become(request: dict[str, Any]) -> Any:
         torch.set_num_threads(int(request["env"]["OMP_NUM_THREADS"]))
     module, _, function = request["target"].partition(":")
     return getattr(importlib.import_module(module), function)
+
+
+def enter_network_namespace(name: str) -> None:
+    """This (forked, single-threaded) process joins the network namespace `ip netns` named, as
+    `ip netns exec` would: its sockets are that host's from here on."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), f"setns into {name}")
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":

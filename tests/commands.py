@@ -82,9 +82,16 @@ class ServedProcess:
     """A command forked by the server: its pid, and its exit code once the server reports it."""
 
     def __init__(
-        self, target: str, argv: list[str], env: dict, cwd: str, out: str, err: str | None
+        self,
+        target: str,
+        argv: list[str],
+        env: dict,
+        cwd: str,
+        out: str,
+        err: str | None,
+        netns: str | None = None,
     ):
-        request = dict(target=target, argv=argv, env=env, cwd=cwd, out=out, err=err)
+        request = dict(target=target, argv=argv, env=env, cwd=cwd, out=out, err=err, netns=netns)
         self._connection = CommandServer.running().connect(request)
         self._received = b""
         self.pid = self._message(None)["pid"]
@@ -126,13 +133,22 @@ class Command:
     """A started command, with the part of `subprocess.Popen`'s interface the tests use."""
 
     def __init__(
-        self, argv: list[str], out: Path, err: Path | None, env: dict, cwd: Path, fresh: bool
+        self,
+        argv: list[str],
+        out: Path,
+        err: Path | None,
+        env: dict,
+        cwd: Path,
+        fresh: bool,
+        netns: str | None = None,
     ):
         self.out, self.err = out, err
         out.write_text("")  # both files exist, empty, from the start; the command appends
         if err is not None:
             err.write_text("")
         target = None if EXEC or fresh else entry_point(argv[0])
+        if target is None and netns is not None:  # a fresh interpreter on that host
+            argv = ["ip", "netns", "exec", netns, *argv]
         if target is None:
             with open(out, "a") as stdout, open(err or os.devnull, "a") as errors:
                 self._popen = subprocess.Popen(
@@ -148,7 +164,7 @@ class Command:
             return
         self._popen = None
         self._process = ServedProcess(
-            target, list(argv), dict(env), str(cwd), str(out), str(err) if err else None
+            target, list(argv), dict(env), str(cwd), str(out), str(err) if err else None, netns
         )
         self.pid = self._process.pid
 
@@ -196,9 +212,11 @@ def start(
     cwd: Path = REPO,
     err: Path | None = None,
     fresh: bool = False,
+    netns: str | None = None,
 ) -> Command:
-    """Starts `argv` writing to `out` (and `err`, else `out` too); `fresh`: as a new interpreter."""
-    return Command(argv, out, err, TANGO_ENV if env is None else env, cwd, fresh)
+    """Starts `argv` writing to `out` (and `err`, else `out` too); `fresh`: as a new interpreter;
+    `netns`: in that network namespace (a host of tests/hosts.py)."""
+    return Command(argv, out, err, TANGO_ENV if env is None else env, cwd, fresh, netns)
 
 
 @dataclass
@@ -214,12 +232,13 @@ def run(
     env: dict | None = None,
     cwd: Path = REPO,
     fresh: bool = False,
+    netns: str | None = None,
 ) -> Finished:
     """Runs `argv` to the end, as `subprocess.run(capture_output=True, text=True)` does; killed
     after `timeout` seconds (`subprocess.TimeoutExpired`)."""
     with tempfile.TemporaryDirectory() as directory:
         out, err = Path(directory) / "out", Path(directory) / "err"
-        command = start(argv, out, env, cwd, err, fresh)
+        command = start(argv, out, env, cwd, err, fresh, netns)
         try:
             command.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -1,5 +1,6 @@
 """Several nodes, simulated on this machine: node 0 runs `tango run`, node 1 `catwalk-worker`,
-one CPU process each (gloo), meeting at a rendezvous port on localhost."""
+one CPU process each (gloo), meeting at a rendezvous port on localhost (across network
+namespaces, as separate hosts: tests/test_hosts.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,16 @@ from catwalk_steps.distributed.rendezvous import free_port
 
 from . import commands
 from .conftest import EXPERIMENTS, PARITY, history, tango_command
+from .hosts import cannot_make_hosts
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+# Where network namespaces can be made (root, as CI runs), the same runs go across two real
+# hosts (tests/test_hosts.py); these loopback ones stand in where they cannot.
+across_hosts = pytest.mark.skipif(
+    cannot_make_hosts() is None,
+    reason="covered across network namespaces (tests/test_hosts.py)",
+)
 
 
 def two_nodes(port: int, step: str = "trained", **extra) -> dict:
@@ -77,6 +86,7 @@ def worker_node(
     return start(command, log)
 
 
+@across_hosts
 @pytest.mark.parametrize("engine", ["ddp", "fsdp_wrapped", "fsdp2_wrapped"])
 def test_two_nodes_train_like_two_processes_on_one_node(tmp_path, parity_run, engine):
     """The parity fixture's steps (2 processes, 8 instances each) on two one-process nodes:
@@ -145,6 +155,7 @@ def test_a_node_that_never_arrives_fails_within_the_timeout(tmp_path):
     )
 
 
+@across_hosts
 def test_killing_the_worker_node_stops_node_0_and_a_rerun_of_both_resumes(tmp_path):
     port = free_port()
     pids = tmp_path / "pids"

@@ -153,3 +153,42 @@ def _tcp_store(
 ) -> dist.TCPStore:
     timeout = datetime.timedelta(seconds=timeout_s)
     return dist.TCPStore(host, port, world_size, timeout=timeout, use_libuv=True, **kwargs)
+
+
+def interface_towards(address: str) -> str | None:
+    """The network interface this machine reaches `address` through (its IPv4 route), or None
+    when that cannot be told (no route, not Linux).
+
+    gloo connects every pair of ranks on the address of an interface it picks itself: by
+    default the machine's hostname resolved, which on many hosts (and in every network
+    namespace) is a loopback address the other nodes cannot reach, and the run hangs until
+    its timeout with "Connection refused, remote=[127.0.0.1]". The interface that reaches node 0
+    is the one the other nodes can reach this one on."""
+    import fcntl
+    import struct
+
+    try:
+        family = socket.getaddrinfo(address, None, socket.AF_INET)[0][4][0]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((family, 9))  # UDP: nothing is sent, the route is chosen
+            local = probe.getsockname()[0]
+            for _, name in socket.if_nameindex():
+                request = struct.pack("256s", name[:15].encode())
+                try:
+                    answer = fcntl.ioctl(probe.fileno(), 0x8915, request)  # SIOCGIFADDR
+                except OSError:
+                    continue  # no IPv4 address
+                if socket.inet_ntoa(answer[20:24]) == local:
+                    return name
+    except OSError:
+        return None
+    return None
+
+
+def gloo_interface(rendezvous: Rendezvous) -> str | None:
+    """The interface gloo should use on this node when several nodes meet (see
+    :func:`interface_towards`); None when the user chose one (`GLOO_SOCKET_IFNAME`) or one node
+    trains alone."""
+    if rendezvous.num_nodes == 1 or os.environ.get("GLOO_SOCKET_IFNAME"):
+        return None
+    return interface_towards(rendezvous.host)

@@ -22,7 +22,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..distributed.groups import destroy_process_group_if_initialized, init_process_group
-from ..distributed.rendezvous import connect_store, open_file_store
+from ..distributed.rendezvous import connect_store, gloo_interface, open_file_store
 from ..errors import first_line, one_line_error
 from ..training.job import TrainingJob, train_config_for
 from ..training.loop import Trainer
@@ -133,6 +133,9 @@ def join_process_group(job: Any, rank: int, local_rank: int) -> None:
         )
     wait_for_everyone(store, job, rank)
     device = job.devices.device(local_rank)
+    interface = gloo_interface(rendezvous)
+    if interface is not None:  # before the group: gloo reads it when it connects the ranks
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
     init_process_group(
         device.type,
         rank,
