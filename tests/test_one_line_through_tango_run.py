@@ -72,6 +72,46 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
         """'{"steps.trained.train_steps": 100}' (a list, a text or a number overrides nothing)""",
         False,
     ),
+    "lora_rank_zero": (
+        DEMO,
+        {**TINY, f"{T}.model.adapter": {"type": "lora", "r": 0}},
+        "ConfigurationError: model.adapter.r: the adapter's rank, an integer > 0, got 0",
+        False,
+    ),
+    "lora_alpha_negative": (
+        DEMO,
+        {**TINY, f"{T}.model.adapter": {"type": "lora", "alpha": -16}},
+        "ConfigurationError: model.adapter.alpha: a number > 0 (the update is scaled by alpha / "
+        "r), got -16",
+        False,
+    ),
+    "lora_target_matching_nothing": (
+        DEMO,
+        {**TINY, f"{T}.model.adapter": {"type": "lora", "target_modules": ["q_proj"]}},
+        "ConfigurationError: model.adapter.target_modules: pattern 'q_proj' matches no module; "
+        "closest module names: ",
+        False,
+    ),
+    "lora_target_not_linear": (
+        DEMO,
+        {**TINY, f"{T}.model.adapter": {"type": "lora", "target_modules": [r".*\.mlp"]}},
+        "ConfigurationError: model.adapter.target_modules: pattern '.*\\\\.mlp' matches "
+        "transformer.h.0.mlp (GPT2MLP), not a linear or convolution layer; LoRA adapts those "
+        "(e.g. transformer.h.0.mlp.c_fc)",
+        False,
+    ),
+    "lora_recomputed_under_fairscale": (
+        DEMO,
+        {
+            **TINY,
+            f"{T}.model.adapter": {"type": "lora"},
+            f"{T}.training_engine.type": "catwalk::fairscale",
+            f"{T}.training_engine.activation_checkpointing": True,
+        },
+        "ConfigurationError: training_engine.activation_checkpointing: FairScale cannot recompute "
+        "blocks whose adapter layers are FSDP units of their own",
+        False,
+    ),
     "suite_run_named_ref": (
         Path("suite_ref.jsonnet"),
         {},

@@ -73,6 +73,7 @@ def job(
     resume_from: Path | None = None,
     keep_checkpoints: bool = False,
     data: DatasetDict | None = None,
+    model: dict | None = None,
 ) -> TrainingJob:
     """A small training job: the same global batch whatever `device_count`."""
     schedule = Schedule(
@@ -87,7 +88,7 @@ def job(
         step_id=f"test-{Path(work_dir).name}",
         step_name="trained",
         work_dir=Path(work_dir),
-        model=Lazy(Model, Params(model_spec(dropout))),
+        model=Lazy(Model, Params(model or model_spec(dropout))),
         training_engine=engine_block or engine(),
         dataset_dict=data or dataset(),
         train_dataloader=loader(global_batch // device_count),
@@ -170,3 +171,43 @@ class Faults(TrainCallback):
 def kill_at(step: int, rank: int, fault_dir: Path) -> Lazy:
     """`test::faults` for `run_training`: kills `rank` once, after `step` steps."""
     return Lazy(Faults, Params({"pid_dir": str(fault_dir), "kill_step": step, "rank": rank}))
+
+
+@TrainCallback.register("test::base_unchanged")
+class BaseUnchanged(TrainCallback):
+    """For adapter runs: after training, every base weight (gathered whole from any engine)
+    is bitwise the weight the base was built with; fails the run naming the first that is
+    not, and writes `base_unchanged.json` (how many were compared) into the work directory."""
+
+    def post_train_loop(self, step: int, epoch: int) -> None:
+        import json
+
+        from catwalk_steps.adapters.lora import base_name, is_adapter_weight
+        from catwalk_steps.checkpoints.base_identity import classifier_in
+        from catwalk_steps.scoring.rank_classifier import RankClassifier
+
+        model = self.training_engine.model
+        if any(type(p).__name__ == "DTensor" for p in model.parameters()):
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            state = get_model_state_dict(model, options=options)
+        elif hasattr(model, "gather_full_optim_state_dict"):  # FairScale: gathers whole
+            state = model.state_dict()
+        else:
+            state = getattr(model, "module", model).state_dict()
+        if self.train_config.worker_id != 0:
+            return
+        classifier = classifier_in(model)
+        base = RankClassifier(**classifier.base_spec).state_dict()
+        compared = 0
+        for name, value in state.items():
+            if is_adapter_weight(name):
+                continue
+            if not torch.equal(value.cpu(), base[base_name(name)]):
+                raise AssertionError(f"base weight {name} changed in training")
+            compared += 1
+        (self.work_dir / "base_unchanged.json").write_text(json.dumps({"compared": compared}))

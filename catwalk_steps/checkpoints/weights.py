@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..adapters.lora import is_adapter_weight
 from ..files import write_json_atomic
 from ..scoring.rank_classifier import RankClassifier
 from .dcp_metadata import whole_state
@@ -59,6 +60,17 @@ def check_full_weights(model: torch.nn.Module, names: set[str], source: str) -> 
         )
 
 
+def check_adapter_weights(model: torch.nn.Module, names: set[str], source: str) -> None:
+    """Fails unless the state-dict `names` are exactly the model's adapter weights."""
+    expected = {name for name in model.state_dict() if is_adapter_weight(name)}
+    if names != expected:
+        kind = "the adapter's" if any(is_adapter_weight(n) for n in names) else "a whole model's"
+        raise CheckpointError(
+            f"{source}: holds {kind} weights, which do not fit this model's adapter "
+            f"(missing: {sorted(expected - names)[:3]}, unexpected: {sorted(names - expected)[:3]})"
+        )
+
+
 def full_model_state(directory: Path) -> dict[str, torch.Tensor]:
     """The whole model's state dict from a checkpoint of any engine, on the CPU.
 
@@ -78,11 +90,21 @@ def full_model_state(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def write_model_info(
-    directory: Path, objective: str, history: dict | None, run_card: dict | None = None
+    directory: Path,
+    objective: str,
+    history: dict | None,
+    run_card: dict | None = None,
+    adapter: RankClassifier | None = None,
 ) -> None:
     """`catwalk_model.json`: what a Hugging Face directory does not say about a rank classifier
-    (its training objective), the run's metric history and its run card (None before training)."""
-    info = {"objective": objective, "metrics_history": history, "run_card": run_card}
+    (its training objective), the run's metric history and its run card (None before training);
+    beside an adapter's checkpoints, the adapter and the base it trains on (`base`: the model
+    block without the adapter), from which exporting rebuilds the model."""
+    info: dict[str, Any] = {"objective": objective, "metrics_history": history}
+    info["run_card"] = run_card
+    if adapter is not None and adapter.adapter is not None:
+        info["adapter"] = adapter.adapter.as_config()
+        info["base"] = adapter.base_spec
     write_json_atomic(Path(directory) / MODEL_INFO, info)
 
 
@@ -100,7 +122,7 @@ def write_model_files(model: torch.nn.Module, work_dir: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     classifier.lm.config.save_pretrained(directory)
     classifier.tokenizer.save_pretrained(directory)
-    write_model_info(directory, classifier.objective, None)
+    write_model_info(directory, classifier.objective, None, adapter=classifier)
 
 
 def checkpoint_history(checkpoint: Path) -> dict[str, Any] | None:
@@ -115,7 +137,8 @@ def checkpoint_history(checkpoint: Path) -> dict[str, Any] | None:
 def model_from_checkpoint(
     checkpoint: Path, model: RankClassifier | None = None, history_from: Path | None = None
 ) -> RankClassifier:
-    """The rank classifier with the checkpoint's weights (every weight must fit).
+    """The rank classifier with the checkpoint's weights (every weight must fit; of an adapter
+    run, every adapter weight, into the model built with its base).
 
     :param model: the model to load into (built from the experiment's config); by default it
         is rebuilt from the files written beside the checkpoints, without the hub.
@@ -126,9 +149,13 @@ def model_from_checkpoint(
     if model is None:
         model = skeleton_from_model_files(checkpoint.parent / MODEL_FILES)
     weights = full_model_state(checkpoint)
-    check_full_weights(model, set(weights), str(checkpoint))
-    model.load_state_dict(weights, strict=False, assign=True)  # tied duplicates may be absent
-    model.lm.tie_weights()
+    if model.adapter is not None:  # the adapter's weights; the base is the model's own
+        check_adapter_weights(model, set(weights), str(checkpoint))
+        model.load_state_dict(weights, strict=False)
+    else:
+        check_full_weights(model, set(weights), str(checkpoint))
+        model.load_state_dict(weights, strict=False, assign=True)  # tied duplicates may be absent
+        model.lm.tie_weights()
     model.metrics_history = checkpoint_history(history_from or checkpoint)
     model.run_card = run_card_of(checkpoint)
     return model
@@ -149,4 +176,7 @@ def skeleton_from_model_files(files: Path) -> RankClassifier:
             f"{files}: missing (written when training starts; not a rank classifier's checkpoint?)"
         )
     info = read_model_info(files)
+    if info.get("adapter") is not None:
+        # The checkpoints hold the adapter alone: the base comes from its source, built whole.
+        return RankClassifier(**info["base"], adapter=info["adapter"])
     return RankClassifier(pretrained=str(files), objective=info["objective"], skeleton=True)

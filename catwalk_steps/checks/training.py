@@ -165,7 +165,10 @@ def check_against_model(model: Any, engine: EngineSettings, collates: Iterable[M
     skeleton = model_skeleton(model)
     if skeleton is None:
         return
-    chosen_modules(model, engine)
+    inner = chosen_modules(model, engine)
+    check_model = getattr(engine.engine_class, "check_model", None)
+    if check_model is not None:
+        check_model(skeleton, inner, engine.activation_checkpointing, engine.key)
     positions = max_positions(getattr(skeleton.lm, "config", None))
     for collate in collates:
         length = collate.get("max_length")

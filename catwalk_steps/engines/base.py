@@ -36,15 +36,12 @@ from ..distributed.devices import usable_cores
 from ..distributed.groups import cuda_device_for, distributed_position, init_process_group
 from ..errors import one_line_error
 from ..files import torch_save_atomic
+from ..module_names import compile_patterns
 from ..scoring.precision import Precision
+from .adapter_state import load_into, saved_part
 from .optim import full_optimizer_state
 from .train_config import local_world_size
-from .wrapping import (
-    NOTHING_TO_RECOMPUTE,
-    checkpoint_activations,
-    compile_patterns,
-    select_modules,
-)
+from .wrapping import NOTHING_TO_RECOMPUTE, checkpoint_activations, select_modules
 
 KEY = "training_engine"  # the config key engines are given under
 
@@ -156,6 +153,13 @@ class CatwalkEngine(TorchTrainingEngine):
         if norm is not None and not (number and math.isfinite(norm) and norm > 0):
             raise ConfigurationError(f"{key}.max_grad_norm: a number > 0, got {norm!r}")
 
+    @classmethod
+    def check_model(
+        cls, model: torch.nn.Module, inner: list[str] | None, recomputes: bool, key: str
+    ) -> None:
+        """What the engine cannot do with this model (its skeleton; `inner`: the modules it
+        wraps or recomputes, None when it chooses none), known before any step runs."""
+
     def before_model(self, train_config: TrainConfig) -> None:
         """What must hold before the process group and the model exist (FairScale's CPU layer)."""
 
@@ -213,22 +217,27 @@ class CatwalkEngine(TorchTrainingEngine):
         self.steps_taken += 1
 
     # --- Checkpoint state, the same whatever the number of ranks --------------------------------
-    # A checkpoint holds the whole model and the whole optimizer state (consolidated where they
-    # are sharded), so a run can resume on another device_count. Every rank calls save_state and
-    # load_state; only rank 0 writes. FSDP2 overrides both with sharded DCP checkpoints.
+    # A checkpoint holds the whole model (or its adapter: .adapter_state) and the whole
+    # optimizer state (consolidated where they are sharded), so a run can resume on another
+    # device_count. Every rank calls save_state and load_state; only rank 0 writes. FSDP2
+    # overrides both with sharded DCP checkpoints.
 
     checkpoint_format = "full"
 
     def full_model_state(self) -> dict[str, torch.Tensor] | None:
-        """The whole model's state dict on rank 0 (None elsewhere). Collective."""
-        return self.get_model_state() if distributed_position()[0] == 0 else None  # type: ignore[attr-defined]
+        """The whole model's state dict on rank 0 (None elsewhere); of a model that trains an
+        adapter, the adapter's weights. Collective."""
+        if distributed_position()[0] != 0:
+            return None
+        return saved_part(self.get_model_state())  # type: ignore[attr-defined]
 
     def full_optimizer_state(self) -> dict | None:
         """The whole optimizer state on rank 0 (None elsewhere). Collective."""
         return full_optimizer_state(self.optimizer)
 
     def load_full_model_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.load_model_state(state)  # type: ignore[attr-defined]
+        module = self.model.module if self.train_config.is_distributed else self.model
+        load_into(module, state)
 
     def load_full_optimizer_state(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)

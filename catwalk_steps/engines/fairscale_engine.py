@@ -22,10 +22,18 @@ from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngi
 
 from ..distributed.groups import distributed_position
 from ..scoring.precision import Precision
+from .adapter_state import load_into, saved_part
 from .base import CatwalkEngine
 from .fairscale_cpu import use_worker_device
+from .fairscale_frozen import patch_frozen_units
 from .mixed_precision import fairscale_flags
-from .wrapping import checkpoint_activations, match_modules, wrap_modules
+from .wrapping import (
+    check_uniform_units,
+    checkpoint_activations,
+    match_modules,
+    trainable_units,
+    wrap_modules,
+)
 
 # FairScale 0.4.13 calls APIs that torch deprecates (TypedStorage, the private collectives);
 # every rank warned at every run, and there is nothing a user can do about it.
@@ -34,6 +42,13 @@ for _message in (
     r"`torch\.distributed\._(all_gather|reduce_scatter)_base`",
 ):
     warnings.filterwarnings("ignore", message=_message)
+
+
+ADAPTER_RECOMPUTATION = (
+    "training_engine.activation_checkpointing: FairScale cannot recompute blocks whose adapter "
+    "layers are FSDP units of their own (its units' state breaks in backward); use "
+    "catwalk::torch_fsdp or catwalk::torch with adapters, or leave activation_checkpointing off"
+)
 
 
 @TrainingEngine.register("catwalk::fairscale")
@@ -91,6 +106,21 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
                 "engine instead; it sets FSDP's flags and autocast together"
             )
 
+    @classmethod
+    def check_model(
+        cls, model: torch.nn.Module, inner: list[str] | None, recomputes: bool, key: str
+    ) -> None:
+        """A model that trains an adapter: its layers become units of their own (FairScale
+        flattens each unit into one parameter, all trained or all frozen), which FairScale
+        cannot recompute inside a block's recomputation."""
+        adapters = trainable_units(model)
+        if not adapters:
+            return
+        if inner is not None:
+            check_uniform_units(model, [*adapters, *inner], f"{key}.modules_to_wrap")
+        if recomputes:
+            raise ConfigurationError(ADAPTER_RECOMPUTATION)
+
     def before_model(self, train_config: TrainConfig) -> None:
         # Before any FSDP unit exists: where units compute, and the CPU layer on CPU workers.
         use_worker_device(train_config.worker_local_default_device)
@@ -118,6 +148,13 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
         # them: the model's blocks are then not wrapped a second time.
         wrapped_by_model_block = self.modules_to_wrap is None and has_fsdp_units(model)
         names = [] if wrapped_by_model_block else self.inner_modules(model)
+        # Adapters train and their base stays frozen: FairScale flattens each unit's parameters
+        # into one, so each adapter layer becomes a unit of its own, inside its block's.
+        adapters = [n for n in trainable_units(model) if n not in names]
+        if adapters and self.activation_checkpointing:
+            raise ConfigurationError(ADAPTER_RECOMPUTATION)
+        names = [*adapters, *names]
+        check_uniform_units(model, names, "training_engine.modules_to_wrap")
         wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
         return FSDP(model, **self.fsdp_kwargs())
 
@@ -126,9 +163,10 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
 
     def full_model_state(self) -> dict[str, torch.Tensor] | None:
         state = self.model.state_dict()  # collective: every rank gathers the full parameters
-        return state if distributed_position()[0] == 0 else None
+        return saved_part(state) if distributed_position()[0] == 0 else None
 
     def full_optimizer_state(self) -> dict | None:
+        patch_frozen_units()
         with gather_buffers_at_world_size_one(self.model):
             state = self.model.gather_full_optim_state_dict(self.optimizer)  # collective
         restore_step_tensors(self.optimizer)
@@ -136,7 +174,7 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
 
     def load_full_model_state(self, state: dict[str, torch.Tensor]) -> None:
         initialize_fsdp_units(self.model)
-        self.model.load_state_dict(state)
+        load_into(self.model, state)
 
     def load_full_optimizer_state(self, state: dict) -> None:
         initialize_fsdp_units(self.model)

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from tango.common import Lazy
 from tango.integrations.torch import Model
 
+from ..adapters.lora import base_name, initial_weights, is_adapter_weight
 from ..components import lazy_config, lazy_params
 from ..distributed.groups import distributed_position
 from ..patching import check_version
@@ -46,17 +47,22 @@ def saved_weights(model: Any) -> Path | None:
     return directory if any((directory / n).is_file() for n in (INDEX, SINGLE)) else None
 
 
-def file_names(sharded: torch.nn.Module, saved: dict[str, Any]) -> dict[str, str] | None:
+def file_names(sharded: torch.nn.Module, saved: dict[str, Any]) -> dict[str, str | None] | None:
     """For each state-dict name of the sharded rank classifier, the saved name to read it from
-    (its own without the `lm.` prefix, or that of a weight it is tied to); None when some
-    weight is not saved (then this path is not taken)."""
+    (its own without the `lm.` prefix, or that of a weight it is tied to; a base layer's under
+    an adapter as the model has it without one), or None for an adapter's weight, which is not
+    in the files but drawn (:func:`~catwalk_steps.adapters.lora.initial_weights`); None when
+    some weight is not saved (then this path is not taken)."""
     aliases: dict[int, list[str]] = {}
     for name, parameter in sharded.named_parameters(remove_duplicate=False):
         aliases.setdefault(id(parameter), []).append(name)
     tied = {name: names for names in aliases.values() for name in names}
-    found = {}
+    found: dict[str, str | None] = {}
     for name in sharded.state_dict():
-        candidates = [n.removeprefix("lm.") for n in tied.get(name, [name])]
+        if is_adapter_weight(name):
+            found[name] = None
+            continue
+        candidates = [base_name(n.removeprefix("lm.")) for n in tied.get(name, [name])]
         source = next((c for c in candidates if c in saved), None)
         if source is None:
             return None
@@ -76,17 +82,24 @@ def read_own_rows(sharded: torch.nn.Module, model: Lazy, device: torch.device) -
         return False
     assert names is not None
     rank, world_size = distributed_position()
+    seed = lazy_params(model).get("init_seed", 0)
     with contextlib.ExitStack() as stack:
         files = {id(f): f for f in saved.values()}
         handles = {key: stack.enter_context(open(f.path, "rb")) for key, f in files.items()}
         for name, target in sharded.state_dict().items():
-            source = saved[names[name]]
             local = target.to_local() if isinstance(target, DTensor) else target
             if not local.numel():
                 continue
-            length = source.rows(names[name])
+            saved_name = names[name]
+            source = saved[saved_name] if saved_name is not None else None
+            length = source.rows(saved_name) if source is not None else target.shape[0]
             start, stop = own_rows(length, rank, world_size) if local is not target else (0, length)
-            source.read_rows(handles[id(source)], names[name], start, stop, into=local)
+            if source is None:  # an adapter's weight: drawn as every rank draws it
+                lm_name = name.removeprefix("lm.")
+                value = initial_weights([(lm_name, target.shape)], seed)[lm_name]
+                local.copy_(value[start:stop])
+                continue
+            source.read_rows(handles[id(source)], saved_name, start, stop, into=local)
     saved_names = set(sharded.state_dict())
     if any(name not in saved_names for name, _ in sharded.named_buffers()):
         for name, buffer in unsaved_buffers(model, saved_names).items():

@@ -46,6 +46,7 @@ from ..components import lazy_config
 from ..distributed.groups import distributed_position
 from ..files import torch_save_atomic
 from ..scoring.rank_classifier import RankClassifier
+from .adapter_state import saved_part, trains_adapter
 from .base import CatwalkEngine
 from .mixed_precision import fsdp2_policy
 from .sharded_weights import read_own_rows
@@ -154,6 +155,14 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
 
     # --- Checkpoints: sharded DCP directories -----------------------------------------------
 
+    def state_options(self) -> Any:
+        """The model state a checkpoint holds: of a model that trains an adapter, the adapter's
+        weights alone (the frozen base is rebuilt from its source)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        adapter = trains_adapter(self.model)
+        return StateDictOptions(ignore_frozen_params=adapter, strict=not adapter)
+
     def save_state(self, directory: Path) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
@@ -162,8 +171,9 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         )
 
         optimizer_state = get_optimizer_state_dict(self.model, self.optimizer)
+        model_state = saved_part(get_model_state_dict(self.model, options=self.state_options()))
         with single_process_quietly():
-            dcp.save(get_model_state_dict(self.model), checkpoint_id=directory / DCP_MODEL_DIR)
+            dcp.save(model_state, checkpoint_id=directory / DCP_MODEL_DIR)
             dcp.save(optimizer_state, checkpoint_id=directory / DCP_OPTIMIZER_DIR)
         if distributed_position()[0] != 0:
             return
@@ -193,10 +203,11 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         )
 
         directory = payload["directory"]
-        model_state = get_model_state_dict(self.model)
+        options = self.state_options()
+        model_state = saved_part(get_model_state_dict(self.model, options=options))
         with single_process_quietly():
             dcp.load(model_state, storage_reader=MetadataCheckingReader(directory / DCP_MODEL_DIR))
-        set_model_state_dict(self.model, model_state)
+        set_model_state_dict(self.model, model_state, options=options)
         # Asking for the optimizer state also creates it (empty AdamW state) to load into.
         optimizer_state = get_optimizer_state_dict(self.model, self.optimizer)
         reader = MetadataCheckingReader(directory / DCP_OPTIMIZER_DIR)

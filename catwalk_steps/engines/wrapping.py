@@ -11,16 +11,12 @@ the engine's `modules_to_wrap`:
   nothing is an error that lists the closest module names.
 
 Modules are returned children first, so nested ones wrap inside out (a parent wrapped first
-would move its children's names).
-
-Models may set `wrapping_root` (the rank classifier sets "lm"): names under it can then also be
-written without that prefix, as in the Hugging Face model's own `named_modules()`
-(`transformer\\.h\\.[0-9]+` as well as `lm\\.transformer\\.h\\.[0-9]+`).
+would move its children's names). Regexes match as every option over module names does
+(:mod:`catwalk_steps.module_names`).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections import Counter
@@ -30,29 +26,12 @@ import torch
 from tango.common.exceptions import ConfigurationError
 from torch.utils.checkpoint import checkpoint
 
+from ..module_names import matches_per_pattern, replace_module, spellings
+
 NOTHING_TO_RECOMPUTE = (
     "training_engine.activation_checkpointing: modules_to_wrap is [], so no module is "
     "recomputed; leave modules_to_wrap out (the model's blocks) or name the modules"
 )
-
-
-def _compile(pattern: str, field: str) -> re.Pattern:
-    try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise ConfigurationError(f"{field}: invalid regex {pattern!r} ({e})") from None
-
-
-def compile_patterns(patterns: Sequence[str], field: str = "modules_to_wrap") -> list[re.Pattern]:
-    """The patterns compiled; an invalid one is a configuration error naming it."""
-    return [_compile(pattern, field) for pattern in patterns]
-
-
-def _spellings(model: torch.nn.Module, name: str) -> tuple[str, ...]:
-    root = getattr(model, "wrapping_root", None)
-    if root and name.startswith(root + "."):
-        return name, name[len(root) + 1 :]
-    return (name,)
 
 
 def select_modules(
@@ -76,17 +55,8 @@ def match_modules(
     model: torch.nn.Module, patterns: Sequence[str], field: str = "modules_to_wrap"
 ) -> list[str]:
     """Names of the modules that the patterns select, deepest first (stable otherwise)."""
-    compiled = compile_patterns(patterns, field)
-    names = [name for name, _ in model.named_modules() if name]
     matched: list[str] = []
-    for pattern in compiled:
-        hits = [n for n in names if any(pattern.fullmatch(s) for s in _spellings(model, n))]
-        if not hits:
-            raise ConfigurationError(
-                f"{field}: pattern {pattern.pattern!r} matches no module; "
-                f"closest module names: {', '.join(closest_names(pattern.pattern, names))}"
-                f"{blocks_hint(model)}"
-            )
+    for _, hits in matches_per_pattern(model, patterns, field, blocks_hint(model)):
         matched.extend(h for h in hits if h not in matched)
     return _deepest_first(model, matched)
 
@@ -154,20 +124,41 @@ def suggest_pattern(model: torch.nn.Module) -> str | None:
     if not lists:
         return None
     name, _ = max(lists, key=lambda item: len(item[1]))
-    return re.escape(_spellings(model, name)[-1]) + r"\.[0-9]+"
+    return re.escape(spellings(model, name)[-1]) + r"\.[0-9]+"
 
 
-def closest_names(pattern: str, names: Sequence[str], count: int = 5) -> list[str]:
-    """Module names most like `pattern`, read as text (regex escapes removed)."""
-    text = pattern.replace("\\", "")
-    close = difflib.get_close_matches(text, names, n=count, cutoff=0.0)
-    return close or list(names[:count])
+def trainable_units(model: torch.nn.Module) -> list[str]:
+    """The smallest modules whose parameters all train while others in the model stay frozen
+    (an adapter's own linear layers, `...lora_A.default`), deepest first; none when every
+    parameter trains. An engine that flattens each unit's parameters into one (FairScale), and
+    so needs one `requires_grad` per unit, wraps each of these as a unit of its own."""
+    frozen = any(not p.requires_grad for p in model.parameters())
+    if not frozen:
+        return []
+    names = []
+    for name, module in model.named_modules():
+        own = list(module.parameters(recurse=False))
+        trains = name and own and all(p.requires_grad for p in module.parameters())
+        if trains and not any(name.startswith(chosen + ".") for chosen in names):
+            names.append(name)
+    return _deepest_first(model, names)
 
 
-def replace_module(model: torch.nn.Module, name: str, new: torch.nn.Module) -> None:
-    parent_name, _, child_name = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    parent.add_module(child_name, new)
+def check_uniform_units(model: torch.nn.Module, names: Sequence[str], field: str) -> None:
+    """Each unit's own parameters (those no deeper unit claims; the root's: what no unit
+    claims) all train or are all frozen: a unit flattened into one parameter cannot be both."""
+    units = [*names, ""]
+    claimed: set[int] = set()
+    for name in units:
+        module = model.get_submodule(name) if name else model
+        own = [p for p in module.parameters() if id(p) not in claimed]
+        claimed.update(id(p) for p in own)
+        if len({p.requires_grad for p in own}) > 1:
+            raise ConfigurationError(
+                f"{field}: unit {name or '(root)'} holds both trained and frozen parameters, and "
+                "FairScale flattens a unit into one parameter; wrap the trained modules as units "
+                "of their own or use catwalk::torch_fsdp"
+            )
 
 
 def wrap_modules(

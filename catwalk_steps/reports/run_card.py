@@ -147,8 +147,31 @@ def environment_line(env: Mapping[str, Any]) -> str:
     )
 
 
+def describe_trained(trained: Mapping[str, Any] | None) -> str:
+    """What training updated: `LoRA r=8 alpha=16: 73,728 of 124,513,536 parameters`, or
+    `all 124,513,536 parameters` (blank for a card written before cards said)."""
+    if not trained:
+        return ""
+    total = f"{trained['parameters']:,} parameters"
+    adapter = trained.get("adapter")
+    if adapter is None:
+        return f"all {total}"
+    kind = "LoRA" if adapter.get("type") == "lora" else str(adapter.get("type"))
+    trainable = f"{trained['trainable_parameters']:,}"
+    return f"{kind} r={adapter['r']} alpha={adapter['alpha']:g}: {trainable} of {total}"
+
+
 def runs_table(cards: Mapping[str, Mapping[str, Any]], here: Mapping[str, Any]) -> str:
-    header = ["run", "training step", "devices", "where", "world size", "wall time s", "s/step"]
+    header = [
+        "run",
+        "training step",
+        "trained",
+        "devices",
+        "where",
+        "world size",
+        "wall time s",
+        "s/step",
+    ]
     rows = []
     for run, card in cards.items():
         env, training = card.get("environment", {}), card.get("training", {})
@@ -157,6 +180,7 @@ def runs_table(cards: Mapping[str, Mapping[str, Any]], here: Mapping[str, Any]) 
             [
                 run,
                 f"`{card.get('step', {}).get('unique_id', '')}`",
+                describe_trained(card.get("trained")),
                 str(card.get("devices", "")),
                 where,
                 str(card.get("world_size", "")),

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
+from ..adapters.spec import LoraSpec, parse_adapter
 from .causal_lm import build_causal_lm, checked_source
 from .generation import decode_step
 from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
@@ -78,7 +79,10 @@ class RankClassifier(Model):
     :param tokenizer: hub name, path, or "catwalk::byte_level"; defaults to `pretrained`.
     :param objective: "lm" trains on the right choice's continuation tokens (mean token NLL, as
         catwalk trains rank classification); "rank" is cross-entropy over the choices' scores.
-    :param init_seed: seed for the random init of a `config` model.
+    :param init_seed: seed for the random init of a `config` model, and of the adapter's.
+    :param adapter: a LoRA adapter to train instead of the whole model, `{type: 'lora', r,
+        alpha, dropout, target_modules}` (:mod:`catwalk_steps.adapters`): only its weights
+        require gradients, the base's stay as they were loaded.
     :param skeleton: build the LM on the meta device, without weights (for sharded engines;
         not part of the model's identity).
 
@@ -96,18 +100,24 @@ class RankClassifier(Model):
         tokenizer: str | None = None,
         objective: str = "lm",
         init_seed: int = 0,
+        adapter: dict[str, Any] | LoraSpec | None = None,
         skeleton: bool = False,
     ):
         super().__init__()
         self.metrics_history = None
         self.run_card = None
-        self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed)
+        self.adapter = parse_adapter(adapter)
+        self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed, adapter)
         check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
         self.objective = objective
         self.wrapping_root = "lm"  # modules_to_wrap: `transformer.h.0` is `lm.transformer.h.0`
+        if self.adapter is not None:
+            from ..adapters.lora import attach
+
+            attach(self, self.lm, self.adapter, init_seed)
         self.supports_logits_to_keep = (
             "logits_to_keep" in inspect.signature(self.lm.forward).parameters
         )
@@ -121,17 +131,31 @@ class RankClassifier(Model):
         tokenizer: str | None = None,
         objective: str = "lm",
         init_seed: int = 0,
+        adapter: dict[str, Any] | LoraSpec | None = None,
     ) -> dict[str, Any]:
         """What identifies the model: its constructor arguments. `init_seed` seeds only a random
         init, so pretrained weights are the same model whatever it says (one evaluation of a
-        pretrained model in a sweep, not one per seed)."""
-        return {
+        pretrained model in a sweep, not one per seed), unless an adapter is drawn from it. A
+        model without an adapter has no `adapter` key (its identity is what it was before
+        adapters existed)."""
+        spec = parse_adapter(adapter)
+        drawn = pretrained is None or spec is not None
+        identity = {
             "pretrained": pretrained,
             "config": config,
             "tokenizer": tokenizer,
             "objective": objective,
-            "init_seed": 0 if pretrained is not None else init_seed,
+            "init_seed": init_seed if drawn else 0,
         }
+        if spec is not None:
+            identity["adapter"] = spec.as_config()
+        return identity
+
+    @property
+    def base_spec(self) -> dict[str, Any]:
+        """The base model's identity (the spec without the adapter): what an adapter
+        checkpoint names instead of holding the base's weights."""
+        return {key: value for key, value in self.spec.items() if key != "adapter"}
 
     def det_hash_object(self) -> Any:
         """Tango cache identity: the constructor arguments, not the (large) weights."""
@@ -142,13 +166,40 @@ class RankClassifier(Model):
         """Loads a model saved by :meth:`save_pretrained` (weights and tokenizer)."""
         return cls(pretrained=str(directory), objective=objective)
 
-    def save_pretrained(self, directory: str | Path) -> None:
+    def save_pretrained(self, directory: str | Path, adapter_only: bool = False) -> None:
         """Writes a standard Hugging Face directory: `from_pretrained` loads it outside Tango.
         Every file gets the permissions of a file created here (transformers writes the weights
-        0600, through a temporary file, the rest with the umask's)."""
-        self.lm.save_pretrained(directory)
+        0600, through a temporary file, the rest with the umask's).
+
+        A model with an adapter writes the merged model (the adapter folded into the base
+        weights) and, in `adapter/`, the peft adapter directory (`PeftModel.from_pretrained(base,
+        directory / "adapter")`); with `adapter_only`, the adapter directory alone, into
+        `directory`. The model itself keeps its adapter."""
+        directory = Path(directory)
+        if self.adapter is not None:
+            from ..adapters.lora import merged_state
+            from ..adapters.peft_directory import ADAPTER_DIR, write_adapter_directory
+
+            base = self.spec["pretrained"]
+            write_adapter_directory(
+                self.lm, directory if adapter_only else directory / ADAPTER_DIR, base
+            )
+            if adapter_only:
+                with_umask_permissions(directory)
+                return
+            self.lm.save_pretrained(directory, state_dict=merged_state(self.lm))
+            with_umask_permissions(directory / ADAPTER_DIR)
+        else:
+            self.lm.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-        with_umask_permissions(Path(directory))
+        with_umask_permissions(directory)
+
+    @property
+    def trainable_parameters(self) -> int:
+        """The parameters training updates: the adapter's, else the whole model's."""
+        from ..adapters.lora import parameter_counts
+
+        return parameter_counts(self)[0] if self.adapter is not None else parameter_counts(self)[1]
 
     def score_sequences(
         self,

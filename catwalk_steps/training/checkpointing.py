@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..checkpoints.base_identity import base_identity, base_problem
 from ..checkpoints.discovery import complete_checkpoints, resumable_checkpoints
 from ..checkpoints.layout import (
     BEST,
@@ -31,7 +32,7 @@ from ..checkpoints.layout import (
     remove_partial,
     remove_stale,
 )
-from ..checkpoints.manifest import mark_complete, problem_with
+from ..checkpoints.manifest import mark_complete, problem_with, read_manifest
 from ..checkpoints.state import load_file, restore_rng_state, rng_state
 from ..checkpoints.weights import write_model_files
 from ..console import announce
@@ -52,6 +53,7 @@ class Checkpointer:
         self.engine, self.callbacks = engine, callbacks
         self.rank, self.world_size = distributed_position()
         self.device = engine.device
+        self.base: dict[str, Any] | None = None  # an adapter's base (rank 0), in each manifest
 
     @property
     def main(self) -> bool:
@@ -64,6 +66,7 @@ class Checkpointer:
             for directory in remove_partial(self.job.work_dir):
                 logger.warning("Removed incomplete checkpoint %s (no %s)", directory, COMPLETE)
             write_model_files(self.engine.model, self.job.work_dir)
+            self.base = base_identity(self.engine.model)
         barrier()
 
     def save(self, state: TrainerState, validated: bool) -> None:
@@ -116,13 +119,25 @@ class Checkpointer:
         )
 
     def manifest_info(self, state: TrainerState) -> dict[str, Any]:
-        return {
+        info = {
             "step": state.step,
             "world_size": self.world_size,
             "engine": type(self.engine).__name__,
             "format": getattr(self.engine, "checkpoint_format", "full"),
             "step_id": self.job.step_id,
         }
+        return info if self.base is None else {**info, "base": self.base}
+
+    def check_base(self, directory: Path) -> None:
+        """An adapter checkpoint resumes only onto the base it was trained on (rank 0 compares
+        the manifest's record with this run's base; every rank stops together). Collective."""
+        problem = None
+        if self.main:
+            problem = base_problem(directory, read_manifest(directory).get("base"), self.base)
+        if self.world_size > 1:
+            problem = broadcast_data(problem, 0, self.device)
+        if problem is not None:
+            raise CheckpointError(problem)
 
     def gather_to_main(self, value: Any) -> list[Any] | None:
         if self.world_size == 1:
@@ -151,6 +166,7 @@ class Checkpointer:
                 if self.main:
                     logger.warning("Skipping checkpoint: %s", refused[-1])
                 continue
+            self.check_base(directory)
             self.engine.apply_state(payload)
             state = self.restore(trainer)
             if self.main:

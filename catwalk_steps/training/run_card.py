@@ -12,7 +12,7 @@ from .job import TrainingJob
 
 
 def run_card(job: TrainingJob, config: dict[str, Any] | None) -> dict[str, Any]:
-    return {
+    card = {
         "step": {"name": job.step_name, "unique_id": job.step_id},
         "config": config,
         "world_size": job.world_size,
@@ -20,6 +20,25 @@ def run_card(job: TrainingJob, config: dict[str, Any] | None) -> dict[str, Any]:
         "devices": job.devices.describe(),
         "environment": environment(),
     }
+    trained = what_trains(job.model)
+    return card if trained is None else {**card, "trained": trained}
+
+
+def what_trains(model: Any) -> dict[str, Any] | None:
+    """What training updates: the parameters, counted on the model's skeleton (no weights),
+    and the adapter when one trains instead of the whole model. None when the model cannot be
+    built here."""
+    from ..adapters.lora import parameter_counts
+    from ..engines.skeleton import model_skeleton
+
+    skeleton = model_skeleton(model)
+    if skeleton is None:
+        return None
+    trainable, total = parameter_counts(skeleton)
+    trained: dict[str, Any] = {"parameters": total, "trainable_parameters": trainable}
+    if skeleton.adapter is not None:
+        trained["adapter"] = skeleton.adapter.as_config()
+    return trained
 
 
 def finished(card: dict[str, Any], wall_time_s: float, history: dict | None) -> dict[str, Any]:

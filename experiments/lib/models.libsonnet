@@ -55,6 +55,20 @@
   qwen2_5_0_5b: self.hub('Qwen/Qwen2.5-0.5B', 32768),
   llama3_2_1b: self.hub('meta-llama/Llama-3.2-1B', 131072),  // gated: accept its license on the hub
 
+  // A LoRA adapter for a model block's `adapter` key (`lib.models.gpt2 { adapter:
+  // lib.models.lora() }`): only its weights train. `targets` are regexes over module names, as
+  // `modules_to_wrap` takes them; null: peft's default layers for the model's family (GPT-2:
+  // c_attn; Llama, Qwen2, OLMo: q_proj and v_proj; GPT-NeoX: query_key_value).
+  lora(r=8, alpha=16, dropout=0.0, targets=null):: {
+    type: 'lora',
+    r: r,
+    alpha: alpha,
+    dropout: dropout,
+  } + (if targets == null then {} else { target_modules: targets }),
+  // Every attention and MLP projection, by family (attention alone is the defaults above).
+  gpt2_projections: ['.*\\.(c_attn|c_proj|c_fc)'],
+  llama_projections: ['.*\\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)'],
+
   tokenizer(model):: if std.objectHas(model, 'tokenizer') then model.tokenizer else model.pretrained,
 
   // The model's context length (presets above), for `max_length: null`.

@@ -153,6 +153,9 @@ local cells(grid) = std.foldl(
   // Settings that experiments share; `training` in `pipeline` overrides any of them.
   training: {
     demo: training_defaults,
+    // The demo training a LoRA adapter: a higher learning rate (the adapter's few weights start
+    // from zero change), as LoRA recipes use.
+    lora_demo: training_defaults { lr: 1e-2, train_steps: 400 },  // 0.97 at step 400
     piqa: training_defaults {
       lr: 2e-5,
       weight_decay: 0.01,
@@ -223,15 +226,28 @@ local cells(grid) = std.foldl(
     local pick(blocks, cell, key) =
       if std.objectHas(cell, key) then blocks[cell[key]] else blocks[std.objectFields(blocks)[0]],
     local model_key(cell) = if std.objectHas(cell, 'model') then cell.model else std.objectFields(models)[0],
+    // Grid keys of the model's adapter (r, alpha, dropout) go into its `adapter` block.
+    local adapter_keys = ['r', 'alpha', 'dropout'],
     local setting(cell) = for_model(training_defaults + training + {
       [k]: cell[k]
       for k in std.objectFields(cell)
-      if !std.member(['engine', 'model', 'precision'], k)
+      if !std.member(['engine', 'model', 'precision'] + adapter_keys, k)
     }, pick(models, cell, 'model')),
+    local adapter_of(cell) = { [k]: cell[k] for k in std.objectFields(cell) if std.member(adapter_keys, k) },
+    local with_adapter(model, cell) =
+      if std.length(adapter_of(cell)) == 0 then model
+      else if !std.objectHas(model, 'adapter') then error (
+        'catwalk: sweep grid key %s: the model block has no adapter to set it on (add adapter: lib.models.lora())'
+        % std.objectFields(adapter_of(cell))[0]
+      )
+      else model { adapter+: adapter_of(cell) },
     local engine_of(cell) = pick(engines, cell, 'engine') + (
       if std.objectHas(cell, 'precision') then { precision: cell.precision } else {}
     ),
-    local model_of(cell) = pick(models, cell, 'model') { init_seed: setting(cell).seed },
+    local model_of(cell) = with_adapter(pick(models, cell, 'model'), cell) { init_seed: setting(cell).seed },
+    // Untrained: the model without its adapter (an adapter starts as a no-op), so one
+    // evaluation serves every cell of an adapter sweep.
+    local untrained_model(cell) = pick(models, cell, 'model') { init_seed: setting(cell).seed, adapter:: null },
     // The untrained model of a cell, shared by the cells that have it: one per (model, seed)
     // for a random init; one per model for pretrained weights, which the seed does not change.
     local pretrained(cell) = std.objectHas(pick(models, cell, 'model'), 'pretrained'),
@@ -247,7 +263,7 @@ local cells(grid) = std.foldl(
     steps: {
       data: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'] },
     } + {
-      ['eval_' + name]: eval_step(model_of(firsts[name]), setting(firsts[name]), 'data')
+      ['eval_' + name]: eval_step(untrained_model(firsts[name]), setting(firsts[name]), 'data')
       for name in std.objectFields(firsts)
     } + {
       ['trained,' + cell_name(c)]: train_step(model_of(c), engine_of(c), setting(c), 'data', callbacks)
@@ -280,7 +296,7 @@ local cells(grid) = std.foldl(
       if std.length(suite) == 0 then {} else suite_steps(
         suite,
         { [cell_name(c)]: ref('trained,' + cell_name(c)) for c in kept }
-        + { [name]: model_of(firsts[name]) for name in std.objectFields(firsts) },
+        + { [name]: untrained_model(firsts[name]) for name in std.objectFields(firsts) },
         suite_defaults,
         'acc',
         title + ': task suite',

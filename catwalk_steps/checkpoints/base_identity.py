@@ -1,0 +1,75 @@
+"""The frozen base an adapter checkpoint was trained on, by name and content.
+
+An adapter run's checkpoints hold the adapter alone; the base comes back from its source (a
+hub name, a local directory, or a config and seed) when the run resumes or is exported. Each
+checkpoint's manifest records that source and, for a local directory, the SHA-256 of each of
+its weight files, so a resume onto a base that changed (files replaced in place, another
+directory) fails in one line instead of training the adapter on top of other weights.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..remote import is_hub_name
+from ..scoring.rank_classifier import RankClassifier
+from .manifest import sha256_of
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def classifier_in(model: torch.nn.Module) -> RankClassifier | None:
+    return next((m for m in model.modules() if isinstance(m, RankClassifier)), None)
+
+
+@functools.lru_cache(maxsize=32)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_of(Path(path))
+
+
+def weight_digests(directory: Path) -> dict[str, str]:
+    """Each weight file of a local model directory and its SHA-256 (each file hashed once per
+    process while it is unchanged)."""
+    digests = {}
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and path.suffix in WEIGHT_SUFFIXES:
+            stat = path.stat()
+            digests[path.name] = _digest(str(path), stat.st_size, stat.st_mtime_ns)
+    return digests
+
+
+def base_identity(model: torch.nn.Module) -> dict[str, Any] | None:
+    """What the base of a model that trains an adapter is (None for any other model)."""
+    classifier = classifier_in(model)
+    if classifier is None or classifier.adapter is None:
+        return None
+    spec = classifier.base_spec
+    identity: dict[str, Any] = {"spec": spec}
+    pretrained = spec.get("pretrained")
+    if pretrained and not is_hub_name(pretrained) and Path(pretrained).is_dir():
+        identity["weights"] = weight_digests(Path(pretrained))
+    return identity
+
+
+def base_problem(checkpoint: Path, recorded: Any, current: dict[str, Any] | None) -> str | None:
+    """Why the checkpoint's adapter does not belong on this run's base, or None."""
+    if recorded is None or current is None or recorded == current:
+        return None
+    then, now = recorded.get("spec") or {}, current.get("spec") or {}
+    if then != now:
+        differ = [key for key in sorted({*then, *now}) if then.get(key) != now.get(key)]
+        said = "; ".join(f"{key} {then.get(key)!r} there, {now.get(key)!r} here" for key in differ)
+        return f"{checkpoint}: its adapter was trained on another base ({said})"
+    changed = sorted(
+        name
+        for name in {*recorded.get("weights", {}), *current.get("weights", {})}
+        if recorded.get("weights", {}).get(name) != current.get("weights", {}).get(name)
+    )
+    return (
+        f"{checkpoint}: its adapter was trained on {current['spec'].get('pretrained')} as it was "
+        f"then; {', '.join(changed[:3])} changed since (SHA-256 differs)"
+    )

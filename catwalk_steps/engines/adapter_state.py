@@ -1,0 +1,48 @@
+"""What an engine's checkpoint holds of a model that trains an adapter: the adapter's weights,
+not the frozen base (rebuilt from its source on resume and checked against the checkpoint's
+record of it: :mod:`catwalk_steps.checkpoints.base_identity`). A model without an adapter keeps
+every weight, as before."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..adapters.lora import is_adapter_weight
+from ..checkpoints.layout import CheckpointError
+
+
+def trains_adapter(model: torch.nn.Module) -> bool:
+    return any(is_adapter_weight(name) for name, _ in model.named_parameters())
+
+
+def saved_part(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict a checkpoint keeps: the adapter's weights when there are any."""
+    if any(is_adapter_weight(name) for name in state):
+        return {name: value for name, value in state.items() if is_adapter_weight(name)}
+    return dict(state)
+
+
+def check_loaded(result: Any, state: Mapping[str, torch.Tensor]) -> None:
+    """After `load_state_dict(state, strict=False)` of an adapter checkpoint: every adapter
+    weight came from it, nothing else was in it (strict over the adapter's names)."""
+    if result is None:
+        return
+    missing = [name for name in result.missing_keys if is_adapter_weight(name)]
+    unexpected = list(result.unexpected_keys) + [n for n in state if not is_adapter_weight(n)]
+    if missing or unexpected:
+        raise CheckpointError(
+            f"adapter weights do not fit the model (missing: {sorted(missing)[:5]}, "
+            f"unexpected: {sorted(unexpected)[:5]}); was it saved with another adapter?"
+        )
+
+
+def load_into(module: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Loads a checkpoint's model state into `module`: strictly, or, for an adapter's
+    weights, strictly over the adapter (the base stays as it was built)."""
+    if any(is_adapter_weight(name) for name in state):
+        check_loaded(module.load_state_dict(state, strict=False), state)
+    else:
+        module.load_state_dict(state)

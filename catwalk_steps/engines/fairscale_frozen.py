@@ -1,0 +1,80 @@
+"""FairScale's optimizer consolidation with frozen units (an adapter run: every base unit
+frozen, each adapter layer a unit of its own).
+
+`gather_full_optim_state_dict` (fairscale 0.4.13) numbers the consolidated state by unit and
+copies the first unit's step count to every entry: it fails with `KeyError: 0` when the first
+unit (the root: embeddings, final norm) has no optimizer state because nothing in it trains,
+and it maps stateless units to None, which its own loader then miscounts (`groupby` of the
+ids, `check_param_counts_before_sharding`). The patch consolidates with a unit that trains
+put first, puts each unit's entries back under its own numbers, and maps every parameter to its
+unit, with state only for those that train: the loader shards it as a model with unused
+parameters. A run without frozen units saves what it saved before.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..patching import check_version
+
+_applied = False
+
+
+def units_params(instance: Any) -> int:
+    """How many original parameters a unit's flat state stands for (as FairScale counts)."""
+    if instance.flatten_parameters:
+        return int(instance.num_params_managed)
+    return len(instance.non_shared_params())
+
+
+def first_ids(counts: list[int]) -> list[int]:
+    """The first global id of each unit's parameters (they are numbered unit after unit)."""
+    return [sum(counts[:unit]) for unit in range(len(counts))]
+
+
+def full_mapping(counts: list[int]) -> dict[int, int]:
+    """Every original parameter's unit, stateless units included (FairScale's loader counts
+    units from this mapping)."""
+    return {
+        start + k: unit for unit, start in enumerate(first_ids(counts)) for k in range(counts[unit])
+    }
+
+
+def patch_frozen_units() -> None:
+    global _applied
+    if _applied:
+        return
+    check_version("fairscale", "FairScale optimizer consolidation with frozen units")
+    from fairscale.nn.data_parallel import fsdp_optim_utils
+
+    original = fsdp_optim_utils._unflatten_optim_state
+
+    @functools.wraps(original)
+    def unflatten(combined: dict, instances: list, pad_info: list, singleton: dict) -> Any:
+        counts = [units_params(instance) for instance in instances]
+        if not combined or 0 in combined:
+            state, _ = original(combined, instances, pad_info, singleton)
+            return state, full_mapping(counts)
+        # The same call with a unit that trains put first (FairScale reads the step count from
+        # the first), then each unit's entries put back under its own numbers.
+        order = [min(combined)] + [i for i in range(len(instances)) if i != min(combined)]
+        position = {unit: j for j, unit in enumerate(order)}
+        permuted, _ = original(
+            {position[unit]: value for unit, value in combined.items()},
+            [instances[unit] for unit in order],
+            [[per_rank[unit] for unit in order] for per_rank in pad_info],
+            {position[unit]: value for unit, value in singleton.items()},
+        )
+        starts = first_ids(counts)
+        permuted_starts = first_ids([counts[unit] for unit in order])
+        state = {}
+        for unit, count in enumerate(counts):
+            for k in range(count):
+                entry = permuted.get(permuted_starts[position[unit]] + k)
+                if entry is not None:
+                    state[starts[unit] + k] = entry
+        return state, full_mapping(counts)
+
+    fsdp_optim_utils._unflatten_optim_state = unflatten
+    _applied = True
