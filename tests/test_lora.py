@@ -460,3 +460,76 @@ def test_a_lora_sweep_runs_and_reports_what_each_cell_trained(tmp_path):
     for r in (2, 4):
         assert f"LoRA r={r} alpha=16: " in report
     assert len(list(workspace.glob("cache/Evaluate-*"))) == 3  # 2 cells and the base once
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_fsdp2_reads_its_rows_of_a_local_base_and_a_changed_base_is_refused(tmp_path):
+    """A pretrained base in a local directory: FSDP2's ranks read their own rows of it and
+    draw the adapter's rows (no rank builds the whole model), and train as DDP, which loads
+    the whole model, trains; the base stays as the files hold it. Once a weight file changes,
+    resuming from the adapter's checkpoint fails naming the file."""
+    from safetensors.torch import load_file as read
+    from safetensors.torch import save_file
+
+    from catwalk_steps.checkpoints.layout import checkpoint_dir
+    from catwalk_steps.launch.launcher import run_training
+
+    from .training import BaseUnchanged, engine, job, weights
+
+    base = tmp_path / "base"
+    classifier().save_pretrained(base)
+    spec = {
+        "type": "catwalk::rank_classifier",
+        "pretrained": str(base),
+        "adapter": {"type": "lora", "r": 4, "target_modules": PROJECTIONS},
+    }
+    from tango.common import Lazy
+
+    runs = {}
+    for name, engine_type in (("fsdp2", "catwalk::torch_fsdp"), ("ddp", "catwalk::torch")):
+        runs[name] = job(
+            tmp_path / name,
+            engine_block=engine(engine_type, optimizer={"type": "torch::AdamW", "lr": 1e-2}),
+            model=spec,
+            callbacks=[Lazy(BaseUnchanged)],
+            keep_checkpoints=True,
+        )
+        run_training(runs[name])
+        assert (runs[name].work_dir / "base_unchanged.json").is_file()
+    sharded, whole = weights(runs["fsdp2"].work_dir), weights(runs["ddp"].work_dir)
+    assert sharded.keys() == whole.keys()
+    for name, value in whole.items():
+        assert torch.allclose(sharded[name], value, atol=1e-5), name
+    weights_file = base / "model.safetensors"
+    changed = read(weights_file)
+    changed["transformer.wte.weight"][0, 0] += 1.0
+    save_file(changed, str(weights_file), metadata={"format": "pt"})
+    again = job(
+        tmp_path / "again",
+        engine_block=engine("catwalk::torch_fsdp"),
+        model=spec,
+        resume_from=checkpoint_dir(runs["fsdp2"].work_dir, 4),
+    )
+    with pytest.raises(Exception, match=r"model.safetensors changed since \(SHA-256 differs\)"):
+        run_training(again)
+
+
+def test_an_adapter_model_s_weights_are_found_in_its_base_s_files(tmp_path):
+    """What FSDP2's ranks read from a local base: each base layer's weight under its name
+    without the adapter, the adapter's weights drawn (none is missing, so the rank-wise path
+    is taken, not rank 0 building the whole model)."""
+    from catwalk_steps.engines.sharded_weights import file_names
+    from catwalk_steps.scoring.model_files import saved_tensors
+
+    classifier().save_pretrained(tmp_path)
+    adapter = {"type": "lora", "r": 4, "target_modules": PROJECTIONS}
+    skeleton = RankClassifier(pretrained=str(tmp_path), adapter=adapter, skeleton=True)
+    names = file_names(skeleton, saved_tensors(tmp_path))
+    assert names is not None
+    assert (
+        names["lm.transformer.h.0.attn.c_attn.base_layer.weight"]
+        == "transformer.h.0.attn.c_attn.weight"
+    )
+    drawn = {name for name, source in names.items() if source is None}
+    assert drawn == {name for name in skeleton.state_dict() if is_adapter_weight(name)}
