@@ -74,6 +74,7 @@ CARD = {
     "devices": "2 CPU processes",
     "environment": {"versions": {"python": "3.11"}, "git": {}, "host": {}},
     "training": {"wall_time_s": 12.5, "s_per_step": 0.1},
+    "trained": {"parameters": 136064, "trainable_parameters": 136064},
 }
 
 
@@ -107,7 +108,10 @@ def test_the_report_shows_mean_tokens_per_s_peak_memory_and_the_run_card(tmp_pat
         "Report made with python 3.11; code not in a git repository; "
         "host None: None, None cores; no GPU."
     )
-    run = "| trained | `TrainRankClassifier-002-abc` | 2 CPU processes | as above | 2 | 12.5 |"
+    run = (
+        "| trained | `TrainRankClassifier-002-abc` | all 136,064 parameters | 2 CPU processes | "
+        "as above | 2 | 12.5 |"
+    )
     assert f"{run} 0.1000 |" in lines
     assert "| trained | `TrainRankClassifier-002-abc` | 13.0 |" in lines
     assert '  "train_steps": 3,' in lines  # the resolved config

@@ -133,3 +133,16 @@ def test_headers_and_titles_say_acc_only_where_the_numbers_are_acc(monkeypatch, 
     monkeypatch.setattr(plots, "_save", lambda figure, path: titles.append(figure._suptitle))
     plots.plot_task_curves(build_suite_report(only_nq), None)
     assert titles[0].get_text() == "Task suite: in-loop scores (each panel's own) per task"
+
+
+def test_a_sweep_cell_s_metric_has_one_format_whatever_its_spread():
+    """A count the same in every seed is one number; every other metric is mean ± std, also
+    when every seed gave the same value (an accuracy of 1 was printed `1`, a memory figure with
+    the same spread `434.6 ± 0.0`)."""
+    from catwalk_steps.reports.tables import Summary
+
+    assert Summary.of([256, 256]).text() == "256"
+    assert Summary.of([1.0, 1.0]).text() == "1.0000 ± 0.0000"
+    assert Summary.of([434.6, 434.6]).text() == "434.6 ± 0.0"
+    assert Summary.of([0.5, 0.7]).text() == "0.6000 ± 0.1414"
+    assert Summary.of([0.5]).text() == "0.5000"

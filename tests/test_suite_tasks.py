@@ -237,3 +237,19 @@ def test_hub_tasks_load_what_lm_evaluation_harness_loads(monkeypatch):
     mmlu = TemplatedTask("mmlu", subtasks=["anatomy", "virology"], max_instances=1)
     assert len(mmlu.evaluation_instances()) == 2
     assert calls == [("cais/mmlu", "anatomy", "test"), ("cais/mmlu", "virology", "test")]
+
+
+def test_csv_columns_are_typed_as_datasets_types_them_and_errors_name_the_line(tmp_path):
+    """An integer label column works with doc_to_target 'answer' as it does from JSON lines
+    (it was read as the text '1'); a bad row names its line, counted as in JSON lines (the
+    header is line 1, a quoted field may span lines)."""
+    path = tmp_path / "qa.csv"
+    path.write_text('q,answer\n"Two plus\ntwo?",1\n\nSky colour?,0\n')
+    choices = {"doc_to_choice": ["three", "four", "five"]}
+    first, second = own_task(path, **choices).evaluation_instances()
+    assert (first.label, second.label) == (1, 0)
+    assert first.context == "Q: Two plus\ntwo?\nA:"
+    path.write_text("q,answer\nTwo plus two?,1\n\nSky colour?,7\n")
+    with pytest.raises(TaskDataError) as error:
+        own_task(path, **choices).evaluation_instances()
+    assert str(error.value) == f"task 'my_qa': {path}:4: label 7 is out of range for 3 choices"

@@ -6,7 +6,9 @@
   names;
 - :mod:`.state`: a checkpoint file read as data, the random generators (what the loop writes
   and reads on every rank: :mod:`catwalk_steps.training.checkpointing`);
-- :mod:`.weights`: the whole model out of any engine's checkpoint, and the model's own files.
+- :mod:`.weights`: the whole model out of any engine's checkpoint (of an adapter run: the
+  adapter, onto the base built from its source), and the model's own files;
+- :mod:`.base_identity`: the base an adapter checkpoint was trained on, checked on resume.
 """
 
 from .discovery import (

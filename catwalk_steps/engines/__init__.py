@@ -1,7 +1,8 @@
 """Training engines for jsonnet: `catwalk::torch` (DDP), `catwalk::fairscale` (FairScale FSDP)
 and `catwalk::torch_fsdp` (PyTorch FSDP2), and what building one needs: the modules it wraps,
 the ZeRO optimizers (`catwalk::zero`, `catwalk::oss`), Tango's train config aware of nodes,
-generation in lockstep through its root wrapper, throughput and memory. Training
+generation in lockstep through its root wrapper, throughput and memory, and what each engine
+keeps of a model that trains an adapter (:mod:`.adapter_state`). Training
 (:mod:`catwalk_steps.training`) and standalone evaluation (:mod:`catwalk_steps.standalone`)
 both build engines from here.
 """

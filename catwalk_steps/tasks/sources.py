@@ -212,10 +212,41 @@ def _load_from_disk(path: str, limit: int | None = None) -> tuple[dict[str, Any]
     return tuple(loaded.to_list())
 
 
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """A CSV file's rows as `datasets.load_dataset("csv", ...)` gives them: pandas' `read_csv`
+    (its type inference; blank lines skipped), converted through Arrow (a missing value is
+    None); without the dataset cache `datasets` would write."""
+    import pandas
+    import pyarrow
+
+    try:
+        frame = pandas.read_csv(path)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise TaskDataError(f"{path}: not a CSV file pandas can read ({first_line(e)})") from None
+    return pyarrow.Table.from_pandas(frame, preserve_index=False).to_pylist()
+
+
+def csv_record_lines(path: Path) -> list[int]:
+    """The line (1-based, the header is line 1) on which each record of a CSV file starts,
+    blank lines skipped as pandas skips them; a quoted field may span lines."""
+    starts = []
+    with path.open(newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        previous = reader.line_num
+        for record in reader:
+            if record:
+                starts.append(previous + 1)
+            previous = reader.line_num
+    return starts
+
+
 class FileSource(RowSource):
     """Files on disk, one per split: JSON lines (`.jsonl`, `.json` with one object per line),
-    `.csv`, `.parquet`, or a `datasets.save_to_disk` directory. JSON lines name the file and
-    line of a bad row."""
+    `.csv`, `.parquet`, or a `datasets.save_to_disk` directory. JSON lines and CSV files name
+    the file and line of a bad row. CSV columns are typed as `datasets` types them (pandas'
+    inference: an integer column is integers), since lm-evaluation-harness reads files
+    through `datasets`."""
 
     def __init__(self, data_files: Mapping[str, str], task_name: str):
         if not data_files:
@@ -264,8 +295,9 @@ class FileSource(RowSource):
         if path.is_dir():
             return list(_load_from_disk(str(path)))
         if path.suffix == ".csv":
-            with path.open(newline="", encoding="utf-8") as f:
-                return list(csv.DictReader(f))
+            rows = read_csv(path)
+            self._lines[split] = csv_record_lines(path)[: len(rows)]
+            return rows
         if path.suffix == ".parquet":
             import pyarrow.parquet
 
