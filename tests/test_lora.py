@@ -404,6 +404,11 @@ def test_an_adapter_run_resumes_on_another_device_count_and_refuses_another_base
     with pytest.raises(Exception, match="its adapter was trained on another base"):
         run_training(other_base)
     assert not complete_checkpoints(other_base.work_dir)
+    from .training import engine, job
+
+    whole = job(tmp_path / "whole", engine_block=engine("catwalk::fairscale"), resume_from=halfway)
+    with pytest.raises(Exception, match="holds an adapter, but this run trains the whole model"):
+        run_training(whole)
 
 
 # --- Sweeps ---------------------------------------------------------------------------------

@@ -56,9 +56,14 @@ def base_identity(model: torch.nn.Module) -> dict[str, Any] | None:
 
 
 def base_problem(checkpoint: Path, recorded: Any, current: dict[str, Any] | None) -> str | None:
-    """Why the checkpoint's adapter does not belong on this run's base, or None."""
-    if recorded is None or current is None or recorded == current:
+    """Why the checkpoint's weights do not belong to this run's model (an adapter onto another
+    base, an adapter into a run that trains the whole model or the other way round), or None."""
+    if recorded == current:
         return None
+    if current is None:
+        return f"{checkpoint}: holds an adapter, but this run trains the whole model"
+    if recorded is None:
+        return f"{checkpoint}: holds a whole model, but this run trains an adapter on its base"
     then, now = recorded.get("spec") or {}, current.get("spec") or {}
     if then != now:
         differ = [key for key in sorted({*then, *now}) if then.get(key) != now.get(key)]
