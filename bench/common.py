@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
+import time
 from pathlib import Path
 
 import torch
@@ -124,6 +126,28 @@ def read_status_kib(field: str) -> int:
 def reset_peak_rss() -> None:
     """Linux: writing 5 to clear_refs resets the RSS high-water mark (VmHWM)."""
     Path("/proc/self/clear_refs").write_text("5")
+
+
+def timed_steps(engine, batch: dict, warmup: int, steps: int, around=None) -> float:
+    """Seconds of `steps` training steps on `batch` (every rank together), after `warmup`
+    untimed ones and with the peak RSS reset between, so construction and warm-up stay out of
+    the peak. `around`: a context the timed steps run in (a profiler)."""
+
+    def train_step() -> None:
+        loss, _ = engine.forward_train(batch, 0, 1)
+        engine.backward(loss)
+        engine.step()
+
+    for _ in range(warmup):
+        train_step()
+    torch.distributed.barrier()
+    reset_peak_rss()
+    start = time.perf_counter()
+    with around if around is not None else contextlib.nullcontext():
+        for _ in range(steps):
+            train_step()
+        torch.distributed.barrier()
+    return time.perf_counter() - start
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:

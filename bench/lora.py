@@ -48,8 +48,8 @@ from common import (  # noqa: E402
     machine,
     model_state_bytes,
     read_status_kib,
-    reset_peak_rss,
     spawn_ranks,
+    timed_steps,
     write_results,
 )
 from memory_throughput import make_batch  # noqa: E402
@@ -108,20 +108,7 @@ def worker(rank: int, world_size: int, size: str, name: str, args, out: Path) ->
     trainable, parameters = parameter_counts(lazy_model)
     batch = make_batch(rank, args.batch, args.length)
 
-    def train_step() -> None:
-        loss, _ = engine.forward_train(batch, 0, 1)
-        engine.backward(loss)
-        engine.step()
-
-    for _ in range(args.warmup):
-        train_step()
-    torch.distributed.barrier()
-    reset_peak_rss()
-    start = time.perf_counter()
-    for _ in range(args.steps):
-        train_step()
-    torch.distributed.barrier()
-    seconds = time.perf_counter() - start
+    seconds = timed_steps(engine, batch, args.warmup, args.steps)
     tokens = int(batch["attention_mask"][batch["choice_index"] == 0].sum()) * args.steps
     result = {
         "rank": rank,

@@ -30,7 +30,6 @@ import json
 import os
 import resource
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -45,8 +44,8 @@ from common import (  # noqa: E402
     machine,
     model_state_bytes,
     read_status_kib,
-    reset_peak_rss,
     spawn_ranks,
+    timed_steps,
     write_results,
 )
 
@@ -161,21 +160,8 @@ def worker(rank: int, world_size: int, variant: dict, args: argparse.Namespace, 
     parameters = sum(p.numel() for p in lazy_model.construct().parameters())
     batch = make_batch(rank, args.batch, args.length)
 
-    def train_step() -> None:
-        loss, _ = engine.forward_train(batch, 0, 1)
-        engine.backward(loss)
-        engine.step()
-
-    for _ in range(args.warmup):
-        train_step()
-    torch.distributed.barrier()
-    reset_peak_rss()
-    start = time.perf_counter()
-    with profiled(args.profile and rank == 0, out / "profile.txt"):
-        for _ in range(args.steps):
-            train_step()
-        torch.distributed.barrier()
-    seconds = time.perf_counter() - start
+    profile = profiled(args.profile and rank == 0, out / "profile.txt")
+    seconds = timed_steps(engine, batch, args.warmup, args.steps, around=profile)
     tokens = int(batch["attention_mask"][batch["choice_index"] == 0].sum()) * args.steps
     result = {
         "rank": rank,
