@@ -86,17 +86,11 @@ def model_spec(size: str, mode: str) -> dict:
     return spec
 
 
-def parameter_counts(lazy_model) -> tuple[int, int]:
-    """(trainable, all) parameters of the whole model, from a skeleton (no weights drawn)."""
-    skeleton = lazy_model.construct(skeleton=True)
-    trainable = sum(p.numel() for p in skeleton.parameters() if p.requires_grad)
-    return trainable, sum(p.numel() for p in skeleton.parameters())
-
-
 def worker(rank: int, world_size: int, size: str, name: str, args, out: Path) -> None:
     from tango.integrations.torch import TrainingEngine
 
     import catwalk_steps  # noqa: F401  (registers the engines)
+    from catwalk_steps.adapters.lora import parameter_counts
 
     engine_name, mode = VARIANTS[name]
     variant = ENGINES[engine_name]
@@ -105,7 +99,8 @@ def worker(rank: int, world_size: int, size: str, name: str, args, out: Path) ->
     engine = TrainingEngine.by_name(variant["engine"])(
         config, lazy_model, optimizer, **engine_params
     )
-    trainable, parameters = parameter_counts(lazy_model)
+    # Of the whole model, from a skeleton (no weights drawn).
+    trainable, parameters = parameter_counts(lazy_model.construct(skeleton=True))
     batch = make_batch(rank, args.batch, args.length)
 
     seconds = timed_steps(engine, batch, args.warmup, args.steps)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from ..module_names import matches_per_pattern, replace_module
+from ..module_names import matches_per_pattern
 from .spec import LoraSpec
 
 ADAPTER_NAME = "default"  # peft's name for a model's one adapter
@@ -170,24 +170,10 @@ def base_name(name: str) -> str:
     return name.replace(".base_layer.", ".")
 
 
-def merge(lm: torch.nn.Module) -> None:
-    """Folds every adapter into its base layer (`W + (alpha / r) B A`) and puts the base layer
-    back in its place: `lm` is then the plain Hugging Face model, as transformers loads it."""
-    from peft.tuners.lora import LoraLayer
-
-    layers = [(n, m) for n, m in lm.named_modules() if isinstance(m, LoraLayer)]
-    for name, layer in layers:
-        layer.merge()
-        replace_module(lm, name, layer.get_base_layer())
-    if hasattr(lm, "peft_config"):
-        del lm.peft_config
-    for parameter in lm.parameters():
-        parameter.requires_grad_(True)
-
-
 def merged_state(lm: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The state dict of the merged model (as :func:`merge` leaves it), computed beside the
-    model, which keeps its adapters: each adapted weight plus its layer's delta (peft's
+    """The state dict of the merged model (each adapter folded into its base layer, the plain
+    Hugging Face model as transformers loads it), computed beside the model, which keeps its
+    adapters: each adapted weight plus its layer's delta (peft's
     `get_delta_weight`: `(alpha / r) B A`, in the weight's own layout), every other weight as
     it is, under the names the model has without adapters."""
     from peft.tuners.lora import LoraLayer
@@ -205,11 +191,6 @@ def merged_state(lm: torch.nn.Module) -> dict[str, torch.Tensor]:
             tensor = tensor + deltas[name].to(tensor.dtype)
         state[base_name(name)] = tensor
     return state
-
-
-def adapter_state(lm: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The adapters' weights, as the model names them."""
-    return {n: p.detach() for n, p in lm.named_parameters() if is_adapter_weight(n)}
 
 
 def parameter_counts(model: torch.nn.Module) -> tuple[int, int]:

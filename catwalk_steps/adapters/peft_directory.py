@@ -18,7 +18,6 @@ from .lora import ADAPTER_NAME
 
 ADAPTER_DIR = "adapter"  # in a trained model's directory, beside the merged weights
 WEIGHTS_FILE = "adapter_model.safetensors"
-CONFIG_FILE = "adapter_config.json"
 PREFIX = "base_model.model."  # a PeftModel's name for the model it wraps
 
 

@@ -90,14 +90,6 @@ class LoraSpec:
             config["target_modules"] = list(self.target_modules)
         return config
 
-    @property
-    def scaling(self) -> float:
-        return self.alpha / self.r
-
-    def describe(self) -> str:
-        """`LoRA r=8 alpha=16`, for log lines and reports."""
-        return f"LoRA r={self.r} alpha={self.alpha:g}"
-
 
 def parse_adapter(block: Any, field: str = "model.adapter") -> LoraSpec | None:
     return None if block is None else LoraSpec.parse(block, field)

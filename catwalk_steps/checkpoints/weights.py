@@ -17,6 +17,7 @@ import torch
 from ..adapters.lora import is_adapter_weight
 from ..files import write_json_atomic
 from ..scoring.rank_classifier import RankClassifier
+from .base_identity import classifier_in
 from .dcp_metadata import whole_state
 from .layout import (
     DCP_MODEL_DIR,
@@ -94,17 +95,20 @@ def write_model_info(
     objective: str,
     history: dict | None,
     run_card: dict | None = None,
-    adapter: RankClassifier | None = None,
+    model: RankClassifier | None = None,
 ) -> None:
     """`catwalk_model.json`: what a Hugging Face directory does not say about a rank classifier
     (its training objective), the run's metric history and its run card (None before training);
     beside an adapter's checkpoints, the adapter and the base it trains on (`base`: the model
     block without the adapter), from which exporting rebuilds the model."""
-    info: dict[str, Any] = {"objective": objective, "metrics_history": history}
-    info["run_card"] = run_card
-    if adapter is not None and adapter.adapter is not None:
-        info["adapter"] = adapter.adapter.as_config()
-        info["base"] = adapter.base_spec
+    info: dict[str, Any] = {
+        "objective": objective,
+        "metrics_history": history,
+        "run_card": run_card,
+    }
+    if model is not None and model.adapter is not None:
+        info["adapter"] = model.adapter.as_config()
+        info["base"] = model.base_spec
     write_json_atomic(Path(directory) / MODEL_INFO, info)
 
 
@@ -115,14 +119,14 @@ def read_model_info(directory: Path) -> dict[str, Any]:
 def write_model_files(model: torch.nn.Module, work_dir: Path) -> None:
     """The rank classifier's config, tokenizer and objective, beside the checkpoints (rank 0,
     when training starts), so that exporting needs neither the hub nor the experiment file."""
-    classifier = next((m for m in model.modules() if isinstance(m, RankClassifier)), None)
+    classifier = classifier_in(model)
     if classifier is None:
         return  # not a rank classifier: checkpoints still resume, export is not offered
     directory = checkpoints_root(work_dir) / MODEL_FILES
     directory.mkdir(parents=True, exist_ok=True)
     classifier.lm.config.save_pretrained(directory)
     classifier.tokenizer.save_pretrained(directory)
-    write_model_info(directory, classifier.objective, None, adapter=classifier)
+    write_model_info(directory, classifier.objective, None, model=classifier)
 
 
 def checkpoint_history(checkpoint: Path) -> dict[str, Any] | None:

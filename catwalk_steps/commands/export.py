@@ -13,7 +13,6 @@ trained step's result is: the merged model, with the peft adapter directory in `
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..checkpoints import model_from_checkpoint, resolve_checkpoint
 from ..checkpoints.layout import MODEL_FILES, MODEL_INFO
+from ..checkpoints.weights import read_model_info
 from ..errors import command_line
 from ..files import unwritable
 from ..workspace.formats import HFModelFormat
@@ -59,8 +59,8 @@ def export_checkpoint(
 
 def adapter_run(checkpoint: Path) -> bool:
     """Whether the checkpoint's run trained an adapter (its model files say; read as JSON)."""
-    info = checkpoint.parent / MODEL_FILES / MODEL_INFO
-    return info.is_file() and json.loads(info.read_text()).get("adapter") is not None
+    files = checkpoint.parent / MODEL_FILES
+    return (files / MODEL_INFO).is_file() and read_model_info(files).get("adapter") is not None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,16 +110,8 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
     def check_model(
         cls, model: torch.nn.Module, inner: list[str] | None, recomputes: bool, key: str
     ) -> None:
-        """A model that trains an adapter: its layers become units of their own (FairScale
-        flattens each unit into one parameter, all trained or all frozen), which FairScale
-        cannot recompute inside a block's recomputation."""
-        adapters = trainable_units(model)
-        if not adapters:
-            return
-        if inner is not None:
-            check_uniform_units(model, [*adapters, *inner], f"{key}.modules_to_wrap")
-        if recomputes:
-            raise ConfigurationError(ADAPTER_RECOMPUTATION)
+        """The units it would wrap (:func:`arranged_units`), refused before any step runs."""
+        arranged_units(model, inner or [], recomputes, key)
 
     def before_model(self, train_config: TrainConfig) -> None:
         # Before any FSDP unit exists: where units compute, and the CPU layer on CPU workers.
@@ -148,13 +140,7 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
         # them: the model's blocks are then not wrapped a second time.
         wrapped_by_model_block = self.modules_to_wrap is None and has_fsdp_units(model)
         names = [] if wrapped_by_model_block else self.inner_modules(model)
-        # Adapters train and their base stays frozen: FairScale flattens each unit's parameters
-        # into one, so each adapter layer becomes a unit of its own, inside its block's.
-        adapters = [n for n in trainable_units(model) if n not in names]
-        if adapters and self.activation_checkpointing:
-            raise ConfigurationError(ADAPTER_RECOMPUTATION)
-        names = [*adapters, *names]
-        check_uniform_units(model, names, "training_engine.modules_to_wrap")
+        names = arranged_units(model, names, self.activation_checkpointing, "training_engine")
         wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
         return FSDP(model, **self.fsdp_kwargs())
 
@@ -179,6 +165,21 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
     def load_full_optimizer_state(self, state: dict) -> None:
         initialize_fsdp_units(self.model)
         self.optimizer.load_state_dict(self.model.get_shard_from_optim_state_dict(state))
+
+
+def arranged_units(
+    model: torch.nn.Module, inner: list[str], recomputes: bool, key: str
+) -> list[str]:
+    """The inner units FairScale wraps, deepest first: `inner` and, in a model that trains an
+    adapter, each adapter layer as a unit of its own inside its block's (FairScale flattens a
+    unit's parameters into one, all trained or all frozen; every unit is checked). FairScale
+    cannot recompute a block holding such units: with `recomputes`, refused in one line."""
+    adapters = [name for name in trainable_units(model) if name not in inner]
+    if adapters and recomputes:
+        raise ConfigurationError(ADAPTER_RECOMPUTATION)
+    units = [*adapters, *inner]
+    check_uniform_units(model, units, f"{key}.modules_to_wrap")
+    return units
 
 
 @contextlib.contextmanager

@@ -107,7 +107,7 @@ class RankClassifier(Model):
         self.metrics_history = None
         self.run_card = None
         self.adapter = parse_adapter(adapter)
-        self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed, adapter)
+        self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed, self.adapter)
         check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
@@ -199,7 +199,7 @@ class RankClassifier(Model):
         """The parameters training updates: the adapter's, else the whole model's."""
         from ..adapters.lora import parameter_counts
 
-        return parameter_counts(self)[0] if self.adapter is not None else parameter_counts(self)[1]
+        return parameter_counts(self)[0]
 
     def score_sequences(
         self,
