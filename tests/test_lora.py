@@ -128,7 +128,7 @@ def test_the_merged_model_is_the_adapter_model():
     ids = torch.randint(0, 250, (3, 16))
     with torch.no_grad():
         difference = (merged.lm(ids).logits - adapted.lm(ids).logits).abs().max()
-    assert 0 < difference < 1e-5 or difference == 0
+    assert difference < 1e-5
 
 
 def test_an_adapter_weight_is_drawn_alone_as_every_rank_draws_it():
