@@ -147,7 +147,10 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         kwargs = self.fully_shard_kwargs()
         for name in self.inner_modules(skeleton):  # deepest first
             fully_shard(skeleton.get_submodule(name), **kwargs)
-        fully_shard(skeleton, **kwargs)
+        # The root is never resharded after its forward: the backward starts by gathering it
+        # again, a second all-gather of the largest unit (embeddings, a tied LM head) whose
+        # buffers were the training peak (FSDP2's own default for a root left unset).
+        fully_shard(skeleton, **{**kwargs, "reshard_after_forward": False})
         # Offloaded shards live in CPU memory; FSDP2 moves them to the device for compute.
         skeleton.to_empty(device="cpu" if self.offload else self.device)
         materialise(skeleton, model, self.device)
