@@ -156,6 +156,15 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         materialise(skeleton, model, self.device)
         return skeleton
 
+    def forward_eval(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """An evaluation forward has no backward to reshard the root (see `_construct_model`):
+        it is resharded here, so the model holds its sharded parameters again (what the
+        optimizer and the checkpoints refer to)."""
+        try:
+            return super().forward_eval(batch)
+        finally:
+            self.model.reshard()
+
     # --- Checkpoints: sharded DCP directories -----------------------------------------------
 
     def state_options(self) -> Any:
