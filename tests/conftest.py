@@ -113,6 +113,7 @@ def run_tango(
     timeout: int = 600,
     extra: tuple[str, ...] = (),
     fresh: bool = False,
+    env: dict | None = None,
 ) -> str:
     """Runs `tango run` as a user would and returns its output; fails the test on error.
 
@@ -122,7 +123,7 @@ def run_tango(
     from . import commands
 
     command = tango_command(experiment, workspace, name, overrides, *extra)
-    done = commands.run(command, timeout, fresh=fresh)
+    done = commands.run(command, timeout, env=env, fresh=fresh)
     output = done.stdout + done.stderr
     if done.returncode != 0:
         raise AssertionError(f"tango run failed ({done.returncode}):\n{output[-6000:]}")

@@ -150,3 +150,19 @@ def test_two_jobs_on_one_workspace_share_steps_and_the_whole_sweep_then_trains_n
     output = run_tango(SWEEP, workspace, "whole", extra=("--ext-var", "seeds=1"))
     assert trained_dirs(workspace) == before
     assert 'Starting step "trained' not in output
+
+
+def test_parallel_slots_compute_what_one_process_computes(sweep_run, tmp_path):
+    """`--parallelism 2` in a fresh workspace: every step computed by the warm slots gives the
+    sequential run's metrics, and each trained model is evaluated in the slot that trained it
+    (only the two untrained models are loaded)."""
+    workspace, _ = sweep_run
+    output = run_tango(SWEEP, tmp_path / "ws", "parallel", extra=("--parallelism", "2"))
+    for cell in CELLS:
+        step = f"eval_trained,{cell}"
+        here = read_json(step_result(tmp_path / "ws", "parallel", step) / "data.json")
+        there = read_json(step_result(workspace, "first", step) / "data.json")
+        assert reproducible(here) == reproducible(there), step
+    loaded = [line for line in output.splitlines() if "Loaded model" in line]
+    assert len(loaded) == 2 and all("eval_untrained" in line for line in loaded), loaded
+    assert "lr=0.003" in output and "±" in output  # the report, printed by the parent

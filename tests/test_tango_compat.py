@@ -213,13 +213,15 @@ def test_lazy_still_keeps_its_config_where_we_read_it():
 
 
 def test_the_executor_still_has_what_catwalk_executor_uses(tmp_path):
-    """tango_fixes/executor.py: the executor tango.yml names, its attributes, and the multicore
-    executor it hands `--parallelism` to."""
+    """tango_fixes/executor.py and parallel/: the executor tango.yml names, its attributes, and
+    what the slots of `--parallelism` call (a graph written with its unique ids and read back,
+    one step executed, a child's prefixed logging)."""
     import inspect
 
     from tango.common import Params
+    from tango.common.logging import initialize_prefix_logging
     from tango.executor import Executor
-    from tango.executors import MulticoreExecutor
+    from tango.step_graph import StepGraph
 
     from catwalk_steps.tango_fixes.executor import CatwalkExecutor
     from catwalk_steps.workspace.shared import SharedLocalWorkspace
@@ -235,12 +237,12 @@ def test_the_executor_still_has_what_catwalk_executor_uses(tmp_path):
         "step_graph",
         "run_name",
     ]
-    assert list(inspect.signature(MulticoreExecutor.__init__).parameters)[:4] == [
-        "self",
-        "workspace",
-        "include_package",
-        "parallelism",
-    ]
+    assert list(inspect.signature(Executor.execute_step).parameters) == ["self", "step"]
+    assert "include_unique_id" in inspect.signature(StepGraph.to_file).parameters
+    assert "filename" in inspect.signature(StepGraph.from_file).parameters
+    assert {"prefix", "main_process"} <= set(
+        inspect.signature(initialize_prefix_logging).parameters
+    )
 
 
 def test_tangos_messages_are_still_the_ones_we_parse():

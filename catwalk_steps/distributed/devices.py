@@ -8,13 +8,20 @@ and the batches of those processes all live on the CPU.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..console import announce
 from ..errors import whole
+from .lease import leased, simulated_gpus
+
+logger = logging.getLogger(__name__)
 
 DEVICE_KINDS = ("cpu", "cuda")
 
@@ -132,3 +139,54 @@ def evaluation_device(
             )
         return torch.device("cuda", index)
     return device
+
+
+def gpu_names(count: int) -> tuple[str, ...]:
+    """Lease names of the visible GPUs, by what `CUDA_VISIBLE_DEVICES` says they are on the
+    node (an index or a UUID), so runs that see the GPUs differently lease the same devices."""
+    entries = [e.strip() for e in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    return tuple(
+        f"gpu-{entries[i] if i < len(entries) and entries[i] else i}" for i in range(count)
+    )
+
+
+@contextlib.contextmanager
+def held_plan(plan: DevicePlan, holder: str) -> Iterator[DevicePlan]:
+    """The plan on GPUs this process holds while the block runs (:mod:`.lease`): steps side by
+    side never share one. CPU workers hold nothing, unless GPUs are simulated."""
+    if plan.device_type == "cuda":
+        names = gpu_names(visible_gpu_count())
+        with leased(plan.count, names, holder) as indices:
+            yield replace(plan, devices=indices)
+        return
+    simulated = simulated_gpus()
+    if simulated is None:
+        yield plan
+        return
+    names = tuple(f"simulated-gpu-{i}" for i in range(simulated))
+    with leased(plan.count, names, holder) as indices:
+        announce(logger, "%s holds simulated GPUs %s", holder, ", ".join(map(str, indices)))
+        yield plan
+
+
+@contextlib.contextmanager
+def held_device(device: torch.device, requested: str | None, holder: str) -> Iterator[torch.device]:
+    """One process's device (:func:`evaluation_device`) held while the block runs: a GPU asked
+    for by index is waited for; otherwise any free GPU is taken."""
+    if device.type != "cuda":
+        simulated = None if requested == "cpu" else simulated_gpus()
+        if simulated is None:
+            yield device
+            return
+        names = tuple(f"simulated-gpu-{i}" for i in range(simulated))
+        with leased(1, names, holder) as (index,):
+            announce(logger, "%s holds simulated GPU %d", holder, index)
+            yield device
+        return
+    names = gpu_names(visible_gpu_count())
+    if requested is not None and torch.device(requested).index is not None:
+        with leased(1, names[device.index : device.index + 1], holder):
+            yield device
+        return
+    with leased(1, names, holder) as (index,):
+        yield torch.device("cuda", index)

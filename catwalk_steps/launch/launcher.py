@@ -46,6 +46,7 @@ from typing import Any
 
 import torch.multiprocessing as torch_mp
 
+from ..distributed.devices import held_plan
 from ..distributed.groups import destroy_process_group_if_initialized
 from ..distributed.rendezvous import private_store_file, start_store
 from ..errors import one_line_error, rebuilt
@@ -100,8 +101,15 @@ def run_training(job: TrainingJob, node_rank: int = 0) -> None:
 
 def run_job(job: Any, work: Work, node_rank: int = 0) -> None:
     """`work(job, rank, local_rank)` on each of this node's workers, or here when the job has
-    one worker in all (as Tango trains); returns when every worker has finished."""
+    one worker in all (as Tango trains); returns when every worker has finished. This node's
+    GPUs for the job are held until then (:func:`~catwalk_steps.distributed.devices.held_plan`):
+    steps running side by side never share one."""
     job.work_dir.mkdir(parents=True, exist_ok=True)
+    with held_plan(job.devices, f"step {job.step_name}") as devices:
+        run_on_devices(replace(job, devices=devices), work, node_rank)
+
+
+def run_on_devices(job: Any, work: Work, node_rank: int) -> None:
     if job.world_size == 1:
         try:
             work(job, 0, 0)

@@ -27,6 +27,10 @@ from ..errors import first_line, one_line_error
 from ..training.job import TrainingJob, train_config_for
 from ..training.loop import Trainer
 
+# Set in a warm slot of `--parallelism` (:mod:`catwalk_steps.parallel.slot`): its workers fork
+# from a server that outlives one step, so they name their job's step in their log prefix.
+SLOT_ENV = "CATWALK_SLOT"
+
 # What a worker does once it has joined the process group: `work(job, rank, local_rank)`, a
 # module-level function (the fork server receives it by name).
 Work = Callable[[Any, int, int], None]
@@ -107,7 +111,7 @@ def _alive(pid: int) -> bool:
 
 
 def prepare_worker(job: Any, rank: int) -> None:
-    from tango.common.logging import initialize_worker_logging
+    from tango.common.logging import initialize_prefix_logging, initialize_worker_logging
     from tango.common.util import import_extra_module
     from tqdm import tqdm
 
@@ -118,7 +122,10 @@ def prepare_worker(job: Any, rank: int) -> None:
     for package in job.include_package:
         import_extra_module(package)
     try:
-        initialize_worker_logging(rank)  # records go to `tango run`'s log server
+        if os.environ.get(SLOT_ENV):  # a warm slot's fork server: it has no step's prefix
+            initialize_prefix_logging(prefix=f"step {job.step_name} rank {rank}")
+        else:
+            initialize_worker_logging(rank)  # records go to `tango run`'s log server
     except ValueError:  # started outside `tango run` (tests, notebooks): log here
         logging.basicConfig(level=logging.WARNING, format=f"rank {rank}: %(message)s")
 

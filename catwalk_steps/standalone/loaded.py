@@ -66,6 +66,11 @@ def held_model(key: str) -> Any:
     return _held.model if _held.key == key else None
 
 
+def held_model_key() -> str | None:
+    """The key of the model this process holds, if any."""
+    return _held.key
+
+
 def release_model() -> None:
     """Drops the held model and frees its memory (once no one else refers to it)."""
     if _held.model is None:

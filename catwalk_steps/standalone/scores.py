@@ -14,7 +14,7 @@ from tango.integrations.torch import TrainingEngine
 from ..checks.start_warnings import training_warnings
 from ..components import lazy_params
 from ..console import announce
-from ..distributed.devices import evaluation_device, plan_devices
+from ..distributed.devices import evaluation_device, held_device, plan_devices
 from ..kinds import kind_of
 from ..launch import run_job
 from ..scoring.choices import max_length_of, model_max_length
@@ -38,14 +38,15 @@ def evaluation_scores(
     `step` gives the workers a work directory and a name (a `catwalk::evaluate` step)."""
     precision = Precision.parse(settings.precision, "evaluate.precision")
     if settings.here:
-        where = evaluation_device(settings.device, field="evaluate.device")
-        precision.check_device(where.type, "evaluate.precision")
-        model = source.load()
-        model.to(where)
-        length = settings.max_length or model_max_length(model)
-        options = {"batch_size": settings.batch_size, "max_length": length, "device": where}
-        options.update(precision=precision, progress=True)
-        return kind_of(instances).answers(model, instances, options), length
+        device = evaluation_device(settings.device, field="evaluate.device")
+        precision.check_device(device.type, "evaluate.precision")
+        with held_device(device, settings.device, f"step {step.name}") as where:
+            model = source.load()
+            model.to(where)
+            length = settings.max_length or model_max_length(model)
+            options = {"batch_size": settings.batch_size, "max_length": length, "device": where}
+            options.update(precision=precision, progress=True)
+            return kind_of(instances).answers(model, instances, options), length
     job = evaluation_job(source, instances, settings, step)
     precision.check_device(job.devices.device_type, "evaluate.precision")
     notes = [job.devices.note] if job.devices.note else []

@@ -11,6 +11,7 @@ from tango import Step
 from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
+from tango.step import StepResources
 
 from ..checks.evaluation import check_evaluate_step
 from ..engines.settings import EVALUATION_DEFAULTS as DEFAULTS
@@ -91,6 +92,11 @@ class Evaluate(Step[dict]):
         splits = loaded_splits(kwargs.get("dataset_dict"))
         check_evaluate_step(kwargs, configured_model_of(kwargs.get("model")), splits)
         return kwargs
+
+    @property
+    def resources(self) -> StepResources:
+        """The devices its workers take (a device or a GPU lease each: `--parallelism`)."""
+        return self.step_resources or StepResources(gpu_count=self.kwargs.get("device_count", 1))
 
     def model_key(self) -> str:
         """Which model the step scores, for running the steps of one model together."""

@@ -4,8 +4,8 @@ around them (Tango 1.3.2 has no other seam for it).
 - The evaluations of one model run one after another (:func:`execution_order`), so that the
   process's one loaded model (:mod:`catwalk_steps.standalone.loaded`) serves them all: a suite
   loads each model once. Without `--parallelism` steps run in this process, as Tango's default
-  executor runs them; with `--parallelism N` Tango's multicore executor runs each in a process
-  of its own.
+  executor runs them; with `--parallelism N` in N warm slot processes
+  (:mod:`catwalk_steps.parallel`), a model's evaluations in the slot that holds it.
 - The run's reports are printed once it is over, cached or not, also with `--parallelism`, in
   this process: Tango calls a step's `ensure_result` in whichever process runs it, and does not
   touch a cached step at all, so a table printed by the step would appear only sometimes.
@@ -23,7 +23,6 @@ from typing import Any
 
 from tango import Step
 from tango.executor import Executor
-from tango.executors import MulticoreExecutor
 from tango.step_graph import StepGraph
 
 from ..reports import ReportFormat, print_report
@@ -37,9 +36,10 @@ class CatwalkExecutor(Executor):
     def execute_step_graph(self, step_graph: StepGraph, run_name: str | None = None) -> Any:
         install_sigterm_as_interrupt()
         try:
-            if self.parallelism:
-                parallel = MulticoreExecutor(self.workspace, self.include_package, self.parallelism)
-                return parallel.execute_step_graph(step_graph, run_name)
+            if self.parallelism is not None and self.parallelism != 1:  # -1: a slot per core
+                from ..parallel.scheduler import ParallelRun
+
+                return ParallelRun(self, step_graph, run_name).execute()
             ordered = {step.name: step for step in execution_order(step_graph.values())}
             return super().execute_step_graph(StepGraph(ordered), run_name)
         finally:

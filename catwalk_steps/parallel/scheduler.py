@@ -1,0 +1,230 @@
+"""`tango run --parallelism N`: the step graph run by N warm slots (:mod:`.slot`).
+
+What Tango 1.3.2's multicore executor did, measured on `sweep_demo` (4 cells, 2 cores): a fresh
+`tango` process per step, each importing torch, transformers and Tango and building the graph
+again, and its model loaded again; between them the parent re-read every step's state from the
+workspace in a loop without pause, a core's worth of CPU taken from the cells. The sweep took
+4x as long as without `--parallelism`.
+
+Here the parent starts at most N slots once, sends each a step whose dependencies are done,
+and sleeps until a slot reports. A ready evaluation goes to the slot that holds its model (the
+slot that trained it, or scored it last), so a model is loaded once. On CPU the cores are split
+between the slots (threads per slot, :func:`.sizing.slot_threads`); GPUs are leased by the steps
+themselves (:mod:`catwalk_steps.distributed.lease`). A slot that dies fails its step; another
+slot is started for the steps left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+from tempfile import NamedTemporaryFile
+from typing import Any
+
+from tango import Step
+from tango.executor import ExecutionMetadata, ExecutorOutput
+from tango.step_graph import StepGraph
+from tango.step_info import StepState
+
+from ..distributed.devices import usable_cores
+from .sizing import crowding_line, slot_threads
+
+logger = logging.getLogger(__name__)
+STOP_GRACE_S = 10.0
+
+
+class Slot:
+    """A slot process and the two pipes to it."""
+
+    def __init__(self, number: int, command: list[str], env: dict[str, str]):
+        from_parent, to_slot = os.pipe()
+        from_slot, to_parent = os.pipe()
+        self.number = number
+        self.process = subprocess.Popen(
+            [*command, "--read-fd", str(from_parent), "--write-fd", str(to_parent)],
+            pass_fds=(from_parent, to_parent),
+            env=env,
+        )
+        os.close(from_parent)
+        os.close(to_parent)
+        self.outbox = os.fdopen(to_slot, "w")
+        self.inbox = os.fdopen(from_slot, "r")
+        self.ready = False
+        self.step: str | None = None  # running now
+        self.model: str | None = None  # the key of the model it holds
+
+    def send(self, step: str) -> None:
+        self.step = step
+        self.outbox.write(json.dumps({"run": step}) + "\n")
+        self.outbox.flush()
+
+    def receive(self) -> dict[str, Any] | None:
+        """The slot's next message; None when it has gone (or said something not ours)."""
+        line = self.inbox.readline()
+        try:
+            message = json.loads(line) if line else None
+        except ValueError:
+            message = None
+        return message if isinstance(message, dict) else None
+
+    def stop(self) -> None:
+        """Closes its pipe (it exits when idle); SIGTERM if it is running a step; waits."""
+        for channel in (self.outbox, self.inbox):
+            with contextlib.suppress(OSError):  # the slot died with a write pending
+                channel.close()
+        if self.step is not None and self.process.poll() is None:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def steps_to_run(graph: StepGraph, workspace: Any) -> tuple[list[Step], list[Step]]:
+    """(the steps to run, in order; the steps found in the cache), as Tango decides them: a
+    cacheable step not completed, and an uncacheable step that no other step consumes."""
+    from ..tango_fixes.executor import execution_order
+
+    leaves = graph.uncacheable_leaf_steps()
+    run, cached = [], []
+    for step in execution_order(graph.values()):
+        if not step.cache_results:
+            if step in leaves:
+                run.append(step)
+        elif workspace.step_info(step).state == StepState.COMPLETED:
+            cached.append(step)
+        else:
+            run.append(step)
+    return run, cached
+
+
+class ParallelRun:
+    """One run of a step graph by at most `parallelism` slots."""
+
+    def __init__(self, executor: Any, graph: StepGraph, run_name: str | None):
+        self.executor = executor
+        self.workspace = executor.workspace
+        self.graph = graph
+        self.run_name = run_name
+        self.pending, self.cached = steps_to_run(graph, self.workspace)
+        self.successful: dict[str, ExecutionMetadata] = {}
+        self.failed: dict[str, ExecutionMetadata] = {}
+        self.not_run: dict[str, ExecutionMetadata] = {}
+        self.slots: list[Slot] = []
+        self.started = 0
+
+    def execute(self) -> ExecutorOutput:
+        parallelism = int(self.executor.parallelism)
+        parallelism = parallelism if parallelism > 0 else usable_cores()  # Tango's -1
+        line = crowding_line(parallelism, self.pending)
+        if line:
+            logger.warning(line)
+        with NamedTemporaryFile(prefix="catwalk-graph-", suffix=".jsonnet") as graph_file:
+            self.graph.to_file(graph_file.name, include_unique_id=True)
+            command = self.slot_command(graph_file.name)
+            env = {**os.environ, "OMP_NUM_THREADS": str(slot_threads(parallelism))}
+            try:
+                while self.pending or self.busy():
+                    self.drop_unrunnable()
+                    while len(self.slots) < min(parallelism, len(self.pending) + self.busy()):
+                        self.started += 1
+                        self.slots.append(Slot(self.started, command, env))
+                    self.dispatch()
+                    if self.busy() or self.pending:
+                        self.wait()
+            finally:
+                for slot in self.slots:
+                    slot.stop()
+        for step in self.cached:
+            step.log_cache_hit()
+            self.successful[step.name] = self.metadata(step)
+        return ExecutorOutput(self.successful, self.failed, self.not_run)
+
+    def slot_command(self, graph_path: str) -> list[str]:
+        command = [sys.executable, "-m", "catwalk_steps.parallel.slot", "--graph", graph_path]
+        command += ["--workspace", self.workspace.url, "--parent", str(os.getpid())]
+        if self.run_name is not None:
+            command += ["--run-name", self.run_name]
+        for package in self.executor.include_package or []:
+            command += ["--include-package", package]
+        return command
+
+    def busy(self) -> int:
+        return sum(slot.step is not None for slot in self.slots)
+
+    def done(self, step: Step) -> bool:
+        return step.name in self.successful or step in self.cached or not step.cache_results
+
+    def drop_unrunnable(self) -> None:
+        """Steps after a failed one are not run (Tango's rule)."""
+        stopped = set(self.failed) | set(self.not_run)
+        for step in list(self.pending):
+            if any(dep.name in stopped for dep in step.recursive_dependencies):
+                self.pending.remove(step)
+                self.not_run[step.name] = ExecutionMetadata()
+
+    def ready(self) -> list[Step]:
+        return [s for s in self.pending if all(map(self.done, s.recursive_dependencies))]
+
+    def dispatch(self) -> None:
+        """Each idle slot gets a ready step: first one of the model it holds."""
+        for slot in self.slots:
+            if not slot.ready or slot.step is not None:
+                continue
+            ready = self.ready()
+            if not ready:
+                return
+            same_model = [s for s in ready if slot.model and model_key(s) == slot.model]
+            step = (same_model or ready)[0]
+            self.pending.remove(step)
+            slot.send(step.name)
+
+    def wait(self) -> None:
+        """Until some slot says something (a slot that died: its step failed, slot replaced)."""
+        readable, _, _ = select.select([slot.inbox for slot in self.slots], [], [])
+        for slot in [s for s in self.slots if s.inbox in readable]:
+            message = slot.receive()
+            if message is None:
+                self.lost(slot)
+            elif message.get("ready") is True:
+                slot.ready = True
+            elif message.get("finished") == slot.step:
+                self.finished(slot, bool(message.get("ok")), message.get("model"))
+            else:
+                self.lost(slot)
+
+    def finished(self, slot: Slot, ok: bool, model: Any) -> None:
+        step = self.graph[slot.step]
+        slot.step, slot.model = None, model if isinstance(model, str) else None
+        if ok:
+            self.successful[step.name] = self.metadata(step)
+        else:
+            self.failed[step.name] = ExecutionMetadata()
+
+    def lost(self, slot: Slot) -> None:
+        if slot.step is not None:
+            logger.error("step %s: its slot process ended while running it", slot.step)
+            self.failed[slot.step] = ExecutionMetadata()
+            slot.step = None
+        elif not slot.ready:  # the next would fail the same way: the run stops
+            logger.error("a --parallelism slot ended before it was ready (its log says why)")
+            self.failed.update((step.name, ExecutionMetadata()) for step in self.pending)
+            self.pending.clear()
+        slot.stop()
+        self.slots.remove(slot)
+
+    def metadata(self, step: Step) -> ExecutionMetadata:
+        if not step.cache_results:
+            return ExecutionMetadata()
+        return ExecutionMetadata(result_location=self.workspace.step_info(step).result_location)
+
+
+def model_key(step: Step) -> str | None:
+    key = getattr(step, "model_key", None)
+    return key() if callable(key) else None

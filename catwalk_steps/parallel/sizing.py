@@ -1,0 +1,64 @@
+"""How the steps of a `--parallelism N` run share the node: threads per slot on CPU, and one line
+at the start when N steps side by side want more devices than the node has."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ..distributed.devices import usable_cores, visible_gpu_count
+from ..distributed.lease import simulated_gpus
+
+
+def devices_of(step: Any) -> tuple[int, bool]:
+    """(local devices the step's workers take, whether it is asked to run on the CPU): Tango's
+    `StepResources.gpu_count`, which our training and evaluation steps set from
+    `device_count`; 0 for a step without devices."""
+    resources = getattr(step, "resources", None)
+    count = int(getattr(resources, "gpu_count", None) or 0)
+    return count, getattr(step, "kwargs", {}).get("device") == "cpu"
+
+
+def node_gpus() -> int:
+    """GPUs on this node that steps lease (simulated ones: :mod:`..distributed.lease`)."""
+    simulated = simulated_gpus()
+    return simulated if simulated is not None else visible_gpu_count()
+
+
+def slot_threads(parallelism: int) -> int:
+    """Torch threads per slot: the usable cores split between the slots (at most the
+    `OMP_NUM_THREADS` the user set), instead of every slot assuming all of them."""
+    share = max(1, usable_cores() // parallelism)
+    allowed = os.environ.get("OMP_NUM_THREADS", "")
+    return min(share, int(allowed)) if allowed.isdigit() and int(allowed) > 0 else share
+
+
+def crowding_line(parallelism: int, steps: Sequence[Any]) -> str | None:
+    """One line when `parallelism` steps side by side need more of the node than it has: on
+    GPUs, how many of the steps that take the most run at a time and how many wait for devices;
+    on CPU, that their processes share the cores. None when they fit."""
+    if parallelism < 2:
+        return None
+    gpus = node_gpus()
+    wanted = [devices_of(step) for step in steps]
+    on_gpus = [count for count, cpu in wanted if 0 < count <= gpus and not cpu]
+    if on_gpus:
+        largest = max(on_gpus)
+        biggest = on_gpus.count(largest)
+        at_once = min(parallelism, gpus // largest)
+        if parallelism * largest <= gpus or biggest <= at_once:
+            return None
+        return (
+            f"--parallelism {parallelism}: {biggest} steps take {largest} GPUs each and this "
+            f"node has {gpus}: {at_once} at a time, {biggest - at_once} waiting for devices"
+        )
+    on_cpu = [count for count, _ in wanted if count > 0]
+    cores = usable_cores()
+    if not on_cpu or parallelism * max(on_cpu) <= cores:
+        return None
+    return (
+        f"--parallelism {parallelism}: steps of up to {max(on_cpu)} CPU processes side by side "
+        f"on {cores} cores: they share the cores ({slot_threads(parallelism)} thread(s) per "
+        "slot)"
+    )

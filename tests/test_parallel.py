@@ -1,0 +1,186 @@
+"""`--parallelism N`: GPU leases that steps side by side never share (concurrent processes on
+simulated GPUs; a SIGKILLed holder frees its devices; a step that waits says so in one line),
+the line that says a node is too small for N steps, and a sweep run by warm slots."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, TANGO_ENV, run_tango
+
+pytestmark = [pytest.mark.slow]
+
+HOLDER = """
+import json, os, sys, time
+from catwalk_steps.distributed.lease import leased
+names = tuple(f"simulated-gpu-{i}" for i in range(int(sys.argv[1])))
+with leased(int(sys.argv[2]), names, sys.argv[3]) as indices:
+    start = time.monotonic()
+    print("held", flush=True)
+    time.sleep(float(sys.argv[4]))
+    end = time.monotonic()
+record = {"holder": sys.argv[3], "indices": indices, "start": start, "end": end}
+with open(sys.argv[5], "a") as log:
+    log.write(json.dumps(record) + "\\n")
+"""
+
+
+def holder(tmp_path: Path, total: int, count: int, name: str, hold_s: float) -> subprocess.Popen:
+    env = {**TANGO_ENV, "CATWALK_LEASE_DIR": str(tmp_path / "leases")}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            HOLDER,
+            str(total),
+            str(count),
+            name,
+            str(hold_s),
+            str(tmp_path / "held.jsonl"),
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_concurrent_holders_never_share_a_gpu(tmp_path):
+    processes = [holder(tmp_path, 4, 2, f"step cell{i}", 0.4) for i in range(6)]
+    errors = [p.communicate(timeout=60)[1] for p in processes]
+    assert all(p.returncode == 0 for p in processes), errors
+    held = [json.loads(line) for line in (tmp_path / "held.jsonl").read_text().splitlines()]
+    assert len(held) == 6
+    for a in held:
+        assert len(set(a["indices"])) == 2
+        for b in held:
+            overlap = a is not b and a["start"] < b["end"] and b["start"] < a["end"]
+            assert not (overlap and set(a["indices"]) & set(b["indices"])), (a, b)
+    # 6 steps of 2 on 4 GPUs: some waited, each saying so once, in one line.
+    waits = [e for e in errors if "waits for 2 of this node's 4 GPUs" in e]
+    assert waits
+    assert all(e.count("waits for") == 1 and "\n" not in e.strip() for e in waits), waits
+
+
+def test_a_killed_holder_frees_its_gpus(tmp_path):
+    first = holder(tmp_path, 2, 2, "step first", 600)
+    assert first.stdout.readline().strip() == "held"
+    second = holder(tmp_path, 2, 2, "step second", 0)
+    waiting = second.stderr.readline()  # once it waits for first's GPUs
+    assert waiting.startswith(
+        f"step second waits for 2 of this node's 2 GPUs (held: simulated-gpu-0 by pid {first.pid} "
+        "step first; simulated-gpu-1"
+    ), waiting
+    time.sleep(0.5)
+    assert second.poll() is None
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    out, _ = second.communicate(timeout=10)
+    assert second.returncode == 0 and out.strip() == "held"
+
+
+def test_a_lease_directory_others_can_write_is_refused(tmp_path, monkeypatch):
+    from tango.common.exceptions import ConfigurationError
+
+    from catwalk_steps.distributed.lease import lease_directory
+
+    shared = tmp_path / "leases"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setenv("CATWALK_LEASE_DIR", str(shared))
+    with pytest.raises(ConfigurationError, match="others can write to it"):
+        lease_directory()
+    shared.chmod(0o700)
+    assert lease_directory() == shared
+
+
+class Step:
+    def __init__(self, devices: int, device: str | None = None):
+        from tango.step import StepResources
+
+        self.resources = StepResources(gpu_count=devices)
+        self.kwargs = {"device": device} if device else {}
+
+
+def test_the_crowding_line_says_how_many_steps_wait(monkeypatch):
+    from catwalk_steps.parallel import sizing
+
+    monkeypatch.setenv("CATWALK_SIMULATED_GPUS", "4")
+    cells = [Step(2), Step(2), Step(2), Step(0)]
+    assert sizing.crowding_line(3, cells) == (
+        "--parallelism 3: 3 steps take 2 GPUs each and this node has 4: 2 at a time, 1 waiting "
+        "for devices"
+    )
+    assert sizing.crowding_line(2, cells) is None  # 2 x 2 GPUs fit
+    assert sizing.crowding_line(3, [Step(2, "cpu")] * 3) is not None  # CPU processes: cores
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 8)
+    assert sizing.crowding_line(3, [Step(2, "cpu")] * 3) is None
+    assert sizing.slot_threads(3) == 2
+
+
+def test_steps_side_by_side_wait_for_their_leased_gpus(tmp_path):
+    """Through `tango run --parallelism 2`: two cells of 2 processes on 2 simulated GPUs run one
+    after the other, the run says so at the start and the waiting step in one line each."""
+    env = {**TANGO_ENV, "CATWALK_SIMULATED_GPUS": "2", "CATWALK_LEASE_DIR": str(tmp_path / "l")}
+    fixture = REPO / "tests" / "fixtures" / "sweep_leased.jsonnet"
+    output = run_tango(fixture, tmp_path / "ws", "leased", extra=("--parallelism", "2"), env=env)
+    assert (
+        "--parallelism 2: 2 steps take 2 GPUs each and this node has 2: 1 at a time, 1 waiting "
+        "for devices" in output
+    )
+    waits = [line for line in output.splitlines() if "waits for 2 of this node's 2 GPUs" in line]
+    assert len(waits) == 1, output[-3000:]
+    assert output.count("holds simulated GPUs 0, 1") == 2
+
+
+def slot_processes(parent: int) -> list[int]:
+    """The pids of `tango run`'s slot processes (their command line names the parent)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"catwalk_steps.parallel.slot" in argv and str(parent).encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_slot_killed_mid_step_fails_that_step_and_the_rest_go_on(tmp_path):
+    from . import commands
+    from .conftest import tango_command
+
+    fixture = REPO / "tests" / "fixtures" / "sweep_slow_cells.jsonnet"
+    argv = tango_command(fixture, tmp_path / "ws", "killed", None, "--parallelism", "2")
+    run = commands.start(argv, tmp_path / "out")
+    deadline = time.monotonic() + 120
+    while run.output().count('Starting step "trained') < 2:
+        assert run.poll() is None and time.monotonic() < deadline, run.output()[-3000:]
+        time.sleep(0.2)
+    slots = slot_processes(run.pid)
+    assert len(slots) == 2
+    os.kill(slots[0], signal.SIGKILL)
+    assert run.wait(300) != 0
+    output = run.output()
+    lost = [line for line in output.splitlines() if "its slot process ended" in line]
+    assert len(lost) == 1, output[-3000:]
+    killed = lost[0].split("step ", 1)[1].split(":")[0]  # e.g. trained,seed=1
+    survivor = "trained,seed=2" if killed == "trained,seed=1" else "trained,seed=1"
+    assert f'Finished step "{survivor}"' in output
+    assert f'Finished step "eval_{survivor}"' in output
+    assert 'Finished step "eval_untrained' in output  # run by the slot left or a new one
+    # The killed step's lock died with it: the same command trains that cell alone.
+    again = run_tango(fixture, tmp_path / "ws", "again", extra=("--parallelism", "2"))
+    assert again.count('Starting step "trained') == 1
+    assert f'Starting step "{killed}"' in again
