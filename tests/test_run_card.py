@@ -72,6 +72,7 @@ CARD = {
     "config": {"type": "catwalk::train", "train_steps": 3},
     "world_size": 2,
     "devices": "2 CPU processes",
+    "cpu_threads": 1,
     "environment": {"versions": {"python": "3.11"}, "git": {}, "host": {}},
     "training": {"wall_time_s": 12.5, "s_per_step": 0.1},
     "trained": {"parameters": 136064, "trainable_parameters": 136064},
@@ -109,8 +110,8 @@ def test_the_report_shows_mean_tokens_per_s_peak_memory_and_the_run_card(tmp_pat
         "host None: None, None cores; no GPU."
     )
     run = (
-        "| trained | `TrainRankClassifier-002-abc` | all 136,064 parameters | 2 CPU processes | "
-        "as above | 2 | 12.5 |"
+        "| trained | `TrainRankClassifier-002-abc` | all 136,064 parameters | 2 CPU processes x "
+        "1 thread | as above | 2 | 12.5 |"
     )
     assert f"{run} 0.1000 |" in lines
     assert "| trained | `TrainRankClassifier-002-abc` | 13.0 |" in lines

@@ -161,6 +161,13 @@ def describe_trained(trained: Mapping[str, Any] | None) -> str:
     return f"{kind} r={adapter['r']} alpha={adapter['alpha']:g}: {trainable} of {total}"
 
 
+def devices_text(card: Mapping[str, Any]) -> str:
+    """The card's devices, with the torch threads of each CPU worker when it says."""
+    threads = card.get("cpu_threads")
+    each = "" if threads is None else f" x {threads} thread{'s' if threads != 1 else ''}"
+    return f"{card.get('devices', '')}{each}"
+
+
 def runs_table(cards: Mapping[str, Mapping[str, Any]], here: Mapping[str, Any]) -> str:
     header = [
         "run",
@@ -181,7 +188,7 @@ def runs_table(cards: Mapping[str, Mapping[str, Any]], here: Mapping[str, Any]) 
                 run,
                 f"`{card.get('step', {}).get('unique_id', '')}`",
                 describe_trained(card.get("trained")),
-                str(card.get("devices", "")),
+                devices_text(card),
                 where,
                 str(card.get("world_size", "")),
                 number(training.get("wall_time_s")),

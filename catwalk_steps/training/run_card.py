@@ -20,8 +20,24 @@ def run_card(job: TrainingJob, config: dict[str, Any] | None) -> dict[str, Any]:
         "devices": job.devices.describe(),
         "environment": environment(),
     }
+    threads = cpu_threads(job)
+    if threads is not None:
+        card["cpu_threads"] = threads
     trained = what_trains(job.model)
     return card if trained is None else {**card, "trained": trained}
+
+
+def cpu_threads(job: TrainingJob) -> int | None:
+    """Torch threads per CPU worker (the engine's `cpu_threads`, else the cores shared between
+    the node's workers, at most `OMP_NUM_THREADS`: what a `--parallelism` slot sets); None on
+    GPUs. Timings of runs compare only at equal threads."""
+    from ..components import lazy_params
+    from ..engines.base import default_cpu_threads
+
+    if job.devices.device_type != "cpu":
+        return None
+    chosen = lazy_params(job.training_engine).get("cpu_threads")
+    return int(chosen) if chosen else default_cpu_threads(job.devices.count)
 
 
 def what_trains(model: Any) -> dict[str, Any] | None:
