@@ -26,14 +26,17 @@ PLAIN = (str, int, float, bool, type(None))
 
 def record_bytes(record: logging.LogRecord) -> bytes:
     """A record as its sender's `SocketHandler.makePickle` would send it, in JSON: the message
-    formatted, the traceback as text, every other attribute a plain value."""
+    formatted, the traceback as text, the other plain attributes. Objects are left out: what
+    they do does not cross processes, and a receiver would use their text in their place
+    (Tango's `log_exception` attaches a rich highlighter, which the terminal handler calls: its
+    text there made every step failure of a `--parallelism` child unprintable)."""
     fields = dict(record.__dict__)
     fields["msg"] = record.getMessage()
     fields["args"] = None
     if record.exc_info and not record.exc_text:
         fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
     fields["exc_info"] = None
-    plain = {k: v if isinstance(v, PLAIN) else str(v) for k, v in fields.items()}
+    plain = {k: v for k, v in fields.items() if isinstance(v, PLAIN)}
     data = json.dumps(plain).encode()
     return struct.pack(">L", len(data)) + data
 

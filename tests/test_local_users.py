@@ -165,3 +165,8 @@ def test_a_record_that_is_not_json_is_dropped_and_a_json_one_is_logged(caplog):
     assert struct.unpack(">L", data[:4])[0] == len(data) - 4
     fields = records.plain_record(data[4:])
     assert fields["msg"] == "3 apples" and fields["args"] is None
+    # An object attached to a record (Tango's highlighter) does not cross: its text would be
+    # called by the receiving terminal handler.
+    record.highlighter = object()
+    fields = records.plain_record(records.record_bytes(record)[4:])
+    assert "highlighter" not in fields and fields["msg"] == "3 apples"

@@ -184,3 +184,25 @@ def test_a_slot_killed_mid_step_fails_that_step_and_the_rest_go_on(tmp_path):
     again = run_tango(fixture, tmp_path / "ws", "again", extra=("--parallelism", "2"))
     assert again.count('Starting step "trained') == 1
     assert f'Starting step "{killed}"' in again
+
+
+def test_a_step_failing_in_a_slot_is_one_line_on_the_terminal(tmp_path):
+    """A step's error travels from its slot to `tango run`'s terminal as one line (Tango's
+    exception records carried an object the terminal could not print: nothing was shown)."""
+    from . import commands
+    from .commands import error_lines
+    from .conftest import TINY_MODEL, tango_command
+
+    task = {"name": "gsm8k_gold_bpb_5shot", "max_instances": 4}
+    experiment = tmp_path / "cut.jsonnet"
+    step = {"type": "catwalk::evaluate", "model": TINY_MODEL, "task": task, "max_length": 8}
+    experiment.write_text(json.dumps({"steps": {"ev": step}}))
+    argv = tango_command(experiment, tmp_path / "ws", "cut", None, "--parallelism", "2")
+    done = commands.run(argv, 300, env={**TANGO_ENV, "COLUMNS": "400"})
+    output = done.stdout + done.stderr
+    lines = error_lines(output)
+    assert done.returncode == 1 and len(lines) == 1, lines or output[-3000:]
+    assert (
+        "TaskDataError: task 'gsm8k_gold_bpb_5shot': document 0's continuation is 123" in (lines[0])
+    )
+    assert "Exception occurred during processing of request" not in output

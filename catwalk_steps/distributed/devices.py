@@ -160,7 +160,7 @@ def held_plan(plan: DevicePlan, holder: str) -> Iterator[DevicePlan]:
             yield replace(plan, devices=indices)
         return
     simulated = simulated_gpus()
-    if simulated is None:
+    if simulated is None or plan.count > simulated:  # as on a node with too few: CPU, no lease
         yield plan
         return
     names = tuple(f"simulated-gpu-{i}" for i in range(simulated))

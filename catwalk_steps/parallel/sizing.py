@@ -50,7 +50,8 @@ def crowding_line(parallelism: int, steps: Sequence[Any]) -> str | None:
         if parallelism * largest <= gpus or biggest <= at_once:
             return None
         return (
-            f"--parallelism {parallelism}: {biggest} steps take {largest} GPUs each and this "
+            f"--parallelism {parallelism}: {biggest} steps take {largest} "
+            f"GPU{'s' if largest > 1 else ''} each and this "
             f"node has {gpus}: {at_once} at a time, {biggest - at_once} waiting for devices"
         )
     on_cpu = [count for count, _ in wanted if count > 0]
