@@ -87,13 +87,11 @@ class Slot:
 
 
 def steps_to_run(graph: StepGraph, workspace: Any) -> tuple[list[Step], list[Step]]:
-    """(the steps to run, in order; the steps found in the cache), as Tango decides them: a
-    cacheable step not completed, and an uncacheable step that no other step consumes."""
-    from ..tango_fixes.executor import execution_order
-
+    """(the steps to run, in the graph's order; the steps found in the cache), as Tango decides
+    them: a cacheable step not completed, and an uncacheable step that no other step consumes."""
     leaves = graph.uncacheable_leaf_steps()
     run, cached = [], []
-    for step in execution_order(graph.values()):
+    for step in graph.values():
         if not step.cache_results:
             if step in leaves:
                 run.append(step)
@@ -105,7 +103,8 @@ def steps_to_run(graph: StepGraph, workspace: Any) -> tuple[list[Step], list[Ste
 
 
 class ParallelRun:
-    """One run of a step graph by at most `parallelism` slots."""
+    """One run of a step graph by at most `parallelism` slots; ready steps are taken in the
+    graph's order (the executor's: each model's evaluations together)."""
 
     def __init__(self, executor: Any, graph: StepGraph, run_name: str | None):
         self.executor = executor

@@ -25,6 +25,7 @@ from tango import Step
 from tango.executor import Executor
 from tango.step_graph import StepGraph
 
+from ..parallel.scheduler import ParallelRun
 from ..reports import ReportFormat, print_report
 from ..standalone import release_model
 
@@ -36,12 +37,10 @@ class CatwalkExecutor(Executor):
     def execute_step_graph(self, step_graph: StepGraph, run_name: str | None = None) -> Any:
         install_sigterm_as_interrupt()
         try:
+            ordered = StepGraph({s.name: s for s in execution_order(step_graph.values())})
             if self.parallelism is not None and self.parallelism != 1:  # -1: a slot per core
-                from ..parallel.scheduler import ParallelRun
-
-                return ParallelRun(self, step_graph, run_name).execute()
-            ordered = {step.name: step for step in execution_order(step_graph.values())}
-            return super().execute_step_graph(StepGraph(ordered), run_name)
+                return ParallelRun(self, ordered, run_name).execute()
+            return super().execute_step_graph(ordered, run_name)
         finally:
             release_model()
             print_reports(step_graph, self.workspace)
