@@ -77,8 +77,9 @@ def measure(sweep: str, variants: list[str], rounds: int, extra: list[str], sett
 def markdown(results: dict, args: argparse.Namespace) -> str:
     lines = [
         f"`tango run --parallelism 2` against one step at a time, {os.cpu_count()} cores, fresh "
-        f"workspace per run, {args.rounds} round(s) alternating; wall seconds (median) and the "
-        "ratio to the sequential run of the same round (median).",
+        f"workspace per run, runs alternating ({args.rounds} round(s) of sweep_demo, "
+        f"{args.minute_rounds} of sweep_minute); wall seconds (median) and the ratio to the "
+        "sequential run of the same round (median).",
         "",
         "| sweep | sequential s | variant | s | ratio | target |",
         "|---|---:|---|---:|---:|---|",
