@@ -87,6 +87,18 @@ CASES = [
         {f"{T}.val_metric_name": "f1"},
         "ConfigurationError: train.val_metric_name: one of acc, acc_norm, loss, got 'f1'",
     ),
+    (
+        DEMO,
+        {f"{T}.val_metric_name": "loss"},
+        "ConfigurationError: train.minimize_val_metric: false with val_metric_name 'loss', which "
+        "is better lower: the best checkpoint would be the worst; set minimize_val_metric: true",
+    ),
+    (
+        DEMO,
+        {f"{T}.minimize_val_metric": True},
+        "ConfigurationError: train.minimize_val_metric: true with val_metric_name 'acc', which is "
+        "better higher: the best checkpoint would be the worst; set minimize_val_metric: false",
+    ),
     # Loader and collate.
     (
         DEMO,

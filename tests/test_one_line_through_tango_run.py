@@ -44,6 +44,12 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
         "scored on whole continuations: give validation_dataloader.collate_fn.max_length >= 272",
         True,
     ),
+    "loss_maximized": (
+        DEMO,
+        {**TINY, f"{T}.val_metric_name": "loss"},
+        "ConfigurationError: train.minimize_val_metric: false with val_metric_name 'loss'",
+        False,
+    ),
     "label_metric_pmi_dc": (
         evaluate(task={"name": "lambada_bpb_0shot", "metric": "pmi_dc"}),
         {},

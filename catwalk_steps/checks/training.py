@@ -78,6 +78,15 @@ def check_schedule(settings: TrainSettings) -> None:
         raise ConfigurationError(
             f"train.val_metric_name: one of acc, acc_norm, loss, got {settings.val_metric_name!r}"
         )
+    lower_is_better = settings.val_metric_name == "loss"
+    if bool(settings.minimize_val_metric) != lower_is_better:
+        # The best checkpoint (the step's result) would be the worst one.
+        raise ConfigurationError(
+            f"train.minimize_val_metric: {str(settings.minimize_val_metric).lower()} with "
+            f"val_metric_name '{settings.val_metric_name}', which is better "
+            f"{'lower' if lower_is_better else 'higher'}: the best checkpoint would be the worst; "
+            f"set minimize_val_metric: {str(lower_is_better).lower()}"
+        )
 
 
 WHOLE_KEYS = (
