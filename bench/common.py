@@ -128,10 +128,11 @@ def reset_peak_rss() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def timed_steps(engine, batch: dict, warmup: int, steps: int, around=None) -> float:
-    """Seconds of `steps` training steps on `batch` (every rank together), after `warmup`
-    untimed ones and with the peak RSS reset between, so construction and warm-up stay out of
-    the peak. `around`: a context the timed steps run in (a profiler)."""
+def timed_steps(engine, batch: dict, warmup: int, steps: int, around=None) -> tuple[float, int]:
+    """(seconds of `steps` training steps on `batch`, every rank together, after `warmup`
+    untimed ones; the peak RSS in bytes before them: construction and warm-up). The peak RSS is
+    reset between, so construction and warm-up stay out of the training peak (VmHWM after).
+    `around`: a context the timed steps run in (a profiler)."""
 
     def train_step() -> None:
         loss, _ = engine.forward_train(batch, 0, 1)
@@ -141,13 +142,14 @@ def timed_steps(engine, batch: dict, warmup: int, steps: int, around=None) -> fl
     for _ in range(warmup):
         train_step()
     torch.distributed.barrier()
+    before = read_status_kib("VmHWM") * 1024
     reset_peak_rss()
     start = time.perf_counter()
     with around if around is not None else contextlib.nullcontext():
         for _ in range(steps):
             train_step()
         torch.distributed.barrier()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, before
 
 
 def local(tensor: torch.Tensor) -> torch.Tensor:

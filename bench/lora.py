@@ -103,7 +103,7 @@ def worker(rank: int, world_size: int, size: str, name: str, args, out: Path) ->
     trainable, parameters = parameter_counts(lazy_model.construct(skeleton=True))
     batch = make_batch(rank, args.batch, args.length)
 
-    seconds = timed_steps(engine, batch, args.warmup, args.steps)
+    seconds, _ = timed_steps(engine, batch, args.warmup, args.steps)
     tokens = int(batch["attention_mask"][batch["choice_index"] == 0].sum()) * args.steps
     result = {
         "rank": rank,

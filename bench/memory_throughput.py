@@ -13,7 +13,8 @@ the others from the saved results. Per rank it reports:
 
 - model-state bytes: parameters + gradients + optimizer state the rank actually holds;
 - peak process memory during training (the RSS high-water mark, reset after two warm-up
-  steps, so construction is left out; the lifetime peak is reported too);
+  steps, so construction is left out; the lifetime peak, construction and warm-up included, is
+  read before that reset);
 - tokens/s of the rank;
 - realized saving = (DDP peak - FSDP peak) / (DDP model-state bytes x (1 - 1/N)): how much of
   the saving that sharding promises reaches peak memory.
@@ -28,7 +29,6 @@ import argparse
 import contextlib
 import json
 import os
-import resource
 import sys
 from pathlib import Path
 
@@ -150,6 +150,7 @@ def worker(rank: int, world_size: int, variant: dict, args: argparse.Namespace, 
     from tango.integrations.torch import TrainingEngine
 
     import catwalk_steps  # noqa: F401  (registers the engines)
+    from catwalk_steps.adapters.lora import parameter_counts
 
     model = model_spec(variant, args)
     config, lazy_model, optimizer = engine_inputs(model, out, rank, world_size)
@@ -157,18 +158,21 @@ def worker(rank: int, world_size: int, variant: dict, args: argparse.Namespace, 
     engine = TrainingEngine.by_name(variant["engine"])(
         config, lazy_model, optimizer, **engine_params
     )
-    parameters = sum(p.numel() for p in lazy_model.construct().parameters())
+    # Of the whole model, from a skeleton (no weights drawn: not in the lifetime peak).
+    _, parameters = parameter_counts(lazy_model.construct(skeleton=True))
     batch = make_batch(rank, args.batch, args.length)
 
     profile = profiled(args.profile and rank == 0, out / "profile.txt")
-    seconds = timed_steps(engine, batch, args.warmup, args.steps, around=profile)
+    seconds, before = timed_steps(engine, batch, args.warmup, args.steps, around=profile)
+    training_peak = read_status_kib("VmHWM") * 1024
     tokens = int(batch["attention_mask"][batch["choice_index"] == 0].sum()) * args.steps
     result = {
         "rank": rank,
         "parameters": parameters,
         "model_state_bytes": model_state_bytes(engine.model, engine.optimizer),
-        "peak_training_bytes": read_status_kib("VmHWM") * 1024,
-        "peak_lifetime_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_training_bytes": training_peak,
+        # Construction and warm-up, or training: the high-water mark before the reset.
+        "peak_lifetime_bytes": max(before, training_peak),
         "tokens_per_s": tokens / seconds,
         "seconds_per_step": seconds / args.steps,
     }

@@ -169,8 +169,6 @@ def tango_run(experiment: Path, workspace: Path) -> dict:
 
 
 def train_worker(rank: int, world_size: int, engine: dict, model: str, args, out: Path) -> None:
-    import resource
-
     from tango.integrations.torch import TrainingEngine
 
     import catwalk_steps  # noqa: F401  (registers the engines)
@@ -190,16 +188,19 @@ def train_worker(rank: int, world_size: int, engine: dict, model: str, args, out
     for _ in range(2):
         train_step()
     torch.distributed.barrier()
+    # Writing clear_refs resets ru_maxrss too: the lifetime peak is read before the reset.
+    before = read_status_kib("VmHWM") * 1024
     reset_peak_rss()
     for _ in range(args.train_steps):
         train_step()
     torch.distributed.barrier()
+    training_peak = read_status_kib("VmHWM") * 1024
     result = {
         "rank": rank,
         "model_state_bytes": model_state_bytes(trainer.model, trainer.optimizer),
         "peak_after_build_bytes": built,
-        "peak_training_bytes": read_status_kib("VmHWM") * 1024,
-        "peak_lifetime_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_training_bytes": training_peak,
+        "peak_lifetime_bytes": max(before, training_peak),
     }
     torch.save(result, out / f"rank{rank}.pt")
     torch.distributed.barrier()
