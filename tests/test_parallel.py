@@ -122,7 +122,10 @@ def test_the_crowding_line_says_how_many_steps_wait(monkeypatch):
     )
     assert sizing.crowding_line(2, cells) is None  # 2 x 2 GPUs fit
     assert sizing.crowding_line(3, [Step(2, "cpu")] * 3) is not None  # CPU processes: cores
+    from catwalk_steps.engines import base
+
     monkeypatch.setattr(sizing, "usable_cores", lambda: 8)
+    monkeypatch.setattr(base, "usable_cores", lambda: 8)  # the share of cores: slot_threads
     assert sizing.crowding_line(3, [Step(2, "cpu")] * 3) is None
     assert sizing.slot_threads(3) == 2
 

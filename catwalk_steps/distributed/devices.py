@@ -150,21 +150,27 @@ def gpu_names(count: int) -> tuple[str, ...]:
     )
 
 
+def lease_names(on_gpus: bool) -> tuple[str, ...] | None:
+    """The node's devices by lease name: its visible GPUs for work on GPUs; for work on the CPU
+    the simulated GPUs (:mod:`.lease`), or None where none are simulated (nothing to lease)."""
+    if on_gpus:
+        return gpu_names(visible_gpu_count())
+    simulated = simulated_gpus()
+    return None if simulated is None else tuple(f"simulated-gpu-{i}" for i in range(simulated))
+
+
 @contextlib.contextmanager
 def held_plan(plan: DevicePlan, holder: str) -> Iterator[DevicePlan]:
     """The plan on GPUs this process holds while the block runs (:mod:`.lease`): steps side by
     side never share one. CPU workers hold nothing, unless GPUs are simulated."""
-    if plan.device_type == "cuda":
-        names = gpu_names(visible_gpu_count())
-        with leased(plan.count, names, holder) as indices:
-            yield replace(plan, devices=indices)
-        return
-    simulated = simulated_gpus()
-    if simulated is None or plan.count > simulated:  # as on a node with too few: CPU, no lease
+    names = lease_names(plan.device_type == "cuda")
+    if names is None or plan.count > len(names):  # as on a node with too few: CPU, no lease
         yield plan
         return
-    names = tuple(f"simulated-gpu-{i}" for i in range(simulated))
     with leased(plan.count, names, holder) as indices:
+        if plan.device_type == "cuda":
+            yield replace(plan, devices=indices)
+            return
         announce(logger, "%s holds simulated GPUs %s", holder, ", ".join(map(str, indices)))
         yield plan
 
@@ -173,17 +179,15 @@ def held_plan(plan: DevicePlan, holder: str) -> Iterator[DevicePlan]:
 def held_device(device: torch.device, requested: str | None, holder: str) -> Iterator[torch.device]:
     """One process's device (:func:`evaluation_device`) held while the block runs: a GPU asked
     for by index is waited for; otherwise any free GPU is taken."""
+    names = None if requested == "cpu" else lease_names(device.type == "cuda")
+    if names is None:
+        yield device
+        return
     if device.type != "cuda":
-        simulated = None if requested == "cpu" else simulated_gpus()
-        if simulated is None:
-            yield device
-            return
-        names = tuple(f"simulated-gpu-{i}" for i in range(simulated))
         with leased(1, names, holder) as (index,):
             announce(logger, "%s holds simulated GPU %d", holder, index)
             yield device
         return
-    names = gpu_names(visible_gpu_count())
     if requested is not None and torch.device(requested).index is not None:
         with leased(1, names[device.index : device.index + 1], holder):
             yield device

@@ -41,10 +41,9 @@ STOP_GRACE_S = 10.0
 class Slot:
     """A slot process and the two pipes to it."""
 
-    def __init__(self, number: int, command: list[str], env: dict[str, str]):
+    def __init__(self, command: list[str], env: dict[str, str]):
         from_parent, to_slot = os.pipe()
         from_slot, to_parent = os.pipe()
-        self.number = number
         self.process = subprocess.Popen(
             [*command, "--read-fd", str(from_parent), "--write-fd", str(to_parent)],
             pass_fds=(from_parent, to_parent),
@@ -116,7 +115,6 @@ class ParallelRun:
         self.failed: dict[str, ExecutionMetadata] = {}
         self.not_run: dict[str, ExecutionMetadata] = {}
         self.slots: list[Slot] = []
-        self.started = 0
 
     def execute(self) -> ExecutorOutput:
         parallelism = int(self.executor.parallelism)
@@ -132,8 +130,7 @@ class ParallelRun:
                 while self.pending or self.busy():
                     self.drop_unrunnable()
                     while len(self.slots) < min(parallelism, len(self.pending) + self.busy()):
-                        self.started += 1
-                        self.slots.append(Slot(self.started, command, env))
+                        self.slots.append(Slot(command, env))
                     self.dispatch()
                     if self.busy() or self.pending:
                         self.wait()

@@ -3,12 +3,12 @@ at the start when N steps side by side want more devices than the node has."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from ..distributed.devices import usable_cores, visible_gpu_count
 from ..distributed.lease import simulated_gpus
+from ..engines.base import default_cpu_threads
 
 
 def devices_of(step: Any) -> tuple[int, bool]:
@@ -27,11 +27,10 @@ def node_gpus() -> int:
 
 
 def slot_threads(parallelism: int) -> int:
-    """Torch threads per slot: the usable cores split between the slots (at most the
-    `OMP_NUM_THREADS` the user set), instead of every slot assuming all of them."""
-    share = max(1, usable_cores() // parallelism)
-    allowed = os.environ.get("OMP_NUM_THREADS", "")
-    return min(share, int(allowed)) if allowed.isdigit() and int(allowed) > 0 else share
+    """Torch threads per slot: the usable cores split between the slots as between a node's
+    workers (at most the `OMP_NUM_THREADS` the user set), instead of every slot assuming all
+    of them."""
+    return default_cpu_threads(parallelism)
 
 
 def crowding_line(parallelism: int, steps: Sequence[Any]) -> str | None:
