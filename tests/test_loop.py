@@ -108,6 +108,36 @@ def test_a_worker_that_fails_while_the_launcher_looks_is_a_failure():
         os.close(read)
 
 
+def test_a_worker_lost_while_the_workers_start_stops_those_started_in_one_line(monkeypatch):
+    """A worker killed before it has read its job breaks torch's `start_processes` (a broken
+    pipe to the fork server): the workers already started are stopped, not left waiting for it
+    (they kept `tango run` from exiting), and the cause is one line."""
+    import multiprocessing
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from catwalk_steps.launch import launcher
+
+    started = []
+
+    def start_then_lose_one(*args, **kwargs):
+        first = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+        first.start()
+        started.append(first)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(launcher.torch_mp, "start_processes", start_then_lose_one)
+    job = SimpleNamespace(local_world_size=2, AFTER_FAILURE="run the step again")
+    with pytest.raises(launcher.WorkerFailed) as error:
+        launcher.launched(job, 0, None, None)
+    assert str(error.value) == (
+        "a worker died while the workers were starting (BrokenPipeError: [Errno 32] Broken "
+        "pipe); the other workers were stopped (run the step again)"
+    )
+    assert started[0].exitcode == -signal.SIGTERM
+
+
 def test_a_worker_dies_with_its_launcher_even_when_the_launcher_is_killed_outright():
     """A forked worker's parent is the fork server, so the worker watches the launcher itself."""
     import signal

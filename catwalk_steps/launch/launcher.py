@@ -167,13 +167,7 @@ def start_workers(job: Any, node_rank: int, work: Work = train_on_worker) -> Non
     """One process per local device, watched until all end; the first failure stops the rest."""
     errors = worker_context(job).SimpleQueue()
     with terminate_on_sigterm():
-        context = torch_mp.start_processes(
-            worker_main,
-            args=(job, node_rank, errors, os.getpid(), work),
-            nprocs=job.local_world_size,
-            join=False,
-            start_method=START_METHOD,
-        )
+        context = launched(job, node_rank, errors, work)
         try:
             watch(context)
         except WORKER_FAILED as e:  # torch has stopped the others
@@ -182,6 +176,31 @@ def start_workers(job: Any, node_rank: int, work: Work = train_on_worker) -> Non
         except BaseException:  # Ctrl-C, SIGTERM: the workers go first
             stop(context.processes)
             raise
+
+
+def launched(job: Any, node_rank: int, errors: Any, work: Work) -> torch_mp.ProcessContext:
+    """Torch's `start_processes`, one worker after the other. A worker lost before it has read
+    its job from the fork server (killed, out of memory) breaks the start of that worker, and
+    torch neither stops those already started nor returns them: they would wait for the lost
+    one to join until the rendezvous timeout, and keep this process from exiting. They are
+    stopped here; the cause is one line."""
+    before = set(multiprocessing.active_children())
+    try:
+        return torch_mp.start_processes(
+            worker_main,
+            args=(job, node_rank, errors, os.getpid(), work),
+            nprocs=job.local_world_size,
+            join=False,
+            start_method=START_METHOD,
+        )
+    except BaseException as e:
+        stop([p for p in multiprocessing.active_children() if p not in before])
+        if isinstance(e, (OSError, EOFError)):
+            raise WorkerFailed(
+                f"a worker died while the workers were starting ({type(e).__name__}: {e}); "
+                f"the other workers were stopped ({job.AFTER_FAILURE})"
+            ) from None
+        raise
 
 
 def worker_context(job: Any) -> Any:
