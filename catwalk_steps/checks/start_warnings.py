@@ -62,7 +62,7 @@ def training_warnings(device_type: str, local_workers: int, step: str = "train")
 def answers_cut(instances: Iterable[Any], tokenizer: Any, max_length: int) -> int:
     """How many instances have an answer longer than `max_length` tokens (it is cut: the answer
     is scored whole only when it fits)."""
-    instances = list(instances)
+    instances = [i for i in instances if hasattr(i, "choices")]  # generation: none to cut
     choices = sorted({choice for instance in instances for choice in instance.choices})
     if not choices:
         return 0

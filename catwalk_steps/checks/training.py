@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import (
     DataCollator,
@@ -23,13 +24,13 @@ from tango.integrations.torch import (
     TrainingEngine,
 )
 
-from ..components import check_keys, lazy_config, registered_name, resolve_config
+from ..components import check_keys, lazy_config, lazy_params, registered_name, resolve_config
 from ..distributed.rendezvous import rendezvous_settings
 from ..engines.base import CatwalkEngine
 from ..engines.settings import EngineSettings
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..errors import whole
-from ..kinds import MultipleChoiceCollator, kind_of_task
+from ..kinds import MultipleChoiceCollator, kind_named, kind_of_task
 from ..scoring.choices import max_positions
 from ..scoring.precision import Precision
 from ..training.settings import TrainSettings
@@ -74,19 +75,68 @@ def check_schedule(settings: TrainSettings) -> None:
             f"train.device: cpu or cuda (or leave it out), got {settings.device!r}"
         )
     rendezvous_settings(settings.num_nodes, settings.master_addr, settings.port, timeout)
-    if settings.val_metric_name not in ("acc", "acc_norm", "loss"):
+
+
+def training_task(settings: TrainSettings) -> Any:
+    """The task `dataset_dict` loads, when the step graph says (a `catwalk::load_task` step);
+    else None (known once the data is)."""
+    return getattr(settings.dataset_dict, "kwargs", {}).get("task")
+
+
+def check_val_metric(settings: TrainSettings, kind: Any, task: Any, what: str) -> str:
+    """`val_metric_name` against what a validation split of `kind` (of `task`, or an instance of
+    it: `what` names it) gives, and `minimize_val_metric` against it; the name, or the kind's
+    default (`acc`; a generative task's primary metric)."""
+    allowed = kind.validation_metrics(task)
+    name = settings.val_metric_name or allowed[0]
+    if name not in allowed:
         raise ConfigurationError(
-            f"train.val_metric_name: one of acc, acc_norm, loss, got {settings.val_metric_name!r}"
+            f"train.val_metric_name: one of {', '.join(allowed)}{what}, got {name!r}"
         )
-    lower_is_better = settings.val_metric_name == "loss"
+    lower_is_better = name == "loss"
     if bool(settings.minimize_val_metric) != lower_is_better:
         # The best checkpoint (the step's result) would be the worst one.
         raise ConfigurationError(
             f"train.minimize_val_metric: {str(settings.minimize_val_metric).lower()} with "
-            f"val_metric_name '{settings.val_metric_name}', which is better "
+            f"val_metric_name '{name}', which is better "
             f"{'lower' if lower_is_better else 'higher'}: the best checkpoint would be the worst; "
             f"set minimize_val_metric: {str(lower_is_better).lower()}"
         )
+    return name
+
+
+def check_training_task(settings: TrainSettings) -> None:
+    """The task trained on, when it is known now: its validation metric, and an objective that
+    fits it (a generative task has one answer, which `rank` cannot rank)."""
+    task = training_task(settings)
+    if task is None:
+        if settings.val_metric_name in MULTIPLE_CHOICE_METRICS or not settings.val_metric_name:
+            check_val_metric(settings, kind_named("multiple_choice"), None, "")
+        return
+    kind = kind_of_task(task)
+    check_val_metric(settings, kind, task, task_named(kind, task.name))
+    objective = model_objective(settings.model)
+    if kind.name == "generative" and objective == "rank":
+        raise ConfigurationError(
+            f"model.objective: 'rank' needs choices to rank, and task '{task.name}' is "
+            "generative (one answer per prompt); use objective 'lm'"
+        )
+
+
+MULTIPLE_CHOICE_METRICS = ("acc", "acc_norm", "loss")
+
+
+def task_named(kind: Any, name: str) -> str:
+    """The task beside the names it allows, where they are its own (not every task's)."""
+    return "" if kind.validated_by_forward else f" (task '{name}')"
+
+
+def model_objective(model: Any) -> str | None:
+    """The model block's `objective`, as given (None when left out: `lm`)."""
+    if not isinstance(model, Lazy):
+        return None
+    objective = lazy_params(model).get("objective")
+    return objective if isinstance(objective, str) else None
 
 
 WHOLE_KEYS = (
@@ -214,6 +264,7 @@ def check_evaluate_tasks(settings: TrainSettings) -> None:
 def check_train_step(settings: TrainSettings) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
     check_schedule(settings)
+    check_training_task(settings)
     engine = check_engine(settings.training_engine)
     check_devices_and_precision(settings, engine.precision)
     check_resume_from(settings.resume_from)

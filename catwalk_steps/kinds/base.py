@@ -57,8 +57,9 @@ class TaskKind:
     """One kind of task, as every stage asks it (see the module)."""
 
     name: ClassVar[str]
-    # Whether `catwalk::load_task` loads it as training data.
-    trains: ClassVar[bool] = True
+    # Whether a validation split of it is scored by the model's own forward (its loss and
+    # counts, summed by `RunMetrics`), or, as in-loop tasks are, by `update` and `compute`.
+    validated_by_forward: ClassVar[bool] = True
 
     # --- Graph build ----------------------------------------------------------------------
 
@@ -69,7 +70,17 @@ class TaskKind:
     def check_in_loop(self, task: Any, max_length: int) -> None:
         """A task scored in the loop with the loader's `max_length`."""
 
+    def validation_metrics(self, task: Any) -> tuple[str, ...]:
+        """What `train.val_metric_name` may name when a split of this kind (of `task`, or an
+        instance of it) validates; the first is the default."""
+        return ("acc", "acc_norm", "loss")
+
     # --- Batches: the data loaders' collate, the in-loop evaluation ---------------------------
+
+    def training_instances(self, instances: list, where: str) -> list:
+        """The training split's instances as training batches are made of them (`where` names
+        the split in errors)."""
+        return instances
 
     def collate(self, collator: Any, instances: list, weights: list[float]) -> Any:
         raise NotImplementedError

@@ -13,13 +13,16 @@ no rank waits alone in a collective.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import torch
 from tango.common.exceptions import ConfigurationError
 
 from ..scoring.generated import generate_texts
 from ..scoring.generation import GenerationEncoder, eos_ids_of, forward_step, greedy_generate
+from ..scoring.sequences import ChoiceSequence, pad_sequences
+from ..tasks.base import TaskDataError
 from ..tasks.generative import GenerationInstance, prompt_room
 from .base import Scorer, TaskKind, register
 
@@ -88,9 +91,49 @@ def generation_metrics(
 KEY_SEPARATOR = ","
 
 
+def answer_batch(collator: Any, instances: list, weights: list[float]) -> dict[str, Any]:
+    """Training examples as one forward of the `lm` objective: each prompt as generation encodes
+    it (the tokenizer's BOS rule, cut on the left to leave `max_gen_toks` for the answer), then
+    its answer's tokens (at most `max_gen_toks`; the end-of-text token when the task has no
+    stop sequence), which alone are in the loss: one sequence per instance, its right choice."""
+    encoder = collator.generation_encoder
+    tokenizer = encoder.tokenizer
+    sequences, prompts = [], encoder.prompts(instances)
+    for index, (instance, prompt) in enumerate(zip(instances, prompts, strict=True)):
+        answer = tokenizer(instance.answer, add_special_tokens=False)["input_ids"]
+        if not instance.until:
+            answer = [*answer, tokenizer.eos_token_id]
+        answer = answer[: instance.max_gen_toks]
+        sequences.append(
+            ChoiceSequence(tuple(prompt + answer), len(answer), index, 0, len(instance.answer))
+        )
+    batch = pad_sequences(sequences, encoder.pad_id)
+    batch.update(
+        instance_index=torch.arange(len(instances)),
+        choice_index=torch.zeros(len(instances), dtype=torch.long),
+        choice_chars=torch.tensor([s.choice_chars for s in sequences]),
+        labels=torch.zeros(len(instances), dtype=torch.long),
+        weights=torch.tensor(weights),
+        num_choices=1,
+    )
+    return batch
+
+
 class Generative(TaskKind):
     name = "generative"
-    trains = False  # evaluated, not trained on (yet)
+    validated_by_forward = False  # by its answers, as in the loop
+
+    def validation_metrics(self, task):
+        return tuple(task.scoring.names())
+
+    def training_instances(self, instances, where):
+        for number, instance in enumerate(instances, start=1):
+            if instance.answer is None:
+                raise TaskDataError(
+                    f"{where}: instance {number} has no target to train on (its doc_to_target "
+                    "is empty); a generative task trains on its first target"
+                )
+        return [replace(instance, training=True) for instance in instances]
 
     def check_settings(self, task, length, extra_metrics):
         if extra_metrics:
@@ -109,6 +152,8 @@ class Generative(TaskKind):
         )
 
     def collate(self, collator, instances, weights):
+        if instances[0].training:
+            return answer_batch(collator, instances, weights)
         encoder, live = collator.generation_encoder, [w > 0 for w in weights]
         return GenerationBatch(instances, encoder.prompts(instances), live, encoder)
 

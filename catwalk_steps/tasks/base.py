@@ -221,7 +221,14 @@ def dataset_fingerprint(splits: Mapping[str, Sequence[MultipleChoiceInstance]]) 
     the same data from the same config have the same fingerprint."""
     import hashlib
     import json
+
+    payload = {name: [instance_record(i) for i in instances] for name, instances in splits.items()}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def instance_record(instance: Any) -> dict[str, Any]:
+    """An instance as data (JSON): its own `record()` where it has one, else its fields."""
     from dataclasses import asdict
 
-    payload = {name: [asdict(i) for i in instances] for name, instances in splits.items()}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    record = getattr(instance, "record", None)
+    return record() if record is not None else asdict(instance)

@@ -16,7 +16,7 @@ target, few-shot delimiter), then the question.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from tango.common.exceptions import ConfigurationError
@@ -122,6 +122,10 @@ class GenerationInstance:
         lists, as lm-evaluation-harness decides by its first document; else the one target).
     :ivar until: stop sequences: the answer is cut before the first one.
     :ivar max_gen_toks: at most this many tokens are generated.
+    :ivar answer: what training teaches the model to write after the prompt (:func:`answer_text`:
+        the first target and the first stop sequence); None when the row has no target.
+    :ivar training: a training example: its batches hold the prompt and `answer`, for the loss
+        (:meth:`~catwalk_steps.kinds.generative.Generative.training_instances`).
     """
 
     context: str
@@ -129,15 +133,33 @@ class GenerationInstance:
     until: tuple[str, ...]
     max_gen_toks: int
     scoring: AnswerScoring
+    answer: str | None = None
+    training: bool = False
     kind: ClassVar[str] = "generative"  # catwalk_steps.kinds.generative
 
     def pairs(self) -> list[tuple[str, str]]:
         """What its size is counted from (sharing work out by size)."""
         return [(self.context, "")]
 
+    def record(self) -> dict[str, Any]:
+        """As data (JSON: a stored split, a dataset's fingerprint): the scoring as the lists it
+        was read from."""
+        row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "scoring"}
+        return {**row, "kind": self.kind, "scoring": self.scoring.source}
+
     def score(self, response: str) -> dict[str, Any]:
         """The filtered answers and their scores (:meth:`AnswerScoring.score`)."""
         return self.scoring.score(response, self.targets)
+
+
+def answer_text(target: str | None, delimiter: str, until: tuple[str, ...]) -> str | None:
+    """What a model trained on a row learns to write: the target after the target delimiter (as
+    a few-shot example shows it), then the first stop sequence, so that it learns to stop where
+    generation cuts (with no stop sequence, training ends it with the end-of-text token).
+    None for no target (an empty list or text): nothing to learn."""
+    if not target:
+        return None
+    return f"{delimiter}{target}{until[0] if until else ''}"
 
 
 def prompt_room(max_gen_toks: int, max_length: int, what: str, length: str) -> int:
@@ -211,6 +233,7 @@ class GenerationBuilder(InstanceBuilder):
             until=task.until,
             max_gen_toks=task.max_gen_toks,
             scoring=task.scoring,
+            answer=answer_text(doc.target, self.spec.target_delimiter, task.until),
         )
 
 

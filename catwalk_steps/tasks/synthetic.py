@@ -1,4 +1,5 @@
-"""The embedded default task: generated from a seed, learnable from scratch, no download."""
+"""The embedded default tasks: generated from a seed, learnable from scratch, no download; one
+multiple choice, one generative (the same questions, answered in words)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from collections.abc import Mapping
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
+from .answers import AnswerScoring
 from .base import MultipleChoiceInstance, Task, TaskDataError
+from .generative import WHITESPACE, GenerationInstance, answer_text
 
 
 @Task.register("catwalk::synthetic")
@@ -77,6 +80,54 @@ class SyntheticTask(Task):
             context=f"Question: What goes with {key}?\nAnswer:",
             choices=tuple(" " + self.attributes[a] for a in options),
             label=options.index(right),
+        )
+
+
+@Task.register("catwalk::synthetic_generative")
+class SyntheticGenerativeTask(SyntheticTask):
+    """The synthetic task's questions answered in words: the model writes the key's attribute,
+    then a newline (the stop sequence), as a QA task is answered; exact match after the
+    answer's whitespace is removed (NQ-Open's filter). Generated from the same seed as
+    `catwalk::synthetic` with the same keys, words and attributes: a tiny model learns it from
+    scratch, chance is 0; every split asks about the same keys, so validation tells whether the
+    mapping was learned and whether the model stops where generation cuts.
+
+    :param max_gen_toks: the most tokens generated per answer (an attribute is 4 characters).
+    """
+
+    kind = "generative"
+    until = ("\n",)
+
+    def __init__(
+        self,
+        seed: int = 0,
+        num_keys: int = 24,
+        num_attributes: int = 8,
+        sizes: Mapping[str, int] | None = None,
+        max_gen_toks: int = 8,
+    ):
+        super().__init__(seed, num_keys, num_attributes, num_choices=2, sizes=sizes)
+        whole(max_gen_toks, "task.max_gen_toks")
+        self.max_gen_toks = max_gen_toks
+        self.scoring = AnswerScoring.of(WHITESPACE, [{"metric": "exact_match"}], "synthetic task")
+
+    @property
+    def name(self) -> str:
+        return "synthetic_generative"
+
+    def describe(self, split: str) -> str:
+        return f"synthetic generative task (seed {self.seed})"
+
+    def _instance(self, rng: random.Random) -> GenerationInstance:
+        key = rng.choice(self.keys)
+        target = self.attributes[self.answer[key]]
+        return GenerationInstance(
+            context=f"Question: What goes with {key}?\nAnswer:",
+            targets=(target,),
+            until=self.until,
+            max_gen_toks=self.max_gen_toks,
+            scoring=self.scoring,
+            answer=answer_text(target, " ", self.until),
         )
 
 

@@ -41,6 +41,7 @@ class RunMetrics(TrainCallback):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.totals: dict[str, float] | None = None
+        self.given: dict[str, Any] | None = None
         self.history: dict[str, Any] = {"train": [], "validation": []}
         device = torch.device(getattr(self.train_config, "device", "cpu"))
         self.throughput = Throughput(device, self.train_config.is_distributed)
@@ -72,7 +73,13 @@ class RunMetrics(TrainCallback):
     def pre_val_batch(self, step: int, val_step: int, epoch: int, val_batch: Any) -> None:
         if val_step == 0:
             self.totals = None
+            self.given = None
             self.throughput.pause()
+
+    def record_validation(self, metrics: dict[str, Any]) -> None:
+        """A validation split scored by its answers (generation: `exact_match,...`, `count`),
+        exact over all ranks, for this validation's history entry."""
+        self.given = dict(metrics)
 
     def post_val_batch(self, step: int, val_step: int, epoch: int, val_batch_outputs: dict) -> None:
         missing = {"correct", "correct_norm", "count", "loss"} - val_batch_outputs.keys()
@@ -109,7 +116,7 @@ class RunMetrics(TrainCallback):
     def post_val_loop(
         self, step: int, epoch: int, val_metric: float, best_val_metric: float
     ) -> None:
-        entry = {"step": step + 1, **self.metrics()}
+        entry = {"step": step + 1, **(self.given or self.metrics())}
         entry["count"] = int(entry["count"])
         self.record("validation", entry)
         self.write_history()

@@ -64,16 +64,17 @@ class InLoopTasks:
             for batch in batches:
                 for key, value in kind.update(scorer, batch).items():
                     sums[key] = sums.get(key, 0.0) + value
-            results[name] = kind.compute(self.over_ranks(sums, engine.device), self.instances[name])
+            totals = over_ranks(sums, engine.device, self.distributed)
+            results[name] = kind.compute(totals, self.instances[name])
         engine.model.train()
         return results
 
-    def over_ranks(self, sums: dict[str, float], device: torch.device) -> dict[str, float]:
-        """Every rank's sums added (one all-reduce, in float64)."""
-        values = {
-            key: torch.tensor(value, dtype=torch.float64, device=device)
-            for key, value in sums.items()
-        }
-        if self.distributed:
-            values = summed_over_ranks(values)
-        return {key: float(value) for key, value in values.items()}
+
+def over_ranks(sums: dict[str, float], device: torch.device, distributed: bool) -> dict[str, float]:
+    """Every rank's sums added (one all-reduce, in float64)."""
+    values = {
+        key: torch.tensor(value, dtype=torch.float64, device=device) for key, value in sums.items()
+    }
+    if distributed:
+        values = summed_over_ranks(values)
+    return {key: float(value) for key, value in values.items()}

@@ -36,7 +36,7 @@ class Schedule:
     log_every: int = DEFAULTS["log_every"]
     checkpoint_every: int = DEFAULTS["checkpoint_every"]
     validate_every: int | None = DEFAULTS["validate_every"]
-    val_metric_name: str = DEFAULTS["val_metric_name"]
+    val_metric_name: str = "acc"  # the step's, resolved for its validation split (plan.py)
     minimize_val_metric: bool = DEFAULTS["minimize_val_metric"]
     remove_stale_checkpoints: bool = DEFAULTS["remove_stale_checkpoints"]
     # Besides the best: a damaged latest falls back to the one before.

@@ -36,9 +36,11 @@ from tango.integrations.torch import DataLoader, StopEarly, TrainCallback, Train
 from torch.utils.data import DistributedSampler
 
 from ..distributed.groups import barrier, distributed_position
+from ..engines.scorer import engine_scorer
 from ..engines.train_config import NodeAwareTrainConfig
+from ..kinds import kind_of
 from .checkpointing import Checkpointer
-from .in_loop import InLoopTasks
+from .in_loop import InLoopTasks, over_ranks
 from .job import TrainerState, TrainingJob
 from .trackers import connect_trackers
 
@@ -139,6 +141,8 @@ class Trainer:
             self.validation_steps = len(self.validation_loader)
         loader = job.validation_dataloader or job.train_dataloader
         self.tasks = InLoopTasks(job.evaluate_tasks, loader, self.world_size > 1)
+        validation = data[self.schedule.validation_split] if self.validation_loader else []
+        self.validation_kind = kind_of(list(validation[:1]))
 
     @property
     def main(self) -> bool:
@@ -248,29 +252,15 @@ class Trainer:
         return progress_metrics(loss, self.schedule.val_metric_name, self.state)
 
     def validate(self, step: int) -> None:
-        """Every rank runs every validation batch (sharded engines need it); the callbacks
-        (`RunMetrics`) make the metric exact over the whole split and all ranks."""
+        """Every rank runs every validation batch (sharded engines need it); the metric is exact
+        over the whole split and all ranks. Then the in-loop tasks, then the history entry."""
         assert self.validation_loader is not None
         self.engine.model.eval()
-        metric: float | None = None
-        batches = islice(self.validation_loader, self.validation_steps)
-        with Tqdm.tqdm(
-            batches,
-            desc="Validating",
-            total=self.validation_steps,
-            leave=False,
-            disable=not self.main,
-        ) as progress:
-            for val_step, batch in enumerate(progress):
-                for callback in self.callbacks:
-                    callback.pre_val_batch(step, val_step, self.state.epoch, batch)
-                outputs = self.engine.forward_eval(batch)
-                for callback in self.callbacks:
-                    callback.post_val_batch(step, val_step, self.state.epoch, outputs)
-                value = outputs[self.schedule.val_metric_name]
-                metric = float(value.item() if torch.is_tensor(value) else value)
+        if self.validation_kind.validated_by_forward:
+            metric = self.validate_by_forward()
+        else:
+            metric = self.validate_by_answers()
         self.engine.model.train()
-        assert metric is not None, "the validation loader yielded no batch"
         self.state.val_metric = metric
         if self.schedule.better(metric, self.state.best_val_metric):
             self.state.best_val_metric = metric
@@ -279,3 +269,49 @@ class Trainer:
         for callback in self.callbacks:
             callback.post_val_loop(step, self.state.epoch, metric, self.state.best_val_metric)
         self.engine.model.train()  # again, in case a callback changed it
+
+    def validation_batches(self, desc: str = "Validating") -> Any:
+        assert self.validation_loader is not None
+        batches = islice(self.validation_loader, self.validation_steps)
+        return Tqdm.tqdm(
+            batches, desc=desc, total=self.validation_steps, leave=False, disable=not self.main
+        )
+
+    def validate_by_forward(self) -> float:
+        """Multiple choice: the callbacks (`RunMetrics`) sum each batch's counts and loss from
+        the model's forward over batches and ranks."""
+        metric: float | None = None
+        step, epoch = self.state.step - 1, self.state.epoch
+        with self.validation_batches() as progress:
+            for val_step, batch in enumerate(progress):
+                for callback in self.callbacks:
+                    callback.pre_val_batch(step, val_step, epoch, batch)
+                outputs = self.engine.forward_eval(batch)
+                for callback in self.callbacks:
+                    callback.post_val_batch(step, val_step, epoch, outputs)
+                value = outputs[self.schedule.val_metric_name]
+                metric = float(value.item() if torch.is_tensor(value) else value)
+        assert metric is not None, "the validation loader yielded no batch"
+        return metric
+
+    def validate_by_answers(self) -> float:
+        """Generation: the model answers each request (every decoding step a forward through the
+        engine, on every rank) and the kind scores the answers, as in-loop tasks are scored; the
+        callbacks that keep the history receive the metrics (`record_validation`)."""
+        kind, sums = self.validation_kind, {}
+        scorer = engine_scorer(self.engine, self.world_size > 1)
+        step, epoch = self.state.step - 1, self.state.epoch
+        with self.validation_batches() as progress:
+            for val_step, batch in enumerate(progress):
+                for callback in self.callbacks:
+                    callback.pre_val_batch(step, val_step, epoch, batch)
+                for key, value in kind.update(scorer, batch).items():
+                    sums[key] = sums.get(key, 0.0) + value
+        assert sums, "the validation loader yielded no batch"
+        validation = self.job.dataset_dict[self.schedule.validation_split]
+        metrics = kind.compute(over_ranks(sums, self.device, self.world_size > 1), validation)
+        for callback in self.callbacks:
+            record = getattr(callback, "record_validation", None)
+            if record is not None:
+                record(metrics)
+        return float(metrics[self.schedule.val_metric_name])

@@ -46,7 +46,8 @@ class TrainSettings:
     master_port: int | None = None
     distributed_port: int | None = None  # Tango's name for master_port
     rendezvous_timeout: float = 300.0
-    val_metric_name: str = "acc"
+    # None: the validation split's kind's first (acc; a generative task's primary metric).
+    val_metric_name: str | None = None
     minimize_val_metric: bool = False
     callbacks: list[Lazy[TrainCallback]] | None = None
     trackers: list[Lazy[TrainCallback]] | None = None  # split from the callbacks at graph build

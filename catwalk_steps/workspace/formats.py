@@ -3,9 +3,10 @@ a task's instances as JSON."""
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from tango.common import DatasetDict
 from tango.common.aliases import PathOrStr
@@ -13,7 +14,9 @@ from tango.format import Format
 
 from ..files import write_json_atomic
 from ..scoring.rank_classifier import RankClassifier
-from ..tasks import MultipleChoiceInstance
+from ..tasks import GenerationInstance, MultipleChoiceInstance
+from ..tasks.answers import AnswerScoring
+from ..tasks.base import instance_record
 from ..checkpoints.weights import read_model_info, write_model_info
 
 
@@ -45,8 +48,9 @@ class HFModelFormat(Format[RankClassifier]):
 
 @Format.register("catwalk::instances")
 class InstancesFormat(Format[DatasetDict]):
-    """A task's splits of multiple-choice instances as one JSON file: data, never a pickle, so
-    a cached (or shared) `catwalk::load_task` result cannot run code when it is read."""
+    """A task's splits of instances (multiple choice, generation) as one JSON file: data, never
+    a pickle, so a cached (or shared) `catwalk::load_task` result cannot run code when it is
+    read. A generation request keeps its scoring as the lists it was read from."""
 
     VERSION = "001"
     FILE = "instances.json"
@@ -55,7 +59,7 @@ class InstancesFormat(Format[DatasetDict]):
         payload = {
             "metadata": artifact.metadata,
             "splits": {
-                name: [asdict(instance) for instance in instances]
+                name: [instance_record(instance) for instance in instances]
                 for name, instances in artifact.splits.items()
             },
         }
@@ -70,11 +74,19 @@ class InstancesFormat(Format[DatasetDict]):
         return DatasetDict(splits=splits, metadata=payload["metadata"])
 
 
-def instance_from_dict(row: dict) -> MultipleChoiceInstance:
+@functools.lru_cache(maxsize=64)
+def stored_scoring(source: str) -> AnswerScoring:
+    """A split's requests share one scoring: read once."""
+    return AnswerScoring.read(source, InstancesFormat.FILE)
+
+
+def instance_from_dict(row: dict) -> Any:
     """JSON has lists where the instance has tuples."""
-    return MultipleChoiceInstance(
-        **{key: tuple(value) if isinstance(value, list) else value for key, value in row.items()}
-    )
+    values = {key: tuple(value) if isinstance(value, list) else value for key, value in row.items()}
+    if values.pop("kind", None) == GenerationInstance.kind:
+        scoring = stored_scoring(values.pop("scoring"))
+        return GenerationInstance(**values, scoring=scoring)
+    return MultipleChoiceInstance(**values)
 
 
 @Format.register("catwalk::json")

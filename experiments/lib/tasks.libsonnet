@@ -3,6 +3,8 @@
 {
   // Generated from a seed: learnable from scratch by a tiny model, needs no download.
   synthetic: { type: 'catwalk::synthetic', seed: 1 },
+  // The same questions answered in words (a generative task: exact match), to train on.
+  synthetic_generative: { type: 'catwalk::synthetic_generative', seed: 1 },
 
   // PIQA from the Hugging Face hub (parquet copy, as lm-evaluation-harness uses).
   // PIQA's distribution files on disk instead: add data_dir (see the README).
