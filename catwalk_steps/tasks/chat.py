@@ -1,0 +1,148 @@
+"""Prompts as instruct models are evaluated: lm-evaluation-harness 0.4.13's
+`--apply_chat_template`, `--fewshot_as_multiturn` and `--system_instruction`.
+
+A task's prompt is a list of turns: a system turn (the system instruction and the task's
+description, joined by the few-shot delimiter unless either side has whitespace there), the
+examples, the question. With a chat template the turns are rendered by the model's tokenizer
+(`apply_chat_template(..., tokenize=False, add_generation_prompt=True)`): each example as a user
+turn and an assistant turn (`fewshot_as_multiturn`), or all of them and the question as one user
+turn of the plain text. Without one, a system instruction is put before the plain text as it is,
+with no separator (lm-evaluation-harness's own rendering).
+
+Where the answer starts, a chat prompt ends with the template's assistant header: a multiple-
+choice continuation drops the target delimiter (the header's own whitespace, moved to the
+continuation as lm-evaluation-harness moves a context's, takes its place), and a generative
+task's trained answer has none either. A BOS that the template writes is kept once: text that
+starts with it is tokenized without special tokens (:mod:`catwalk_steps.scoring.sequences`,
+:mod:`catwalk_steps.scoring.generation`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tango.common.exceptions import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    """How a task's prompts are laid out (its keys `apply_chat_template`,
+    `fewshot_as_multiturn`, `system_instruction`)."""
+
+    apply_chat_template: bool = False
+    fewshot_as_multiturn: bool = False
+    system_instruction: str | None = None
+
+    @classmethod
+    def of(cls, apply: Any, multiturn: Any, system_instruction: Any, where: str) -> ChatFormat:
+        """Checked: booleans, a text; `fewshot_as_multiturn` defaults to `apply_chat_template`
+        (as lm-evaluation-harness's command line) and needs it."""
+        for key, value in (("apply_chat_template", apply), ("fewshot_as_multiturn", multiturn)):
+            if value is not None and not isinstance(value, bool):
+                raise ConfigurationError(f"{where}.{key}: true or false, got {value!r}")
+        if system_instruction is not None and not isinstance(system_instruction, str):
+            raise ConfigurationError(
+                f"{where}.system_instruction: a text, got {system_instruction!r}"
+            )
+        apply = bool(apply)
+        if multiturn and not apply:
+            raise ConfigurationError(
+                f"{where}.fewshot_as_multiturn: true needs apply_chat_template: true (examples "
+                "become turns of a chat only in a chat template)"
+            )
+        return cls(apply, apply if multiturn is None else multiturn, system_instruction)
+
+    @property
+    def plain(self) -> bool:
+        """The task's own text, as without these keys."""
+        return self == ChatFormat()
+
+    def settings(self) -> dict[str, Any]:
+        """What is given, for the task's identity (nothing when plain: ids stay as they were)."""
+        return {} if self.plain else dict(vars(self))
+
+
+@dataclass(frozen=True)
+class Example:
+    """A solved example: its question, its answer as an assistant says it, and its plain text
+    (question, target delimiter, answer, few-shot delimiter)."""
+
+    question: str
+    answer: str | None  # None: a question written without an answer
+    text: str
+
+
+def system_prompt(instruction: str | None, description: str, delimiter: str) -> str:
+    """lm-evaluation-harness's `maybe_delimit`: the two joined by `delimiter`, unless one is
+    empty, or either side already has whitespace where they meet."""
+    if not instruction:
+        return description
+    if not description:
+        return instruction
+    if instruction[-1:].isspace() or description[:1].isspace():
+        return instruction + description
+    return instruction + delimiter + description
+
+
+def chat_template_of(tokenizer: Any, tokenizer_name: str, where: str) -> None:
+    """A tokenizer without a chat template cannot render one (one line, before anything runs)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigurationError(
+            f"{where}.apply_chat_template: tokenizer '{tokenizer_name}' has no chat template; "
+            "leave apply_chat_template out, or evaluate a model whose tokenizer has one"
+        )
+
+
+def rendered(messages: list[dict[str, str]], tokenizer: Any) -> str:
+    """The template's text for `messages`, ending with the assistant's header. A template that
+    refuses a system turn gets the turns without it (as lm-evaluation-harness does, with a
+    warning)."""
+    from jinja2.exceptions import TemplateError
+
+    def render(turns: list[dict[str, str]]) -> str:
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+
+    try:
+        return render(messages)
+    except TemplateError:
+        kept = [m for m in messages if m["role"] != "system"]
+        if len(kept) == len(messages):
+            raise
+        logger.warning("The chat template refused a system turn: rendered without it")
+        return render(kept)
+
+
+def prompt_of(
+    chat: ChatFormat,
+    tokenizer: Any,
+    description: str,
+    examples: Sequence[Example],
+    fewshot_delimiter: str,
+) -> Callable[[str], str]:
+    """The context of a question after the description and the examples, as `chat` lays it out
+    (`tokenizer`: the model's, when a chat template is applied)."""
+    system = system_prompt(chat.system_instruction, description, fewshot_delimiter)
+    shots = "".join(example.text for example in examples)
+    if not chat.apply_chat_template:
+        return lambda question: system + shots + question
+    head = [{"role": "system", "content": system}] if system else []
+    if chat.fewshot_as_multiturn:
+        for example in examples:
+            head.append({"role": "user", "content": example.question})
+            if example.answer is not None:
+                head.append({"role": "assistant", "content": example.answer})
+
+        def multiturn(question: str) -> str:
+            return rendered([*head, {"role": "user", "content": question}], tokenizer)
+
+        return multiturn
+
+    def single_turn(question: str) -> str:
+        return rendered([*head, {"role": "user", "content": shots + question}], tokenizer)
+
+    return single_turn

@@ -1,0 +1,158 @@
+"""Chat templates against lm-evaluation-harness 0.4.13 (tests/fixtures/lm_eval_chat_template.json,
+made by tests/fixtures/make_chat_template_fixture.py): `apply_chat_template`,
+`fewshot_as_multiturn` and `system_instruction` give its prompts character for character, its
+continuations (no target delimiter, the assistant header's newline moved into them), the BOS the
+template writes kept once, and the scores that follow; then what is refused, in one line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from tango.common.exceptions import ConfigurationError
+
+from catwalk_steps.kinds.generative import generation_metrics, generation_outputs
+from catwalk_steps.kinds.multiple_choice import metrics_from_scores
+from catwalk_steps.scoring.choices import score_choices
+from catwalk_steps.scoring.generated import generate_texts
+from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.scoring.sequences import SequenceEncoder
+from catwalk_steps.scoring.tokenization import load_tokenizer
+from catwalk_steps.tasks import Task
+
+FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+
+from generation_model import build, checksum  # noqa: E402
+
+FIXTURE = json.loads((FIXTURES / "lm_eval_chat_template.json").read_text())
+RUNS = FIXTURE["runs"]
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory) -> Path:
+    """The fixture's small model, its tokenizer given the fixture's chat template."""
+    from transformers import AutoTokenizer
+
+    directory = build(tmp_path_factory.mktemp("chat") / "model")
+    assert checksum(directory) == pytest.approx(FIXTURE["checksum"], rel=1e-12)  # lm-eval's model
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.chat_template = FIXTURE["chat_template"]
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def chat_task(name: str, run: dict, directory: Path) -> Task:
+    config = run["config"]
+    block = {
+        "name": config["name"],
+        "source": "olmo_eval",
+        "num_fewshot": config["num_fewshot"],
+        "max_instances": config["limit"],
+        "apply_chat_template": True,
+        "fewshot_as_multiturn": config["fewshot_as_multiturn"],
+        "system_instruction": config["system_instruction"],
+    }
+    task = Task.from_params(block)
+    task.render_with(str(directory), "model.tokenizer")
+    return task
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_chat_prompts_and_their_scores_equal_lm_evaluation_harness(chat_model, name):
+    run = RUNS[name]
+    instances = chat_task(name, run, chat_model).evaluation_instances()
+    docs = run["docs"]
+    assert len(instances) == len(docs)
+    model = RankClassifier(pretrained=str(chat_model)).eval()
+    if run["docs"][0]["tokens"]["request_type"] == "loglikelihood":
+        for doc, instance in zip(docs, instances, strict=True):
+            assert [list(pair) for pair in instance.pairs()] == doc["requests"]
+        encoder = SequenceEncoder(load_tokenizer(str(chat_model), "model"), 1024)
+        for doc, instance in zip(docs, instances, strict=True):
+            first = encoder.sequences([instance])[0]
+            tokens = doc["tokens"]
+            context = tokens["context_ids"]
+            assert list(first.token_ids) == context + tokens["continuation_ids"]  # one BOS
+            assert first.continuation_length == len(tokens["continuation_ids"])
+        scores = score_choices(model, instances, batch_size=4, progress=False)
+        for doc, row in zip(docs, scores, strict=True):
+            assert row == pytest.approx(doc["loglikelihoods"], abs=1e-3)
+        metrics = metrics_from_scores(instances, scores)
+        assert metrics["acc"] == pytest.approx(run["results"]["acc,none"])
+        assert metrics["acc_norm"] == pytest.approx(run["results"]["acc_norm,none"])
+        return
+    for doc, instance in zip(docs, instances, strict=True):
+        [(context, kwargs)] = doc["requests"]
+        assert instance.context == context
+        assert list(instance.until) == kwargs["until"]
+        assert instance.max_gen_toks == doc["max_gen_toks"]
+    texts = generate_texts(model, instances, batch_size=4, progress=False)
+    outputs = generation_outputs(instances, texts)
+    for doc, output in zip(docs, outputs, strict=True):
+        assert output["generation"] == doc["generation"], doc["doc_id"]
+        assert output["filtered"] == doc["filtered"], doc["doc_id"]
+        assert output["scores"] == doc["scores"], doc["doc_id"]
+    metrics = generation_metrics(instances, outputs)
+    for key in instances[0].scoring.names():
+        assert metrics[key] == run["results"][key]
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE["without_chat_template"]))
+def test_a_system_instruction_without_a_chat_template_goes_before_the_text_as_it_is(name):
+    """lm-evaluation-harness's plain rendering: no separator after the instruction, the task's
+    description after it with the few-shot delimiter."""
+    expected = FIXTURE["without_chat_template"][name]
+    task = Task.from_params(
+        {
+            "name": name.split("_")[0] + ("_easy" if name.startswith("arc") else "_open"),
+            "source": "olmo_eval",
+            "num_fewshot": expected["num_fewshot"],
+            "max_instances": 1,
+            "system_instruction": expected["system_instruction"],
+        }
+    )
+    [instance] = task.evaluation_instances()
+    if hasattr(instance, "pairs") and hasattr(instance, "choices"):
+        assert [list(pair) for pair in instance.pairs()] == expected["requests"]
+    else:
+        assert instance.context == expected["requests"][0][0]
+
+
+def test_chat_settings_that_cannot_work_are_one_line():
+    with pytest.raises(ConfigurationError) as error:
+        Task.from_params({"name": "arc_easy", "source": "olmo_eval", "fewshot_as_multiturn": True})
+    assert str(error.value) == (
+        "task 'arc_easy'.fewshot_as_multiturn: true needs apply_chat_template: true (examples "
+        "become turns of a chat only in a chat template)"
+    )
+    with pytest.raises(ConfigurationError) as error:
+        Task.from_params({"name": "arc_easy", "source": "olmo_eval", "system_instruction": ["x"]})
+    assert str(error.value) == "task 'arc_easy'.system_instruction: a text, got ['x']"
+
+
+def test_a_tokenizer_without_a_chat_template_is_refused_in_one_line():
+    task = Task.from_params(
+        {"name": "arc_easy", "source": "olmo_eval", "apply_chat_template": True}
+    )
+    with pytest.raises(ConfigurationError) as error:
+        task.render_with("catwalk::byte_level", "evaluate.model.tokenizer")
+    assert str(error.value) == (
+        "task 'arc_easy'.apply_chat_template: tokenizer 'catwalk::byte_level' has no chat "
+        "template; leave apply_chat_template out, or evaluate a model whose tokenizer has one"
+    )
+
+
+def test_the_plain_prompts_and_task_identity_are_unchanged_without_the_keys():
+    from tango.common import det_hash
+
+    plain = Task.from_params({"name": "arc_easy", "source": "olmo_eval", "max_instances": 2})
+    chat = Task.from_params(
+        {"name": "arc_easy", "source": "olmo_eval", "max_instances": 2, "system_instruction": "x"}
+    )
+    assert det_hash(plain) != det_hash(chat)
+    assert len(plain.det_hash_object()) == 4  # nothing added: cached results keep their ids
+    [first, _] = plain.evaluation_instances()
+    assert first.context.startswith("Question: ") and first.choices[0].startswith(" ")
