@@ -156,3 +156,49 @@ def test_the_plain_prompts_and_task_identity_are_unchanged_without_the_keys():
     assert len(plain.det_hash_object()) == 4  # nothing added: cached results keep their ids
     [first, _] = plain.evaluation_instances()
     assert first.context.startswith("Question: ") and first.choices[0].startswith(" ")
+
+
+def test_training_on_a_chat_formatted_task_renders_its_prompts_as_evaluation_does(
+    chat_model, tmp_path
+):
+    """`catwalk::load_task` with the model's tokenizer: the training split's prompts are the
+    chat-rendered ones evaluation scores, the answer follows the assistant header with no
+    target delimiter, and the batch starts with the template's one BOS."""
+    from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
+    from catwalk_steps.steps.load_task import LoadTask
+
+    rows = "".join(json.dumps({"q": f"q{i}", "a": f"a{i}"}) + "\n" for i in range(4))
+    (tmp_path / "rows.jsonl").write_text(rows)
+    files = {"train": str(tmp_path / "rows.jsonl"), "validation": str(tmp_path / "rows.jsonl")}
+    task = {
+        "type": "catwalk::generative",
+        "name": "pairs",
+        "source": "files",
+        "data_files": files,
+        "doc_to_text": "Q: {{q}}\nA:",
+        "doc_to_target": "{{a}}",
+        "until": ["\n"],
+        "max_gen_toks": 4,
+        "metric_list": [{"metric": "exact_match"}],
+        "apply_chat_template": True,
+        "system_instruction": "Be brief.",
+    }
+    loaded = LoadTask(task=dict(task), tokenizer=str(chat_model)).result()
+    train, validation = loaded["train"], loaded["validation"]
+    assert [x.context for x in train] == [x.context for x in validation]
+    assert train[0].context == (
+        "<|endoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nQ: q0\nA:"
+        "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert train[0].answer == "a0\n"
+    trained = kind_of(train).training_instances(list(train), "train")
+    collator = MultipleChoiceCollator(str(chat_model), max_length=64)
+    batch = kind_of(trained).collate(collator, trained, [1.0] * len(trained))
+    bos = collator.encoder.tokenizer.bos_token_id
+    assert batch["input_ids"][0, 0] == bos and batch["input_ids"][0, 1] != bos
+    with pytest.raises(ConfigurationError) as error:
+        LoadTask(task=dict(task))
+    assert str(error.value) == (
+        "load_task.tokenizer: task 'pairs' applies a chat template; give the model's tokenizer, "
+        "whose template renders its prompts"
+    )

