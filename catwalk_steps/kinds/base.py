@@ -15,7 +15,9 @@ batch, then `compute`) and lm-evaluation-harness's task (`process_results`, `agg
 - :meth:`TaskKind.answers` / :meth:`TaskKind.batch_answers`: each request's answer (its choices'
   scores, or its text) on one device, or per batch under an engine; :meth:`TaskKind.result`:
   the evaluate step's metrics from them;
-- :meth:`TaskKind.shown` and :meth:`TaskKind.lower_is_better`: what a report shows of a result.
+- :meth:`TaskKind.shown` and :meth:`TaskKind.lower_is_better`: what a report shows of a result;
+- :meth:`TaskKind.training_instances`, :meth:`TaskKind.validation_metrics` and
+  :attr:`TaskKind.validated_by_forward`: how a training run trains on it and validates it.
 
 A kind is registered once (:func:`register`), under the name its instances and tasks carry
 (`kind`, a class attribute in :mod:`catwalk_steps.tasks`).
