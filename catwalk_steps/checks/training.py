@@ -33,6 +33,7 @@ from ..errors import whole
 from ..kinds import MultipleChoiceCollator, kind_named, kind_of_task
 from ..scoring.choices import max_positions
 from ..scoring.precision import Precision
+from ..scoring.tokenization import give_chat_tokenizer
 from ..training.settings import TrainSettings
 from .trackers import check_trackers
 
@@ -257,7 +258,7 @@ def check_evaluate_tasks(settings: TrainSettings) -> None:
     collate = in_loop_collate(settings)
     for task in tasks:  # a chat template's prompts: the loader's tokenizer renders them
         if collate.get("tokenizer"):
-            task.render_with(collate["tokenizer"], "train_dataloader.collate_fn.tokenizer")
+            give_chat_tokenizer(task, collate["tokenizer"], "train_dataloader.collate_fn.tokenizer")
     for task in tasks:  # as their kinds check them against the in-loop loader's max_length
         kind_of_task(task).check_in_loop(
             task, collate.get("max_length", MultipleChoiceCollator.MAX_LENGTH)

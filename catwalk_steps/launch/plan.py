@@ -28,7 +28,7 @@ from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
 from ..engines.skeleton import chosen_modules
 from ..kinds import kind_of
-from ..scoring.tokenization import load_tokenizer
+from ..scoring.tokenization import give_chat_tokenizer, load_tokenizer
 from ..training.callbacks import RunMetrics
 from ..training.job import Schedule, TrainingJob
 from ..training.settings import TrainSettings
@@ -99,7 +99,7 @@ def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str,
     loaded = {}
     tokenizer, field = in_loop_tokenizer(settings)
     for task in settings.evaluate_tasks or []:
-        task.render_with(tokenizer, field)  # a chat template's prompts
+        give_chat_tokenizer(task, tokenizer, field)  # a chat template's prompts
         instances = loaded[task.name] = task.evaluation_instances()
         log.info("In-loop task %s: %d instances", task.name, len(instances))
         kind = kind_of(instances)

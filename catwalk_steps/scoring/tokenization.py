@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
@@ -92,3 +93,10 @@ def _cached_tokenizer(name_or_path: str, field: str):
         # Padding positions are masked out; any id will do, and GPT-2 has only end-of-text.
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def give_chat_tokenizer(task: Any, tokenizer_name: str, field: str) -> None:
+    """The model's tokenizer (`tokenizer_name`, given by `field`), loaded for a task whose
+    prompts its chat template renders; other tasks load nothing."""
+    if task.renders_chat:
+        task.render_with(load_tokenizer(tokenizer_name, field), tokenizer_name)

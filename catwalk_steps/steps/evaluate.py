@@ -18,7 +18,7 @@ from ..engines.settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..kinds import ResultContext, kind_of
 from ..patching import check_tango
 from ..scoring.choices import max_length_of
-from ..scoring.tokenization import load_tokenizer
+from ..scoring.tokenization import give_chat_tokenizer, load_tokenizer
 from ..standalone import (
     EvaluationSettings,
     SavedModel,
@@ -34,6 +34,9 @@ from .load_task import LoadTask
 # `Evaluate._replace_steps_with_results` overrides a private method of Tango's Step (no public
 # seam: README, What it does about the known walls); refused on a Tango it was not checked on.
 check_tango("Evaluate._replace_steps_with_results")
+
+
+MODEL_TOKENIZER = "evaluate.model.tokenizer"  # the field a chat task's tokenizer comes from
 
 
 @Step.register("catwalk::evaluate")
@@ -93,7 +96,7 @@ class Evaluate(Step[dict]):
         configured = configured_model_of(kwargs.get("model"))
         check_evaluate_step(kwargs, configured, splits)
         if kwargs.get("task") is not None and configured is not None:
-            kwargs["task"].render_with(configured.tokenizer_name(), "evaluate.model.tokenizer")
+            give_chat_tokenizer(kwargs["task"], configured.tokenizer_name(), MODEL_TOKENIZER)
         return kwargs
 
     @property
@@ -138,7 +141,7 @@ class Evaluate(Step[dict]):
     ) -> dict[str, Any]:
         source = model_source(model)
         if task is not None:  # a chat template's prompts: the model's tokenizer renders them
-            task.render_with(source.tokenizer_name(), "evaluate.model.tokenizer")
+            give_chat_tokenizer(task, source.tokenizer_name(), MODEL_TOKENIZER)
         instances, about = evaluation_data(task, dataset_dict, split)
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine

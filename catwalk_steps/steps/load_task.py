@@ -8,6 +8,7 @@ from tango import Step
 from tango.common import DatasetDict
 from tango.common.exceptions import ConfigurationError
 
+from ..scoring.tokenization import give_chat_tokenizer
 from ..tasks import Task
 from ..workspace.formats import InstancesFormat
 
@@ -44,7 +45,7 @@ class LoadTask(Step[DatasetDict]):
                         f"load_task.tokenizer: task '{task.name}' applies a chat template; give "
                         "the model's tokenizer, whose template renders its prompts"
                     )
-                task.render_with(kwargs["tokenizer"], "load_task.tokenizer")
+                give_chat_tokenizer(task, kwargs["tokenizer"], "load_task.tokenizer")
         return kwargs
 
     def run(  # type: ignore[override]
@@ -55,7 +56,7 @@ class LoadTask(Step[DatasetDict]):
         tokenizer: str | None = None,
     ) -> DatasetDict:
         if tokenizer is not None:
-            task.render_with(tokenizer, "load_task.tokenizer")
+            give_chat_tokenizer(task, tokenizer, "load_task.tokenizer")
         loaded = task.load(splits or ["train", "validation"])
         if max_instances is not None:
             loaded = {name: instances[:max_instances] for name, instances in loaded.items()}

@@ -215,10 +215,12 @@ class Task(Registrable):
         """Where a split comes from, for error messages."""
         return f"{type(self).__name__} split '{split}'"
 
-    def render_with(self, tokenizer_name: str, field: str) -> None:
-        """The model's tokenizer, for a task whose prompts its chat template renders
-        (:mod:`.chat`); the step that scores or loads the task gives it (`field`: where the name
-        comes from). Other tasks need none."""
+    # Whether the model's tokenizer renders its prompts (a chat template: :mod:`.chat`); the
+    # step that scores or loads the task then gives it (`render_with`).
+    renders_chat: ClassVar[bool] = False
+
+    def render_with(self, tokenizer: Any, tokenizer_name: str) -> None:
+        """The tokenizer whose chat template renders the prompts."""
 
 
 def dataset_fingerprint(splits: Mapping[str, Sequence[MultipleChoiceInstance]]) -> str:

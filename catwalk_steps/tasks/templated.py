@@ -118,14 +118,13 @@ class TemplatedTask(Task):
     def name(self) -> str:
         return self.spec.name
 
-    def render_with(self, tokenizer_name: str, field: str) -> None:
-        """The tokenizer whose chat template renders the prompts (the model's), checked to have
-        one; nothing to do for a task without `apply_chat_template`."""
-        if not self.chat.apply_chat_template:
-            return
-        from ..scoring.tokenization import load_tokenizer
+    @property
+    def renders_chat(self) -> bool:
+        return self.chat.apply_chat_template
 
-        tokenizer = load_tokenizer(tokenizer_name, field)
+    def render_with(self, tokenizer: Any, tokenizer_name: str) -> None:
+        """The tokenizer whose chat template renders the prompts (the model's), checked to have
+        one."""
         chat_template_of(tokenizer, tokenizer_name, f"task '{self.name}'")
         self.chat_tokenizer = tokenizer
 
