@@ -67,3 +67,15 @@ def test_report_needs_runs_and_orders_columns():
     assert report.columns == ["acc", "acc_norm", "n", "extra"]
     assert report.markdown().splitlines()[2] == "| a | 0.5000 | 0.2500 | 3 | 1.0000 |"
     assert report.csv().splitlines() == ["run,acc,acc_norm,n,extra", "a,0.5,0.25,3,1.0"]
+
+
+def test_keys_added_later_leave_the_ids_of_steps_that_do_not_set_them():
+    """A cached result is found again after an upgrade: load_task's `tokenizer` and train's
+    `val_metric_name` (now the task's first metric) left out give the ids they gave before."""
+    from tango.step_graph import StepGraph
+
+    from .conftest import EXPERIMENTS, experiment_params
+
+    graph = StepGraph.from_params(experiment_params(EXPERIMENTS / "demo.jsonnet")["steps"])
+    assert graph["data"].unique_id == "LoadTask-002-4peH9XeMn8VVDCc5H8WBScbDNLR4bGXB"
+    assert graph["trained"].unique_id == "TrainRankClassifier-003-2jF97Apubmz18HZG45BkkQ96gxQFTfyk"

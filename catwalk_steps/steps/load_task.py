@@ -32,6 +32,8 @@ class LoadTask(Step[DatasetDict]):
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = InstancesFormat()
+    # Keys added later leave the unique ids of steps that do not set them as they were.
+    SKIP_DEFAULT_ARGUMENTS = {"tokenizer": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

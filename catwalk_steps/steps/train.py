@@ -98,6 +98,8 @@ class TrainRankClassifier(Step[RankClassifier]):
         # in-loop tasks are built here if Tango has not (Task.built: a bad task's own message).
         if kwargs.get("evaluate_tasks"):
             kwargs = {**kwargs, "evaluate_tasks": [Task.built(t) for t in kwargs["evaluate_tasks"]]}
+        if kwargs.get("val_metric_name") is None:
+            kwargs = {**kwargs, "val_metric_name": default_val_metric(kwargs)}
         check_train_step(TrainSettings(**kwargs))  # typed, with the keys' one set of defaults
         return split_trackers(kwargs)
 
@@ -130,6 +132,14 @@ class TrainRankClassifier(Step[RankClassifier]):
             return self.config
         except ValueError:  # a step built in Python, not from an experiment file
             return None
+
+
+def default_val_metric(kwargs: dict[str, Any]) -> str | None:
+    """`acc` for a multiple-choice task (the default it always had: the step's id stays as it
+    was); None, the task's first metric, for another kind or data not known yet."""
+    task = getattr(kwargs.get("dataset_dict"), "kwargs", {}).get("task")
+    kind = getattr(task, "kind", None)
+    return "acc" if kind == "multiple_choice" else None
 
 
 class TrainingStopped(KeyboardInterrupt):
