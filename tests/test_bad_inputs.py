@@ -392,6 +392,20 @@ CASES = [
         "ConfigurationError: task 'nq_open'.filter_list[0].filter[0].regex_pattern: not a "
         "regular expression (missing ), unterminated subpattern at position 0)",
     ),
+    # Chat templates: the in-loop loader's tokenizer renders them, and must have one.
+    (
+        DEMO,
+        {f"{T}.evaluate_tasks": [{**NQ, "apply_chat_template": True}]},
+        "ConfigurationError: task 'nq_open'.apply_chat_template: tokenizer 'catwalk::byte_level' "
+        "has no chat template; leave apply_chat_template out, or evaluate a model whose "
+        "tokenizer has one",
+    ),
+    (
+        DEMO,
+        {"steps.data.task": {**NQ, "apply_chat_template": True}},
+        "ConfigurationError: load_task.tokenizer: task 'nq_open' applies a chat template; give the "
+        "model's tokenizer, whose template renders its prompts",
+    ),
     # Training on a generative task: a validation metric it has, an objective that fits it.
     (
         DEMO,
