@@ -181,3 +181,28 @@ def test_killing_the_worker_node_stops_node_0_and_a_rerun_of_both_resumes(tmp_pa
     assert rerun0.returncode == 0, output0[-3000:]
     assert rerun1.returncode == 0, output1[-3000:]
     assert "Resumed from" in output0
+
+
+def test_two_nodes_train_on_a_generative_task(tmp_path):
+    """Node 1 checks the data it reads against node 0's checksum: the data as loaded (the
+    training form of a generative split is made by each worker, not published)."""
+    import json
+
+    from .conftest import experiment_params
+
+    steps = experiment_params(EXPERIMENTS / "generation_demo.jsonnet")["steps"]
+    trained = {**steps["trained"], "evaluate_tasks": [], "train_steps": 4}
+    trained.update(validate_every=2, checkpoint_every=2)
+    task = {**steps["data"]["task"], "sizes": {"train": 32, "validation": 4}}
+    data = {**steps["data"], "task": task}
+    experiment = tmp_path / "generative.json"
+    experiment.write_text(json.dumps({"steps": {"data": data, "trained": trained}}))
+    overrides = two_nodes(free_port())
+    workspace = tmp_path / "ws"
+    node0 = start(tango_command(experiment, workspace, "nodes", overrides), tmp_path / "0")
+    node1 = worker_node(experiment, overrides, tmp_path / "1", workspace)
+    out0, out1 = node0.finish(), node1.finish()
+    assert node0.returncode == 0 and node1.returncode == 0, (out0[-3000:], out1[-3000:])
+    validation = history(workspace, "nodes", "trained")["validation"]
+    assert [v["step"] for v in validation] == [2, 4]
+    assert all("exact_match,remove_whitespace" in v for v in validation)

@@ -30,7 +30,7 @@ from ..engines.skeleton import chosen_modules
 from ..kinds import kind_of
 from ..scoring.tokenization import give_chat_tokenizer, load_tokenizer
 from ..training.callbacks import RunMetrics
-from ..training.job import Schedule, TrainingJob
+from ..training.job import Schedule, TrainingJob, task_name, training_split
 from ..training.settings import TrainSettings
 
 
@@ -46,8 +46,7 @@ def build_job(
     engine's config, the rendezvous and the checkpoint to resume from; warnings are logged."""
     schedule = Schedule.of(settings.as_mapping())
     check_splits(settings.dataset_dict, schedule)
-    dataset_dict, val_metric_name = training_data(settings, schedule)
-    schedule = replace(schedule, val_metric_name=val_metric_name)
+    schedule = replace(schedule, val_metric_name=checked_val_metric(settings, schedule))
     devices = plan_devices(settings.device_count, requested=settings.device, field="train.device")
     engine = check_engine(settings.training_engine)
     warnings = [devices.note] if devices.note else []
@@ -63,7 +62,7 @@ def build_job(
         work_dir=Path(work_dir),
         model=settings.model,
         training_engine=settings.training_engine,
-        dataset_dict=dataset_dict,
+        dataset_dict=settings.dataset_dict,
         train_dataloader=settings.train_dataloader,
         validation_dataloader=settings.validation_dataloader,
         callbacks=[
@@ -128,21 +127,15 @@ def in_loop_encoding(settings: TrainSettings) -> tuple[Any, int, str]:
     return tokenizer, collate.get("max_length", 256), f"{name}.collate_fn.max_length"
 
 
-def training_data(settings: TrainSettings, schedule: Schedule) -> tuple[Any, str]:
-    """The data as the workers train on it (the training split as its kind trains: a generative
-    task's prompts and first targets, checked here, once) and the validation metric's name,
+def checked_val_metric(settings: TrainSettings, schedule: Schedule) -> str:
+    """The training split checked as its kind trains on it (a generative task's rows each need
+    a target: said here, once, before any worker starts), and the validation metric's name
     checked against the validation split's kind (known now, whatever step made the data)."""
     data = settings.dataset_dict
-    name = getattr(data, "metadata", {}).get("task", "?")
-    train = list(data[schedule.train_split])
-    where = f"train: task '{name}', split '{schedule.train_split}'"
-    trained = kind_of(train[:1]).training_instances(train, where)
-    if any(a is not b for a, b in zip(trained, train, strict=True)):
-        splits = {name: data[name] for name in data}
-        data = DatasetDict(splits={**splits, schedule.train_split: trained}, metadata=data.metadata)
+    training_split(data, schedule)
     validation = list(data[schedule.validation_split][:1]) if schedule.validation_split else []
     kind, first = kind_of(validation), validation[0] if validation else None
-    return data, check_val_metric(settings, kind, first, task_named(kind, name))
+    return check_val_metric(settings, kind, first, task_named(kind, task_name(data)))
 
 
 def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:

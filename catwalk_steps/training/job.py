@@ -18,6 +18,7 @@ from ..distributed.devices import DevicePlan
 from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
+from ..kinds import kind_of
 from .settings import DEFAULTS
 
 
@@ -121,3 +122,16 @@ def train_config_for(job: TrainingJob, rank: int, local_rank: int) -> NodeAwareT
         inner_modules=None if job.inner_modules is None else tuple(job.inner_modules),
         **schedule,
     )
+
+
+def task_name(data: Any) -> str:
+    """The task a dataset was loaded from (`catwalk::load_task`'s metadata), for messages."""
+    return getattr(data, "metadata", {}).get("task", "?")
+
+
+def training_split(data: Any, schedule: Schedule) -> list:
+    """The training split as its kind trains on it (a generative task: each prompt with its
+    answer); the job keeps the data as it was loaded (what other nodes check it against)."""
+    train = list(data[schedule.train_split])
+    where = f"train: task '{task_name(data)}', split '{schedule.train_split}'"
+    return kind_of(train[:1]).training_instances(train, where)

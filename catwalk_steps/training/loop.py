@@ -41,7 +41,7 @@ from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
 from .checkpointing import Checkpointer
 from .in_loop import InLoopTasks, over_ranks
-from .job import TrainerState, TrainingJob
+from .job import TrainerState, TrainingJob, training_split
 from .trackers import connect_trackers
 
 logger = logging.getLogger(__name__)
@@ -120,7 +120,8 @@ class Trainer:
         """The loaders of the two splits; `train_steps` from the loader's length when the
         schedule gives epochs."""
         data = job.dataset_dict
-        self.train_loader = job.train_dataloader.construct(dataset=data[self.schedule.train_split])
+        train = training_split(data, self.schedule)
+        self.train_loader = job.train_dataloader.construct(dataset=train)
         default_seed = getattr(self.train_loader, "use_default_seed", None)
         if default_seed is not None:
             default_seed(self.schedule.seed)
