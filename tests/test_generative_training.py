@@ -247,3 +247,22 @@ def test_generative_training_runs_under_ddp_in_bf16_with_a_lora_adapter(tmp_path
     assert all("exact_match,remove_whitespace" in v for v in history["validation"])
     assert (model / "adapter" / "adapter_config.json").exists()
     assert info["run_card"]["devices"].startswith("2 CPU processes")
+
+
+def test_a_generative_sweep_plots_its_validation_metric(tmp_path):
+    """The sweep plots name and show what a generative run validates by (its first metric)."""
+    from catwalk_steps.reports import build_report
+    from catwalk_steps.reports.plots import plot_final, validation_metric
+
+    key = "exact_match,remove_whitespace"
+
+    def run(seed: int) -> dict:
+        points = [{"step": 10, key: 0.25 * seed, "count": 4}, {"step": 20, key: 0.5, "count": 4}]
+        history = {"train": [], "validation": points}
+        return {key: 0.5, "primary_metric": key, "kind": "generative", "training_history": history}
+
+    metrics = {f"lr=1,seed={seed}": run(seed) for seed in (1, 2)}
+    configs = {name: {"lr": 1, "seed": seed} for name, seed in zip(metrics, (1, 2), strict=True)}
+    report = build_report(metrics, configs=configs)
+    assert validation_metric(report, "acc") == key
+    assert plot_final(report, tmp_path / "final.png") and (tmp_path / "final.png").stat().st_size

@@ -1,5 +1,6 @@
 """The sweep report's plots (matplotlib, PNG): validation accuracy over training steps per
-configuration, and the final accuracy per configuration with its spread over seeds."""
+configuration, and the final accuracy per configuration with its spread over seeds (for a
+generative task, its first metric: exact match, F1; the file names stay)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
     figure, axes = _figure()
     for group, curves in groups.items():
         _band(axes, curves, metric, f"{group} (n={len(curves)})")
+    shown = validation_metric(report, metric)
     axes.set_xlabel("training step")
-    axes.set_ylabel(f"validation {metric}")
-    axes.set_title(f"{report.title}: validation {metric} (mean ± std over seeds)")
+    axes.set_ylabel(f"validation {shown}")
+    axes.set_title(f"{report.title}: validation {shown} (mean ± std over seeds)")
     axes.legend(fontsize="small")
     _save(figure, path)
     return True
@@ -38,6 +40,7 @@ def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
 
 def plot_final(report: Report, path: Path, metric: str = "acc") -> bool:
     """Final `metric` per configuration, mean over seeds with ± one standard deviation."""
+    metric = validation_metric(report, metric)
     summaries = {g: m[metric] for g, m in report.summaries().items() if metric in m}
     if not summaries:
         return False
@@ -52,6 +55,15 @@ def plot_final(report: Report, path: Path, metric: str = "acc") -> bool:
     axes.set_title(f"{report.title}: {metric} per configuration (mean ± std over seeds)")
     _save(figure, path)
     return True
+
+
+def validation_metric(report: Report, metric: str) -> str:
+    """What the runs' validation shows: `metric` (multiple choice), or the key their kind shows
+    (a generative task's first metric), read from the first validation point."""
+    for history in report.histories.values():
+        if history:
+            return shown_metric(history[0], metric)
+    return metric
 
 
 def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:
