@@ -212,3 +212,32 @@ def test_training_on_a_chat_formatted_task_renders_its_prompts_as_evaluation_doe
         "load_task.tokenizer: task 'pairs' applies a chat template; give the model's tokenizer, "
         "whose template renders its prompts"
     )
+
+
+@pytest.mark.parametrize("variant", ["fixture_tokenizer", "tokenizer_adding_bos"])
+def test_a_rendered_context_is_tokenized_as_lm_evaluation_harness_tokenizes_it(chat_model, variant):
+    """With the template's BOS or without it, by a tokenizer that adds none or one of its own:
+    one BOS, never two, for scoring pairs and for generation prompts."""
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoTokenizer
+
+    from catwalk_steps.scoring.generation import GenerationEncoder
+    from catwalk_steps.tasks import GenerationInstance
+    from catwalk_steps.tasks.answers import AnswerScoring
+
+    tokenizer = AutoTokenizer.from_pretrained(chat_model)
+    if variant == "tokenizer_adding_bos":
+        bos, bos_id = tokenizer.bos_token, tokenizer.bos_token_id
+        tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
+        )
+    probe = FIXTURE["bos_probe"][variant]
+    assert (tokenizer.encode("x")[:1] == [tokenizer.bos_token_id]) == probe["tokenizer_adds_bos"]
+    pairs, prompts = SequenceEncoder(tokenizer, 1024), GenerationEncoder(tokenizer, 1024)
+    scoring = AnswerScoring.of(None, [{"metric": "exact_match"}], "probe")
+    for name, row in probe["rows"].items():
+        ids, continuation = pairs.pair(row["text"], " Paris")
+        expected = row["encode_pair_context"] + row["encode_pair_continuation"]
+        assert (list(ids), continuation) == (expected, len(row["encode_pair_continuation"])), name
+        request = GenerationInstance(row["text"], ("x",), (), 8, scoring)
+        assert prompts.prompts([request]) == [row["tok_batch_encode"]], name
