@@ -13,6 +13,7 @@ from ..components import lazy_config
 from ..distributed.devices import usable_cores
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..engines.wrapping import describe_blocks
+from ..kinds import kind_of
 from ..scoring.tokenization import load_tokenizer
 
 
@@ -60,20 +61,10 @@ def training_warnings(device_type: str, local_workers: int, step: str = "train")
 
 
 def answers_cut(instances: Iterable[Any], tokenizer: Any, max_length: int) -> int:
-    """How many instances have an answer longer than `max_length` tokens (it is cut: the answer
-    is scored whole only when it fits)."""
-    instances = [i for i in instances if hasattr(i, "choices")]  # generation: none to cut
-    choices = sorted({choice for instance in instances for choice in instance.choices})
-    if not choices:
-        return 0
-    lengths = dict(
-        zip(
-            choices,
-            map(len, tokenizer(choices, add_special_tokens=False)["input_ids"]),
-            strict=True,
-        )
-    )
-    return sum(any(lengths[c] > max_length for c in i.choices) for i in instances)
+    """How many instances have an answer longer than `max_length` tokens, as their kind counts
+    (:meth:`~catwalk_steps.kinds.TaskKind.answers_cut`)."""
+    instances = list(instances)
+    return kind_of(instances).answers_cut(instances, tokenizer, max_length)
 
 
 def cut_answer_warnings(dataset_dict: Any, loader: Any, splits: Iterable[str | None]) -> list[str]:

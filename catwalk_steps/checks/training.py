@@ -78,10 +78,18 @@ def check_schedule(settings: TrainSettings) -> None:
     rendezvous_settings(settings.num_nodes, settings.master_addr, settings.port, timeout)
 
 
-def training_task(settings: TrainSettings) -> Any:
+def loaded_task(dataset_dict: Any) -> Any:
     """The task `dataset_dict` loads, when the step graph says (a `catwalk::load_task` step);
     else None (known once the data is)."""
-    return getattr(settings.dataset_dict, "kwargs", {}).get("task")
+    return getattr(dataset_dict, "kwargs", {}).get("task")
+
+
+def default_val_metric(dataset_dict: Any) -> str | None:
+    """`val_metric_name` left out: the first its task's kind validates by (`acc` for multiple
+    choice, as it always was: such a step's id stays as it was); None while the task is not
+    known (the data's kind decides when it is)."""
+    task = loaded_task(dataset_dict)
+    return None if task is None else kind_of_task(task).validation_metrics(task)[0]
 
 
 def check_val_metric(settings: TrainSettings, kind: Any, task: Any, what: str) -> str:
@@ -109,22 +117,15 @@ def check_val_metric(settings: TrainSettings, kind: Any, task: Any, what: str) -
 def check_training_task(settings: TrainSettings) -> None:
     """The task trained on, when it is known now: its validation metric, and an objective that
     fits it (a generative task has one answer, which `rank` cannot rank)."""
-    task = training_task(settings)
+    task = loaded_task(settings.dataset_dict)
     if task is None:
-        if settings.val_metric_name in MULTIPLE_CHOICE_METRICS or not settings.val_metric_name:
-            check_val_metric(settings, kind_named("multiple_choice"), None, "")
+        choices, named = kind_named("multiple_choice"), settings.val_metric_name
+        if not named or named in choices.validation_metrics(None):
+            check_val_metric(settings, choices, None, "")  # another kind's: checked at run time
         return
     kind = kind_of_task(task)
     check_val_metric(settings, kind, task, task_named(kind, task.name))
-    objective = model_objective(settings.model)
-    if kind.name == "generative" and objective == "rank":
-        raise ConfigurationError(
-            f"model.objective: 'rank' needs choices to rank, and task '{task.name}' is "
-            "generative (one answer per prompt); use objective 'lm'"
-        )
-
-
-MULTIPLE_CHOICE_METRICS = ("acc", "acc_norm", "loss")
+    kind.check_objective(model_objective(settings.model), task)
 
 
 def task_named(kind: Any, name: str) -> str:
@@ -255,10 +256,10 @@ def check_evaluate_tasks(settings: TrainSettings) -> None:
                 f"train.evaluate_tasks: '{name}' is given {names.count(name)} times; give each "
                 "task once"
             )
-    collate = in_loop_collate(settings)
+    collate, loader = in_loop_collate(settings)
     for task in tasks:  # a chat template's prompts: the loader's tokenizer renders them
         if collate.get("tokenizer"):
-            give_chat_tokenizer(task, collate["tokenizer"], "train_dataloader.collate_fn.tokenizer")
+            give_chat_tokenizer(task, collate["tokenizer"], f"{loader}.collate_fn.tokenizer")
     for task in tasks:  # as their kinds check them against the in-loop loader's max_length
         kind_of_task(task).check_in_loop(
             task, collate.get("max_length", MultipleChoiceCollator.MAX_LENGTH)
@@ -281,13 +282,14 @@ def check_train_step(settings: TrainSettings) -> None:
     check_trackers(settings.as_mapping(), engine)
 
 
-def in_loop_collate(settings: TrainSettings) -> dict[str, Any]:
+def in_loop_collate(settings: TrainSettings) -> tuple[dict[str, Any], str]:
     """The collate keys of the loader in-loop tasks are scored with (the validation loader's,
-    else the training loader's)."""
+    else the training loader's), and that loader's key."""
+    name = "validation_dataloader" if settings.validation_dataloader else "train_dataloader"
     loader = settings.validation_dataloader or settings.train_dataloader
     if loader is None:
-        return {}
-    return dict(lazy_config(loader, DataLoader, "train_dataloader")[1].get("collate_fn") or {})
+        return {}, name
+    return dict(lazy_config(loader, DataLoader, name)[1].get("collate_fn") or {}), name
 
 
 def check_devices_and_precision(settings: TrainSettings, precision: str) -> None:

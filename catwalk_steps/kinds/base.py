@@ -72,6 +72,10 @@ class TaskKind:
     def check_in_loop(self, task: Any, max_length: int) -> None:
         """A task scored in the loop with the loader's `max_length`."""
 
+    def check_objective(self, objective: str | None, task: Any) -> None:
+        """The model's training `objective` (None: left out, `lm`) against a task of this kind
+        trained on."""
+
     def validation_metrics(self, task: Any) -> tuple[str, ...]:
         """What `train.val_metric_name` may name when a split of this kind (of `task`, or an
         instance of it) validates; the first is the default."""
@@ -86,6 +90,16 @@ class TaskKind:
 
     def collate(self, collator: Any, instances: list, weights: list[float]) -> Any:
         raise NotImplementedError
+
+    def answers_cut(self, instances: list, tokenizer: Any, max_length: int) -> int:
+        """How many instances have an answer longer than `max_length` tokens (it is cut: an
+        answer among choices is scored whole only when it fits)."""
+        choices = sorted({choice for instance in instances for choice in instance.choices})
+        if not choices:
+            return 0
+        counts = map(len, tokenizer(choices, add_special_tokens=False)["input_ids"])
+        lengths = dict(zip(choices, counts, strict=True))
+        return sum(any(lengths[c] > max_length for c in i.choices) for i in instances)
 
     def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         """One batch's sums (each a weighted sum over its instances), on this rank."""

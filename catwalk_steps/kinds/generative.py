@@ -123,8 +123,18 @@ class Generative(TaskKind):
     name = "generative"
     validated_by_forward = False  # by its answers, as in the loop
 
+    def check_objective(self, objective, task):
+        if objective == "rank":
+            raise ConfigurationError(
+                f"model.objective: 'rank' needs choices to rank, and task '{task.name}' is "
+                "generative (one answer per prompt); use objective 'lm'"
+            )
+
     def validation_metrics(self, task):
         return tuple(task.scoring.names())
+
+    def answers_cut(self, instances, tokenizer, max_length):
+        return 0  # no choices: an answer is generated (a training answer: max_gen_toks)
 
     def training_instances(self, instances, where):
         for number, instance in enumerate(instances, start=1):

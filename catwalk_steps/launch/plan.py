@@ -11,7 +11,6 @@ from typing import Any
 from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.common.util import get_extra_imported_modules
-from tango.integrations.torch import DataLoader
 
 from ..checkpoints import check_resumable
 from ..checks.start_warnings import (
@@ -21,8 +20,7 @@ from ..checks.start_warnings import (
     wrapping_note,
 )
 from ..checks.trackers import tracker_callbacks
-from ..checks.training import check_engine, check_val_metric, task_named
-from ..components import lazy_config
+from ..checks.training import check_engine, check_val_metric, in_loop_collate, task_named
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
@@ -107,13 +105,6 @@ def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str,
     return loaded
 
 
-def in_loop_collate(settings: TrainSettings) -> tuple[dict[str, Any], str]:
-    """The in-loop loader's collate keys, and the loader's field."""
-    name = "validation_dataloader" if settings.validation_dataloader else "train_dataloader"
-    loader = settings.validation_dataloader or settings.train_dataloader
-    return lazy_config(loader, DataLoader, name)[1].get("collate_fn") or {}, name
-
-
 def in_loop_tokenizer(settings: TrainSettings) -> tuple[str, str]:
     """The in-loop loader's tokenizer name and the field that gives it."""
     collate, name = in_loop_collate(settings)
@@ -123,7 +114,7 @@ def in_loop_tokenizer(settings: TrainSettings) -> tuple[str, str]:
 def in_loop_encoding(settings: TrainSettings) -> tuple[Any, int, str]:
     """The in-loop loader's tokenizer, `max_length` and the field that sets it."""
     collate, name = in_loop_collate(settings)
-    tokenizer = load_tokenizer(*in_loop_tokenizer(settings))
+    tokenizer = load_tokenizer(collate.get("tokenizer", ""), f"{name}.collate_fn.tokenizer")
     return tokenizer, collate.get("max_length", 256), f"{name}.collate_fn.max_length"
 
 

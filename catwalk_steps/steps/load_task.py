@@ -40,13 +40,12 @@ class LoadTask(Step[DatasetDict]):
         task = kwargs.get("task")
         if task is not None:
             task = kwargs["task"] = Task.built(task)
-            chat = getattr(task, "chat", None)
-            if chat is not None and chat.apply_chat_template:
-                if kwargs.get("tokenizer") is None:
-                    raise ConfigurationError(
-                        f"load_task.tokenizer: task '{task.name}' applies a chat template; give "
-                        "the model's tokenizer, whose template renders its prompts"
-                    )
+            if task.renders_chat and kwargs.get("tokenizer") is None:
+                raise ConfigurationError(
+                    f"load_task.tokenizer: task '{task.name}' applies a chat template; give the "
+                    "model's tokenizer, whose template renders its prompts"
+                )
+            if task.renders_chat:
                 give_chat_tokenizer(task, kwargs["tokenizer"], "load_task.tokenizer")
         return kwargs
 

@@ -21,7 +21,7 @@ from ..checkpoints import (
     model_from_checkpoint,
 )
 from ..checks.trackers import split_trackers
-from ..checks.training import check_train_step
+from ..checks.training import check_train_step, default_val_metric
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
@@ -99,7 +99,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         if kwargs.get("evaluate_tasks"):
             kwargs = {**kwargs, "evaluate_tasks": [Task.built(t) for t in kwargs["evaluate_tasks"]]}
         if kwargs.get("val_metric_name") is None:
-            kwargs = {**kwargs, "val_metric_name": default_val_metric(kwargs)}
+            kwargs = {**kwargs, "val_metric_name": default_val_metric(kwargs.get("dataset_dict"))}
         check_train_step(TrainSettings(**kwargs))  # typed, with the keys' one set of defaults
         return split_trackers(kwargs)
 
@@ -132,14 +132,6 @@ class TrainRankClassifier(Step[RankClassifier]):
             return self.config
         except ValueError:  # a step built in Python, not from an experiment file
             return None
-
-
-def default_val_metric(kwargs: dict[str, Any]) -> str | None:
-    """`acc` for a multiple-choice task (the default it always had: the step's id stays as it
-    was); None, the task's first metric, for another kind or data not known yet."""
-    task = getattr(kwargs.get("dataset_dict"), "kwargs", {}).get("task")
-    kind = getattr(task, "kind", None)
-    return "acc" if kind == "multiple_choice" else None
 
 
 class TrainingStopped(KeyboardInterrupt):

@@ -45,13 +45,10 @@ class Rendered:
 
 def example_text(doc: Rendered, target_delimiter: str, fewshot_delimiter: str) -> str:
     """One solved example: question, delimiter, answer, few-shot delimiter."""
-    question, choices, answer = doc.text, doc.choices, doc.target
-    if isinstance(question, int):  # the right filled-in context is the question
-        question, choices = choices[question], ()
-    if answer == "":
+    question, answer = example_question(doc), example_answer(doc)
+    if answer is None:
         return question  # lm-evaluation-harness writes a question without an answer bare
-    answer_text = choices[answer] if choices and isinstance(answer, int) else str(answer)
-    return question + target_delimiter + answer_text + fewshot_delimiter
+    return question + target_delimiter + answer + fewshot_delimiter
 
 
 def contexts(doc: Rendered, prompt: Callable[[str], str]) -> str | tuple[str, ...]:
@@ -68,11 +65,14 @@ def example_question(doc: Rendered) -> str:
 
 
 def example_answer(doc: Rendered) -> str | None:
-    """An example's answer as an assistant turn says it (None: written without one)."""
-    question, choices, answer = doc.text, doc.choices, doc.target
-    if isinstance(question, int) or answer == "":
-        return None if answer == "" else str(answer)
-    return choices[answer] if choices and isinstance(answer, int) else str(answer)
+    """An example's answer, as its text and an assistant turn say it (None: written without
+    one)."""
+    if doc.target == "":
+        return None
+    per_choice = isinstance(doc.text, int)  # then the target is the continuation itself
+    if doc.choices and not per_choice and isinstance(doc.target, int):
+        return doc.choices[doc.target]
+    return str(doc.target)
 
 
 class FewshotSampler:

@@ -68,6 +68,9 @@ class SyntheticTask(Task):
         rng = random.Random(f"{self.seed}/{split}")  # str seeds are hashed deterministically
         return [self._instance(rng) for _ in range(self.sizes[split])]
 
+    def question(self, key: str) -> str:
+        return f"Question: What goes with {key}?\nAnswer:"
+
     def _instance(self, rng: random.Random) -> MultipleChoiceInstance:
         key = rng.choice(self.keys)
         right = self.answer[key]
@@ -77,7 +80,7 @@ class SyntheticTask(Task):
         options = [right, *wrong]
         rng.shuffle(options)
         return MultipleChoiceInstance(
-            context=f"Question: What goes with {key}?\nAnswer:",
+            context=self.question(key),
             choices=tuple(" " + self.attributes[a] for a in options),
             label=options.index(right),
         )
@@ -122,7 +125,7 @@ class SyntheticGenerativeTask(SyntheticTask):
         key = rng.choice(self.keys)
         target = self.attributes[self.answer[key]]
         return GenerationInstance(
-            context=f"Question: What goes with {key}?\nAnswer:",
+            context=self.question(key),
             targets=(target,),
             until=self.until,
             max_gen_toks=self.max_gen_toks,

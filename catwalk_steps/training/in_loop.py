@@ -10,7 +10,7 @@ checkpoint written at that step (same precision, same `max_length`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -56,18 +56,33 @@ class InLoopTasks:
         scorer = engine_scorer(engine, self.distributed)
         results = {}
         for name, loader in self.loaders.items():
-            kind = kind_of(self.instances[name])
-            sums: dict[str, float] = {}
+            instances = self.instances[name]
             batches = Tqdm.tqdm(
                 loader, desc=f"Scoring {name}", leave=False, disable=not show_progress
             )
-            for batch in batches:
-                for key, value in kind.update(scorer, batch).items():
-                    sums[key] = sums.get(key, 0.0) + value
-            totals = over_ranks(sums, engine.device, self.distributed)
-            results[name] = kind.compute(totals, self.instances[name])
+            results[name] = kind_metrics(
+                kind_of(instances), scorer, batches, instances, engine.device, self.distributed
+            )
         engine.model.train()
         return results
+
+
+def kind_metrics(
+    kind: Any,
+    scorer: Any,
+    batches: Iterable[Any],
+    instances: Sequence[Any],
+    device: torch.device,
+    distributed: bool,
+) -> dict[str, Any]:
+    """A kind's metrics over `instances`, of which `batches` are this rank's share: each
+    batch's sums (`update`) added over batches, then over ranks, then `compute`. Collective."""
+    sums: dict[str, float] = {}
+    for batch in batches:
+        for key, value in kind.update(scorer, batch).items():
+            sums[key] = sums.get(key, 0.0) + value
+    assert sums, "no batch to score"
+    return kind.compute(over_ranks(sums, device, distributed), instances)
 
 
 def over_ranks(sums: dict[str, float], device: torch.device, distributed: bool) -> dict[str, float]:

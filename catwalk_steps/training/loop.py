@@ -40,7 +40,7 @@ from ..engines.scorer import engine_scorer
 from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
 from .checkpointing import Checkpointer
-from .in_loop import InLoopTasks, over_ranks
+from .in_loop import InLoopTasks, kind_metrics
 from .job import TrainerState, TrainingJob, training_split
 from .trackers import connect_trackers
 
@@ -271,11 +271,15 @@ class Trainer:
             callback.post_val_loop(step, self.state.epoch, metric, self.state.best_val_metric)
         self.engine.model.train()  # again, in case a callback changed it
 
-    def validation_batches(self, desc: str = "Validating") -> Any:
+    def validation_batches(self) -> Any:
         assert self.validation_loader is not None
         batches = islice(self.validation_loader, self.validation_steps)
         return Tqdm.tqdm(
-            batches, desc=desc, total=self.validation_steps, leave=False, disable=not self.main
+            batches,
+            desc="Validating",
+            total=self.validation_steps,
+            leave=False,
+            disable=not self.main,
         )
 
     def validate_by_forward(self) -> float:
@@ -299,18 +303,25 @@ class Trainer:
         """Generation: the model answers each request (every decoding step a forward through the
         engine, on every rank) and the kind scores the answers, as in-loop tasks are scored; the
         callbacks that keep the history receive the metrics (`record_validation`)."""
-        kind, sums = self.validation_kind, {}
-        scorer = engine_scorer(self.engine, self.world_size > 1)
         step, epoch = self.state.step - 1, self.state.epoch
-        with self.validation_batches() as progress:
+
+        def announced(progress: Any) -> Iterator[Any]:
             for val_step, batch in enumerate(progress):
                 for callback in self.callbacks:
                     callback.pre_val_batch(step, val_step, epoch, batch)
-                for key, value in kind.update(scorer, batch).items():
-                    sums[key] = sums.get(key, 0.0) + value
-        assert sums, "the validation loader yielded no batch"
+                yield batch
+
+        scorer = engine_scorer(self.engine, self.world_size > 1)
         validation = self.job.dataset_dict[self.schedule.validation_split]
-        metrics = kind.compute(over_ranks(sums, self.device, self.world_size > 1), validation)
+        with self.validation_batches() as progress:
+            metrics = kind_metrics(
+                self.validation_kind,
+                scorer,
+                announced(progress),
+                validation,
+                self.device,
+                self.world_size > 1,
+            )
         for callback in self.callbacks:
             record = getattr(callback, "record_validation", None)
             if record is not None:
