@@ -7,21 +7,37 @@ reads length-prefixed JSON objects of plain values instead (anything else is dro
 and Tango's senders (the `SocketHandler` that `initialize_worker_logging` installs) write them:
 nothing that reaches that port is unpickled.
 
+Whose records: any local user can connect to a port on 127.0.0.1. The receiver makes a key when
+it starts (:func:`_receiver_with_key`) and puts it in the environment (`CATWALK_LOG_KEY`), which
+the run's workers and `--parallelism` children inherit as they inherit Tango's
+`TANGO_LOGGING_PORT` (a process's environment is readable by its own user only, unlike its
+command line); every record a sender writes carries it, and a connection whose record does not
+is closed, nothing printed. What arrives is printed with its control characters escaped
+(:func:`escaped`): a record's text cannot move the terminal's cursor or colour what follows.
+
 Applied when Tango's logging module is imported (:mod:`catwalk_startup`), so the receiver is
 patched before it exists.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import logging.handlers
+import os
+import re
+import secrets
 import struct
 import types
 from typing import Any
 
 MAX_RECORD_BYTES = 1 << 20  # a longer record is not one of ours: the connection is closed
 PLAIN = (str, int, float, bool, type(None))
+KEY_ENV = "CATWALK_LOG_KEY"  # the receiver's key, inherited by its senders
+KEY_FIELD = "catwalk_log_key"  # the record field that carries it
+# C0 controls but newline and tab, DEL, and C1 controls (0x9b is a one-character CSI).
+CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def record_bytes(record: logging.LogRecord) -> bytes:
@@ -37,6 +53,7 @@ def record_bytes(record: logging.LogRecord) -> bytes:
         fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
     fields["exc_info"] = None
     plain = {k: v for k, v in fields.items() if isinstance(v, PLAIN)}
+    plain[KEY_FIELD] = os.environ.get(KEY_ENV, "")
     data = json.dumps(plain).encode()
     return struct.pack(">L", len(data)) + data
 
@@ -56,6 +73,20 @@ def plain_record(data: bytes) -> dict[str, Any] | None:
     if not all(isinstance(k, str) and isinstance(v, PLAIN) for k, v in fields.items()):
         return None
     return fields
+
+
+def escaped(text: str) -> str:
+    """`text` with its control characters written out (`\\x1b[31m`), newlines and tabs kept."""
+    return CONTROLS.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+def from_our_sender(server: Any, fields: dict[str, Any]) -> bool:
+    """Whether the record carries the key of the receiver it reached (and drops it)."""
+    key = fields.pop(KEY_FIELD, None)
+    expected = getattr(server, "catwalk_log_key", None)
+    if not isinstance(key, str) or expected is None:
+        return False
+    return hmac.compare_digest(key.encode(), expected.encode())
 
 
 def _receive(connection: Any, size: int) -> bytes | None:
@@ -81,8 +112,9 @@ def handle_connection(self: Any) -> None:
             return
         data = _receive(self.connection, size)
         fields = plain_record(data) if data is not None else None
-        if fields is None:
+        if fields is None or not from_our_sender(self.server, fields):
             return
+        fields = {k: escaped(v) if isinstance(v, str) else v for k, v in fields.items()}
         self.handleLogRecord(logging.makeLogRecord(fields))
 
 
@@ -90,13 +122,27 @@ def _refuse(self: Any, data: bytes) -> None:
     raise ValueError("log records are JSON here; nothing is unpickled")
 
 
+def _receiver_with_key(original: Any) -> Any:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        """Tango's receiver, with a key of its own that its senders inherit (see the module);
+        made before the receiver's thread starts, so no record is read without one."""
+        original(self, *args, **kwargs)
+        self.catwalk_log_key = secrets.token_hex(16)
+        os.environ[KEY_ENV] = self.catwalk_log_key
+
+    return __init__
+
+
 def patch_tango_logging(module: types.ModuleType) -> None:
-    """Makes Tango's receiver read JSON records, and the senders set up so far write them (those
-    set up later: :func:`senders_write_json`, after each `_initialize_logging`). Once."""
+    """Makes Tango's receiver read JSON records from its own senders only, and the senders set
+    up so far write them (those set up later: :func:`senders_write_json`, after each
+    `_initialize_logging`). Once."""
     if getattr(module, "_catwalk_json_records", False):
         return
     module.LogRecordStreamHandler.handle = handle_connection
     module.LogRecordStreamHandler.unPickle = _refuse
+    receiver = module.LogRecordSocketReceiver
+    receiver.__init__ = _receiver_with_key(receiver.__init__)
     module._catwalk_json_records = True
     senders_write_json(module)
 

@@ -168,6 +168,32 @@ class Faults(TrainCallback):
         return True
 
 
+@TrainCallback.register("test::says")
+class Says(TrainCallback):
+    """For `tango run` tests of the log receiver: rank 0 logs `text` (a worker's real record),
+    writes the receiver's port to `<hold_dir>/ready` and holds until `<hold_dir>/go` appears
+    (the others wait in the first collective), so that the test can write to the receiver
+    while the run is sure to be listening."""
+
+    def __init__(self, *args, text: str, hold_dir: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.text, self.hold_dir = text, Path(hold_dir)
+
+    def pre_train_loop(self) -> None:
+        import logging
+        import time
+
+        if self.train_config.worker_id != 0:
+            return
+        logging.getLogger(__name__).warning(self.text)
+        ready = self.hold_dir / "ready"
+        ready.with_suffix(".tmp").write_text(os.environ.get("TANGO_LOGGING_PORT", ""))
+        ready.with_suffix(".tmp").replace(ready)
+        deadline = time.monotonic() + Faults.HOLD_S
+        while not (self.hold_dir / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
 def kill_at(step: int, rank: int, fault_dir: Path) -> Lazy:
     """`test::faults` for `run_training`: kills `rank` once, after `step` steps."""
     return Lazy(Faults, Params({"pid_dir": str(fault_dir), "kill_step": step, "rank": rank}))
