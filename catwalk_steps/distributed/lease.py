@@ -7,9 +7,10 @@ kernel releases it when the holding process ends in any way (finished, failed, S
 indices are taken all at once under the directory's allocation lock (no two steps each holding
 half of what they need); a step that finds too few free waits, saying once in the log what for.
 
-The directory is the user's own (`$TMPDIR/catwalk-devices-<uid>`, or `CATWALK_LEASE_DIR`): made
-0700 and refused, in one line, when another user owns it or can write to it. Sharing GPUs
-between users is the cluster scheduler's business. The lock files hold the holder's pid and
+The directory is the user's own (:func:`default_directory`, or `CATWALK_LEASE_DIR`): made 0700
+and refused, in one line, when another user owns it or can write to it; `tango run` checks it
+once before any step runs (:func:`catwalk_steps.parallel.sizing.check_lease_directory`). Sharing
+GPUs between users is the cluster scheduler's business. The lock files hold the holder's pid and
 step name as text, read only for the waiting line.
 
 `CATWALK_SIMULATED_GPUS=N` gives CPU workers a lease from N simulated indices (the workers still
@@ -22,8 +23,8 @@ import contextlib
 import fcntl
 import logging
 import os
+import socket
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,21 +49,58 @@ def simulated_gpus() -> int | None:
     return int(value)
 
 
+def _private(directory: Path) -> bool:
+    """Whether `directory` (followed if a link) is a directory of this user's that no one else
+    may enter (0700)."""
+    try:
+        info = directory.stat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+def default_directory() -> Path:
+    """Where this user's leases of this node are kept, a place no other user can take first
+    (the shared temp directory was one: whoever made `catwalk-devices-<uid>` there first, made
+    every device step of that uid fail):
+
+    - `$XDG_RUNTIME_DIR/catwalk-devices` when that is the user's own 0700 directory (per user
+      and per node, on a tmpfs, which the login manager makes);
+    - else `catwalk/devices-<host>` in the user's cache directory (`$XDG_CACHE_HOME`, or
+      `~/.cache`): inside the home, which other users cannot write; the host is named because
+      one home may serve several nodes, and a lease is of one node's GPUs.
+    """
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if runtime and _private(Path(runtime)):
+        return Path(runtime) / "catwalk-devices"
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "catwalk" / f"devices-{socket.gethostname()}"
+
+
 def lease_directory() -> Path:
-    """The node's lease directory for this user, made if missing and checked (see the module)."""
-    default = Path(tempfile.gettempdir()) / f"catwalk-devices-{os.getuid()}"
-    directory = Path(os.environ.get(LEASE_DIR_ENV) or default)
-    with contextlib.suppress(FileExistsError):
-        directory.mkdir(mode=0o700, parents=True)
-    info = directory.lstat()
+    """The node's lease directory for this user, made if missing and checked (see the module);
+    a link is followed, and the directory it leads to is checked and used."""
+    configured = os.environ.get(LEASE_DIR_ENV)
+    directory = Path(configured) if configured else default_directory()
+    where = f"{LEASE_DIR_ENV}={directory}" if configured else str(directory)
+    try:
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700, parents=True)
+        real = Path(os.path.realpath(directory))
+        info = real.lstat()
+    except OSError as error:
+        raise ConfigurationError(
+            f"{where}: cannot make the device lease directory ({error.strerror}); set "
+            f"{LEASE_DIR_ENV} to a directory of your own"
+        ) from None
     if not stat.S_ISDIR(info.st_mode):
-        raise ConfigurationError(f"{directory}: the device lease directory is not a directory")
+        raise ConfigurationError(f"{where}: the device lease directory is not a directory")
     if info.st_uid != os.getuid() or info.st_mode & 0o022:
         raise ConfigurationError(
-            f"{directory}: the device lease directory belongs to another user or others can "
+            f"{where}: the device lease directory belongs to another user or others can "
             f"write to it; remove it or set {LEASE_DIR_ENV} to a directory of your own"
         )
-    return directory
+    return real
 
 
 def _open_lock(path: Path) -> int:

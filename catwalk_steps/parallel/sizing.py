@@ -1,5 +1,6 @@
-"""How the steps of a `--parallelism N` run share the node: threads per slot on CPU, and one line
-at the start when N steps side by side want more devices than the node has."""
+"""How the steps of a run share the node: threads per slot on CPU, one line at the start when
+`--parallelism N` steps side by side want more devices than the node has, and the device lease
+directory checked at the start where steps will lease devices."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..distributed.devices import usable_cores, visible_gpu_count
-from ..distributed.lease import simulated_gpus
+from ..distributed.lease import lease_directory, simulated_gpus
 from ..engines.base import default_cpu_threads
 
 
@@ -24,6 +25,15 @@ def node_gpus() -> int:
     """GPUs on this node that steps lease (simulated ones: :mod:`..distributed.lease`)."""
     simulated = simulated_gpus()
     return simulated if simulated is not None else visible_gpu_count()
+
+
+def check_lease_directory(steps: Sequence[Any]) -> None:
+    """The lease directory (:mod:`..distributed.lease`) checked once, before any step runs, when
+    one of `steps` takes devices and the node has some to lease (GPUs, or simulated ones): a bad
+    `CATWALK_LEASE_DIR` is one line then, not a failure of each device step after the data
+    step ran."""
+    if node_gpus() > 0 and any(devices_of(step)[0] > 0 for step in steps):
+        lease_directory()
 
 
 def slot_threads(parallelism: int) -> int:

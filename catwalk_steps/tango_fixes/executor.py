@@ -9,6 +9,8 @@ around them (Tango 1.3.2 has no other seam for it).
 - The run's reports are printed once it is over, cached or not, also with `--parallelism`, in
   this process: Tango calls a step's `ensure_result` in whichever process runs it, and does not
   touch a cached step at all, so a table printed by the step would appear only sometimes.
+- The device lease directory is checked before any step runs (:func:`catwalk_steps.parallel.
+  sizing.check_lease_directory`), where steps of the run will lease devices.
 - SIGTERM acts as Ctrl-C does: the running step is marked failed and its lock released before
   the process exits (Tango installs no handler; SIGTERM killed the process on the spot and left
   the step "running").
@@ -26,6 +28,7 @@ from tango.executor import Executor
 from tango.step_graph import StepGraph
 
 from ..parallel.scheduler import ParallelRun
+from ..parallel.sizing import check_lease_directory
 from ..reports import ReportFormat, print_report
 from ..standalone import release_model
 
@@ -38,6 +41,9 @@ class CatwalkExecutor(Executor):
         install_sigterm_as_interrupt()
         try:
             ordered = StepGraph({s.name: s for s in execution_order(step_graph.values())})
+            check_lease_directory(
+                [s for s in ordered.values() if s not in self.workspace.step_cache]
+            )
             if self.parallelism is not None and self.parallelism != 1:  # -1: a slot per core
                 return ParallelRun(self, ordered, run_name).execute()
             return super().execute_step_graph(ordered, run_name)
