@@ -4,6 +4,7 @@ the line that says a node is too small for N steps, and a sweep run by warm slot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,9 +23,12 @@ HOLDER = """
 import json, os, sys, time
 from catwalk_steps.distributed.lease import leased
 names = tuple(f"simulated-gpu-{i}" for i in range(int(sys.argv[1])))
+go = sys.argv[6] if len(sys.argv) > 6 else None
 with leased(int(sys.argv[2]), names, sys.argv[3]) as indices:
     start = time.monotonic()
     print("held", flush=True)
+    while go and not os.path.exists(go):  # held until the test says go
+        time.sleep(0.05)
     time.sleep(float(sys.argv[4]))
     end = time.monotonic()
 record = {"holder": sys.argv[3], "indices": indices, "start": start, "end": end}
@@ -33,31 +37,59 @@ with open(sys.argv[5], "a") as log:
 """
 
 
-def holder(tmp_path: Path, total: int, count: int, name: str, hold_s: float) -> subprocess.Popen:
+def holder(
+    tmp_path: Path,
+    total: int,
+    count: int,
+    name: str,
+    hold_s: float,
+    go: Path | None = None,
+    output: Path | None = None,
+) -> subprocess.Popen:
+    """A process that leases `count` of `total` simulated GPUs as `name` and holds them for
+    `hold_s` (after `go` exists, when given); its output on pipes, or in `output`.out/.err."""
     env = {**TANGO_ENV, "CATWALK_LEASE_DIR": str(tmp_path / "leases")}
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            HOLDER,
-            str(total),
-            str(count),
-            name,
-            str(hold_s),
-            str(tmp_path / "held.jsonl"),
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    argv = [str(total), str(count), name, str(hold_s), str(tmp_path / "held.jsonl")]
+    if go is not None:
+        argv.append(str(go))
+    with contextlib.ExitStack() as files:  # closed here once the holder has its own copy
+        out, err = (
+            [files.enter_context(open(output.with_suffix(s), "w")) for s in (".out", ".err")]
+            if output
+            else (subprocess.PIPE, subprocess.PIPE)
+        )
+        return subprocess.Popen(
+            [sys.executable, "-c", HOLDER, *argv],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=err,
+            text=True,
+        )
 
 
 def test_concurrent_holders_never_share_a_gpu(tmp_path):
-    processes = [holder(tmp_path, 4, 2, f"step cell{i}", 0.4) for i in range(6)]
-    errors = [p.communicate(timeout=60)[1] for p in processes]
-    assert all(p.returncode == 0 for p in processes), errors
+    """6 holders of 2 of 4 GPUs, those that got theirs held until the other 4 say they wait:
+    the overlap is forced, not left to how fast the processes start."""
+    go = tmp_path / "go"
+    outputs = [tmp_path / f"holder{i}" for i in range(6)]
+    processes = [
+        holder(tmp_path, 4, 2, f"step cell{i}", 0.1, go, out) for i, out in enumerate(outputs)
+    ]
+
+    def said(suffix: str, text: str) -> int:
+        return sum(text in out.with_suffix(suffix).read_text() for out in outputs)
+
+    deadline = time.monotonic() + 120
+    try:
+        while said(".out", "held") < 2 or said(".err", "waits for") < 4:
+            assert said(".out", "held") <= 2  # 2 x 2 of 4 GPUs held, the others wait
+            assert time.monotonic() < deadline and all(p.poll() is None for p in processes)
+            time.sleep(0.1)
+    finally:
+        go.touch()
+    assert all(p.wait(60) == 0 for p in processes)
+    errors = [out.with_suffix(".err").read_text() for out in outputs]
     held = [json.loads(line) for line in (tmp_path / "held.jsonl").read_text().splitlines()]
     assert len(held) == 6
     for a in held:
@@ -65,9 +97,9 @@ def test_concurrent_holders_never_share_a_gpu(tmp_path):
         for b in held:
             overlap = a is not b and a["start"] < b["end"] and b["start"] < a["end"]
             assert not (overlap and set(a["indices"]) & set(b["indices"])), (a, b)
-    # 6 steps of 2 on 4 GPUs: some waited, each saying so once, in one line.
+    # Each of the 4 that waited said so once, in one line.
     waits = [e for e in errors if "waits for 2 of this node's 4 GPUs" in e]
-    assert waits
+    assert len(waits) == 4, errors
     assert all(e.count("waits for") == 1 and "\n" not in e.strip() for e in waits), waits
 
 
