@@ -19,7 +19,8 @@ from .conftest import EXPERIMENTS, TINY_DEMO, tango_command
 
 OTHER_UID = 65534  # nobody: a uid other than the run's, account or not
 
-# Connects and sends one framed record as `uid`: the uid is taken before the socket is made.
+# Connects and sends one framed record as `uid` (taken before the socket is made); returns once
+# the receiver has closed the connection, so the record has been printed or dropped by then.
 SENDER = """
 import encodings.idna, json, os, socket, struct, sys  # all imports before the uid changes
 uid = int(sys.argv[3])
@@ -30,8 +31,11 @@ if uid != os.getuid():
 record = {"name": "intruder", "levelno": 40, "levelname": "ERROR", "msg": sys.argv[2],
           "catwalk_log_key": "0" * 32}
 data = json.dumps(record).encode()
-with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5) as connection:
+with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30) as connection:
     connection.sendall(struct.pack(">L", len(data)) + data)
+    connection.shutdown(socket.SHUT_WR)
+    while connection.recv(1024):  # the receiver closes once it has handled the record
+        pass
 """
 
 
@@ -77,7 +81,6 @@ def test_only_the_runs_workers_write_into_its_log_and_escapes_print_escaped(tmp_
         port = int(wait_for(hold / "ready", run))
         send_as(OTHER_UID, port, "FROM-ANOTHER-UID \x1b[2J")
         send_as(os.getuid(), port, "WITHOUT-THE-KEY")
-        time.sleep(1.0)  # what the receiver would print, it prints within its poll (0.2 s)
     finally:
         (hold / "go").touch()
     assert run.wait(300) == 0, run.output()[-3000:]

