@@ -164,10 +164,29 @@ def test_the_crowding_line_says_how_many_steps_wait(monkeypatch):
 
 def test_steps_side_by_side_wait_for_their_leased_gpus(tmp_path):
     """Through `tango run --parallelism 2`: two cells of 2 processes on 2 simulated GPUs run one
-    after the other, the run says so at the start and the waiting step in one line each."""
+    after the other, the run says so at the start and the waiting step in one line each. The
+    cell that leases first holds its GPUs (test::says) until the other says it waits: the
+    overlap is forced, not left to how fast the slots start."""
+    from . import commands
+    from .conftest import tango_command
+
     env = {**TANGO_ENV, "CATWALK_SIMULATED_GPUS": "2", "CATWALK_LEASE_DIR": str(tmp_path / "l")}
     fixture = REPO / "tests" / "fixtures" / "sweep_leased.jsonnet"
-    output = run_tango(fixture, tmp_path / "ws", "leased", extra=("--parallelism", "2"), env=env)
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    says = [{"type": "test::says", "text": "training", "hold_dir": str(hold)}]
+    overrides = {f"steps.trained,seed={seed}.callbacks": says for seed in (1, 2)}
+    argv = tango_command(fixture, tmp_path / "ws", "leased", overrides, "--parallelism", "2")
+    run = commands.start(argv, tmp_path / "out", env=env)
+    deadline = time.monotonic() + 240
+    try:
+        while "waits for 2 of this node's 2 GPUs" not in run.output():
+            assert run.poll() is None and time.monotonic() < deadline, run.output()[-3000:]
+            time.sleep(0.2)
+    finally:
+        (hold / "go").touch()
+    assert run.wait(300) == 0, run.output()[-3000:]
+    output = run.output()
     assert (
         "--parallelism 2: 2 steps take 2 GPUs each and this node has 2: 1 at a time, 1 waiting "
         "for devices" in output
