@@ -123,10 +123,9 @@ def test_a_killed_run_resumes_from_its_sharded_checkpoint_bitwise(tmp_path):
     killed = job(
         tmp_path / "k", engine_block=fsdp2, dropout=True, callbacks=[kill_at(6, 1, tmp_path / "f")]
     )
-    started = time.monotonic()
     with pytest.raises(Exception, match="rank 1 died: killed by SIGKILL"):
         run_training(killed)
-    assert time.monotonic() - started < 60
+    assert since_the_kill(tmp_path / "f") < 30  # noticed, not left to the collective timeout
     [step4] = complete_checkpoints(killed.work_dir)
     assert sorted(p.name for p in (step4 / "dcp_model").iterdir()) == [
         ".metadata",
@@ -148,6 +147,12 @@ def tango(workspace: Path, overrides: dict, name: str) -> commands.Command:
     the workspace."""
     command = tango_command(EXPERIMENTS / "demo.jsonnet", workspace, name, overrides)
     return commands.start(command, workspace.parent / f"{name}.log")
+
+
+def since_the_kill(fault_dir: Path) -> float:
+    """Seconds since test::faults killed its rank (the marker it wrote just before): how long
+    the failure took to be noticed, whatever a loaded machine spent before the kill."""
+    return time.time() - (fault_dir / "killed").stat().st_mtime
 
 
 def faulty_demo(pids: Path, **faults) -> dict:
@@ -187,11 +192,10 @@ def alive(pid: int) -> bool:
 def test_a_killed_worker_fails_the_step_and_the_rerun_resumes(tmp_path):
     pids = tmp_path / "pids"
     overrides = faulty_demo(pids, kill_step=6)  # rank 1, after checkpoint 4, before 8
-    started = time.monotonic()
     first = tango(tmp_path / "ws", overrides, "first")
     output, _ = first.communicate(timeout=120)
     assert first.returncode != 0, output
-    assert time.monotonic() - started < 90
+    assert since_the_kill(pids) < 30, output  # noticed, not left to the collective timeout
     assert "rank 1 died: killed by SIGKILL" in output
     assert "Traceback" not in output  # the survivor's traceback is in the run's log only
     assert step_state(tmp_path / "ws") == "failed"  # never shown completed
