@@ -2,7 +2,8 @@
 experiment or imports `catwalk_steps`:
 
 - :mod:`.log_records`: Tango's log receiver reads, and its senders write, JSON records (its own
-  unpickle whatever reaches the port, from any local user);
+  unpickle whatever reaches the port, from any local user), and it prints only the records
+  that carry its key (its own workers'), their control characters escaped;
 - :mod:`.one_line`: errors on the terminal in one line, also those raised while Tango evaluates
   the experiment, `--ext-var` and `-o`, before the package is imported.
 
