@@ -73,7 +73,15 @@ def default_directory() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     if runtime and _private(Path(runtime)):
         return Path(runtime) / "catwalk-devices"
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if not cache:
+        try:
+            cache = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):  # no HOME, and no account to read it from
+            raise ConfigurationError(
+                f"no home directory to keep device leases in; set {LEASE_DIR_ENV} to a "
+                "directory of your own"
+            ) from None
     return Path(cache) / "catwalk" / f"devices-{socket.gethostname()}"
 
 
