@@ -39,7 +39,7 @@ TARGETS = {"sweep_demo": 1.1, "sweep_minute": 0.6}
 STOCK_SETTINGS = """workspace: {type: catwalk::local, dir: workspace}
 include_package: [catwalk_steps]
 environment: {seeds: "", lrs: "", ranks: "", alphas: "", engines: "", cell: "", steps: "",
-  suite_source: ""}
+  suite_source: "", training: ""}
 """
 
 

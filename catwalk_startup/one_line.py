@@ -33,6 +33,12 @@ JSONNET_CATWALK = re.compile(r"runtime error: catwalk: (.*)", re.IGNORECASE)
 TANGO_TYPE = re.compile(r"Expected (\w+) to be (\w+), found (.*) \(<class '(\w+)'>\)\.?")
 UNUSED_OVERRIDES = re.compile(r"overrides dict contains unused keys: \[(.*)\]")
 LOCATION = re.compile(r"(\S*:\d+:\d+(?:-\d+:\d+|-\d+)?)")
+# JSON in an `--ext-var` that does not parse, in our library's `ext_json` (experiments/lib/
+# grid.libsonnet), which reads the variable as a field of its name so that the trace names it.
+JSONNET_EXT_JSON = re.compile(
+    r"failed to parse json: (.*)\n.*\n"
+    r"\s*\S+\s+field <(\w+)> access\n\s*\S+\s+function <ext_json> call"
+)
 
 
 def first_line(error: BaseException) -> str:
@@ -67,6 +73,13 @@ def early_line(error: BaseException) -> str | None:
         ours = JSONNET_CATWALK.match(first_line(link))
         if ours:
             return f"ConfigurationError: {ours.group(1)}"
+        ext_json = JSONNET_EXT_JSON.search(str(link)) if isinstance(link, RuntimeError) else None
+        if ext_json:
+            reason, name = ext_json.groups()
+            return (
+                f"ConfigurationError: --ext-var {name}: not valid JSON ({reason}); give an "
+                f"""object, e.g. {name}='{{"train_steps": 100}}'"""
+            )
         wrong_type = TANGO_TYPE.fullmatch(str(link)) if isinstance(link, TypeError) else None
         if wrong_type:
             key, expected, value, actual = wrong_type.groups()

