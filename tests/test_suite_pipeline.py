@@ -54,9 +54,11 @@ def test_the_suite_demo_runs_offline_prints_the_table_and_a_rerun_scores_nothing
     for task in ("arc_easy", "hellaswag", "winogrande", "commonsense_qa", "mmlu", "average"):
         assert f"│ {task} " in output, task
     report = step_result(workspace, "first", "suite_report")
-    assert {path.name for path in report.iterdir()} >= {
-        "report.md", "report.csv", "report.json", "in_loop_tasks.png"
-    }  # fmt: skip
+    assert {path.name for path in report.iterdir()} >= {"report.md", "report.csv", "report.json"}
+    # The training plots are the training run's report's, written once.
+    assert not (report / "in_loop_tasks.png").exists()
+    runs = {path.name for path in step_result(workspace, "first", "report").iterdir()}
+    assert runs >= {"in_loop_tasks.png", "validation_acc.png"}
     payload = json.loads((report / "report.json").read_text())
     assert payload["rows"]["trained"].keys() == payload["rows"]["untrained"].keys()
     assert len(payload["rows"]["trained"]) == 13

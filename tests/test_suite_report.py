@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from catwalk_steps.reports import ReportFormat, build_suite_report, print_report
+from catwalk_steps.reports import ReportFormat, build_report, build_suite_report, print_report
 
 
 def result(acc: float, n: int = 100, **extra) -> dict:
@@ -72,18 +72,27 @@ def history(points: list[tuple[int, float]]) -> dict:
     }
 
 
-def test_in_loop_task_scores_are_kept_and_plotted_per_task(tmp_path):
+def test_in_loop_task_scores_are_kept_and_plotted_per_task_once(tmp_path):
+    """The suite's report keeps them; the training runs' report plots them (a pipeline with a
+    suite wrote the same plot twice)."""
     import matplotlib.image
 
     trained = {"arc_easy": result(0.5, training_history=history([(10, 0.3), (20, 0.5)]))}
     report = build_suite_report({"trained": trained, "untrained": RESULTS["untrained"]})
     assert report.task_histories == {"trained": history([(10, 0.3), (20, 0.5)])["tasks"]}
-    ReportFormat().write(report, tmp_path)
-    image = matplotlib.image.imread(tmp_path / "in_loop_tasks.png")
-    assert image.shape[0] > 200 and image.shape[1] > 300
-    read = ReportFormat().read(tmp_path)
+    (tmp_path / "suite").mkdir()
+    ReportFormat().write(report, tmp_path / "suite")
+    assert not (tmp_path / "suite" / "in_loop_tasks.png").exists()
+    read = ReportFormat().read(tmp_path / "suite")
     assert read.rows == report.rows and read.task_histories == report.task_histories
     assert "training_history" not in json.dumps(read.details)
+    runs = build_report(
+        {"trained": trained["arc_easy"], "untrained": RESULTS["untrained"]["arc_easy"]}
+    )
+    (tmp_path / "runs").mkdir()
+    ReportFormat().write(runs, tmp_path / "runs")
+    image = matplotlib.image.imread(tmp_path / "runs" / "in_loop_tasks.png")
+    assert image.shape[0] > 200 and image.shape[1] > 300
 
 
 def test_a_table_wider_than_the_terminal_is_printed_turned(monkeypatch, capsys):

@@ -17,9 +17,12 @@ from .tables import Report
 @Format.register("catwalk::report")
 class ReportFormat(Format[Report]):
     """`report.md`, `report.csv`, `runs.csv`, `report.json` and the plots, in the result dir
-    (and `generations.jsonl`: what the model said for each generative task's instance):
-    for a sweep, validation accuracy over steps and final accuracy per configuration; when runs
-    scored tasks in the loop, those scores over steps, one panel per task."""
+    (and `generations.jsonl`: what the model said for each generative task's instance).
+    The plots of training come with the runs' validation histories, which only the training
+    runs' report (`catwalk::report`) has, so that each is written once (a pipeline with a suite
+    has two reports): the validation metric over steps (one run, or per configuration of a
+    sweep) and, when the runs scored tasks in the loop, those scores over steps, one panel per
+    task; a sweep adds the final metric per configuration."""
 
     VERSION = "003"
 
@@ -30,11 +33,12 @@ class ReportFormat(Format[Report]):
         (directory / "runs.csv").write_text(artifact.runs_csv())
         payload = artifact.as_json()
         (directory / "report.json").write_text(json.dumps(payload, indent=2) + "\n")
-        if artifact.aggregated:
+        if artifact.histories:
             plot_curves(artifact, directory / CURVES_PLOT)
+            if artifact.task_histories:
+                plot_task_curves(artifact, directory / TASKS_PLOT)
+        if artifact.aggregated:
             plot_final(artifact, directory / FINAL_PLOT)
-        if artifact.task_histories:
-            plot_task_curves(artifact, directory / TASKS_PLOT)
         if artifact.generations:
             write_generations(artifact.generations, directory / GENERATIONS)
 
@@ -110,7 +114,7 @@ def print_report(report: Report, location: str | None = None) -> None:
     if report.aggregated:
         console.print("mean ± standard deviation over seeds")
     if location:
-        plots = " / plots" if report.aggregated or report.task_histories else ""
+        plots = " / plots" if report.aggregated or report.histories else ""
         console.print(f"report.md / report.csv{plots} in {location}", **whole)
 
 

@@ -1,10 +1,14 @@
-"""The sweep report's plots (matplotlib, PNG): validation accuracy over training steps per
-configuration, and the final accuracy per configuration with its spread over seeds (for a
-generative task, its first metric: exact match, F1; the file names stay)."""
+"""The reports' plots (matplotlib, PNG): the validation metric over training steps (each run's,
+or per configuration of a sweep), the final one per configuration of a sweep with its spread
+over seeds, and in-loop task scores. The metric is what the runs validated on (their run
+cards' `val_metric_name`: acc, acc_norm, a generative task's exact match or F1; the file names
+stay)."""
 
 from __future__ import annotations
 
 import statistics
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +21,9 @@ TASKS_PLOT = "in_loop_tasks.png"
 
 
 def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
-    """Validation `metric` over training steps: per configuration the mean over seeds, with a
-    band of ± one standard deviation. False (nothing written) without histories."""
+    """The validation metric over training steps (what the runs validated on): each run's, or
+    in a sweep per configuration the mean over seeds, with a band of ± one standard deviation.
+    False (nothing written) without histories."""
     groups = {
         group: [report.histories[r] for r in runs if report.histories.get(r)]
         for group, runs in report.groups().items()
@@ -27,21 +32,28 @@ def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
     if not groups:
         return False
     figure, axes = _figure()
-    for group, curves in groups.items():
-        _band(axes, curves, metric, f"{group} (n={len(curves)})")
     shown = validation_metric(report, metric)
+    for group, curves in groups.items():
+        label = f"{group} (n={len(curves)})" if report.aggregated else group
+        _band(axes, curves, lambda point: point[shown], label)
     axes.set_xlabel("training step")
     axes.set_ylabel(f"validation {shown}")
-    axes.set_title(f"{report.title}: validation {shown} (mean ± std over seeds)")
+    spread = " (mean ± std over seeds)" if report.aggregated else ""
+    _title(axes, f"{report.title}: validation {shown}{spread}")
     axes.legend(fontsize="small")
     _save(figure, path)
     return True
 
 
 def plot_final(report: Report, path: Path, metric: str = "acc") -> bool:
-    """Final `metric` per configuration, mean over seeds with ± one standard deviation."""
-    metric = validation_metric(report, metric)
-    summaries = {g: m[metric] for g, m in report.summaries().items() if metric in m}
+    """Final `metric` per configuration, mean over seeds with ± one standard deviation: the
+    metric the runs validated on where their evaluations have it (a validation loss has no
+    final figure: then `metric`)."""
+    validated = validation_metric(report, metric)
+    all_summaries = report.summaries()
+    if any(validated in m for m in all_summaries.values()):
+        metric = validated
+    summaries = {g: m[metric] for g, m in all_summaries.items() if metric in m}
     if not summaries:
         return False
     figure, axes = _figure()
@@ -52,17 +64,19 @@ def plot_final(report: Report, path: Path, metric: str = "acc") -> bool:
     axes.set_xticks(range(len(names)), [f"{n}\n(n={summaries[n].count})" for n in names])
     axes.tick_params(axis="x", labelsize="small", labelrotation=20)
     axes.set_ylabel(metric)
-    axes.set_title(f"{report.title}: {metric} per configuration (mean ± std over seeds)")
+    _title(axes, f"{report.title}: {metric} per configuration (mean ± std over seeds)")
     _save(figure, path)
     return True
 
 
 def validation_metric(report: Report, metric: str) -> str:
-    """What the runs' validation shows: `metric` (multiple choice), or the key their kind shows
-    (a generative task's first metric), read from the first validation point."""
-    for history in report.histories.values():
+    """What the runs validated on, as the first trained run's card records it (its
+    `val_metric_name`: `acc`, `acc_norm`, `loss`, a generative task's metric); a card from
+    before it was recorded: the key its kind shows of its first validation point."""
+    for run, history in report.histories.items():
         if history:
-            return shown_metric(history[0], metric)
+            validated = report.run_cards.get(run, {}).get("val_metric_name")
+            return validated if isinstance(validated, str) else shown_metric(history[0], metric)
     return metric
 
 
@@ -88,7 +102,7 @@ def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:
                 _band(
                     axes,
                     curves,
-                    metric,
+                    lambda point: point[shown_metric(point, metric)],
                     f"{group} (n={len(curves)})" if report.aggregated else group,
                 )
         first = next((h[task][0] for h in report.task_histories.values() if h.get(task)), {})
@@ -105,12 +119,14 @@ def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:
     return True
 
 
-def _band(axes: Any, curves: list[list[dict[str, Any]]], metric: str, label: str) -> None:
-    """The mean of several curves over their steps, with ± one standard deviation."""
+def _band(
+    axes: Any, curves: list[list[dict[str, Any]]], value: Callable[[dict], float], label: str
+) -> None:
+    """The mean of several curves' `value` over their steps, with ± one standard deviation."""
     by_step: dict[int, list[float]] = {}
     for curve in curves:
         for point in curve:
-            by_step.setdefault(point["step"], []).append(point[shown_metric(point, metric)])
+            by_step.setdefault(point["step"], []).append(value(point))
     steps = sorted(by_step)
     means = [statistics.fmean(by_step[s]) for s in steps]
     stds = [statistics.stdev(by_step[s]) if len(by_step[s]) > 1 else 0.0 for s in steps]
@@ -118,6 +134,19 @@ def _band(axes: Any, curves: list[list[dict[str, Any]]], metric: str, label: str
     low = [m - s for m, s in zip(means, stds, strict=True)]
     high = [m + s for m, s in zip(means, stds, strict=True)]
     axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+
+
+def _title(axes: Any, title: str) -> None:
+    """The title, wrapped while it is wider than its axes: it is centred on them, and the
+    axes move right of the figure's centre when the y labels are wide, which cut a sweep's long
+    title at the figure's right edge."""
+    text = axes.set_title(title)
+    renderer = axes.get_figure().canvas.get_renderer()
+    limit = axes.get_window_extent(renderer).width
+    width = len(title)
+    while text.get_window_extent(renderer).width > limit and width > 20:
+        width = int(width * 0.85)
+        text.set_text(textwrap.fill(title, width))
 
 
 def _figure(size: tuple[float, float] = (8, 5), panels: tuple[int, int] | None = None):

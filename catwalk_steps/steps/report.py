@@ -13,7 +13,8 @@ from ..reports.run_card import environment
 
 @Step.register("catwalk::report")
 class MetricsReport(Step[Report]):
-    """Tabulates several runs' metrics, writes markdown/CSV/JSON (and plots for a sweep).
+    """Tabulates several runs' metrics, writes markdown/CSV/JSON, and plots the trained runs'
+    validation curves (and in-loop task scores) and, for a sweep, the final metric.
 
     :param metrics: `{run name: metrics}`, usually references to `catwalk::evaluate` steps.
     :param configs: in a sweep, `{run name: {key: value}}`, each run's place in the grid; runs
@@ -51,8 +52,8 @@ class MetricsReport(Step[Report]):
 class SuiteReport(Step[Report]):
     """A task suite's table: one row per run (per configuration in a sweep: mean ± std over
     seeds), one column per task with its `metric`, and their average; markdown, CSV and JSON
-    (with every task's full results), a plot of in-loop task scores when the runs have them, and
-    the table printed at the end of every `tango run`.
+    (with every task's full results and the runs' in-loop task scores, which the training runs'
+    `catwalk::report` plots), and the table printed at the end of every `tango run`.
 
     :param results: `{run name: {task name: metrics}}`, references to `catwalk::evaluate` steps
         (`lib.suite` in experiments/lib/pipeline.libsonnet writes them).

@@ -15,6 +15,8 @@ def run_card(job: TrainingJob, config: dict[str, Any] | None) -> dict[str, Any]:
     card = {
         "step": {"name": job.step_name, "unique_id": job.step_id},
         "config": config,
+        # What validation measured (the kind's default resolved): what reports plot and name.
+        "val_metric_name": job.schedule.val_metric_name,
         "world_size": job.world_size,
         "num_nodes": job.rendezvous.num_nodes,
         "devices": job.devices.describe(),
