@@ -58,7 +58,8 @@
   // A LoRA adapter for a model block's `adapter` key (`lib.models.gpt2 { adapter:
   // lib.models.lora() }`): only its weights train. `targets` are regexes over module names, as
   // `modules_to_wrap` takes them; null: peft's default layers for the model's family (GPT-2:
-  // c_attn; Llama, Qwen2, OLMo: q_proj and v_proj; GPT-NeoX: query_key_value).
+  // c_attn; Llama, Qwen2: q_proj and v_proj; GPT-NeoX: query_key_value). peft has none for
+  // OLMo and OLMo 2: give `targets` (e.g. llama_projections below), else one line says so.
   lora(r=8, alpha=16, dropout=0.0, targets=null):: {
     type: 'lora',
     r: r,
