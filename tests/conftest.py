@@ -197,14 +197,13 @@ def experiment_params(path: Path, overrides: dict | None = None, **ext_vars: str
 
 
 def evaluate_library(tmp_path: Path, jsonnet: str):
-    """A jsonnet expression over the experiments' library, imported as `lib`."""
-    from tango.common.params import Params
-
+    """A jsonnet expression over the experiments' library, imported as `lib` (with the ext vars
+    tango.yml declares: `lib.sweep` reads `training`)."""
     path = tmp_path / "snippet.jsonnet"
     path.write_text(
         f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n{{value: {jsonnet}}}"
     )
-    return Params.from_file(path).as_dict()["value"]
+    return experiment_params(path)["value"]
 
 
 def pytest_configure(config):
