@@ -19,11 +19,12 @@ ENGINES = "{ddp: lib.engines.torch(), fsdp2: lib.engines.torch_fsdp()}"
 MODELS = "{gpt2: lib.models.tiny_gpt2, llama: lib.models.tiny_llama}"
 
 
-def sweep_file(tmp_path: Path, grid: str, engines: str, models: str) -> Path:
+def sweep_file(tmp_path: Path, grid: str, engines: str, models: str, training="{}") -> Path:
     path = tmp_path / "sweep.jsonnet"
     path.write_text(
         f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
-        f"lib.sweep(task=lib.tasks.synthetic, grid={grid}, engines={engines}, models={models})\n"
+        f"lib.sweep(task=lib.tasks.synthetic, grid={grid}, engines={engines}, models={models},\n"
+        f"  training={training})\n"
     )
     return path
 
@@ -92,10 +93,32 @@ def test_the_training_ext_var_sets_a_key_for_every_cell():
 
 KEYS = ("train_steps", "validate_every", "checkpoint_every")
 
-# (grid, --ext-var training, the one line)
+
+def test_a_training_key_no_step_reads_is_one_line(tmp_path):
+    """`training` of lib.pipeline and lib.sweep: a misspelt key would be read by no step."""
+    from catwalk_steps.errors import one_line
+
+    pipeline = tmp_path / "pipeline.jsonnet"
+    pipeline.write_text(
+        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        "lib.pipeline(lib.tasks.synthetic, lib.models.tiny_gpt2, lib.engines.torch(),\n"
+        "  training={train_step: 5})\n"
+    )
+    sweep = sweep_file(tmp_path, "{seed: [1]}", ENGINES, MODELS, "{train_step: 5}")
+    for path in (pipeline, sweep):
+        with pytest.raises(Exception) as failure:
+            experiment_params(path)
+        line = one_line(failure.value)
+        assert line is not None and line.startswith(
+            "ConfigurationError: training: 'train_step' is not a training key (batch_size, "
+        ), line
+
+
+# (grid, --ext-var training, the one line); the grid "-" : the file's `training` misspelt
 CE = "ConfigurationError: "
 EXAMPLE = """e.g. training='{"train_steps": 100}'"""
 REFUSED = [
+    ("-", "", CE + "training: 'train_step' is not a training key (batch_size, "),
     (
         "{seed: [1], engine: ['fsdp']}",
         "",
@@ -154,9 +177,12 @@ def test_what_a_sweep_cannot_use_is_one_line_through_tango_run(tmp_path):
         case = tmp_path / str(index)
         case.mkdir()
         extra = ("--ext-var", f"training={training}") if training else ()
-        argv = tango_command(
-            sweep_file(case, grid, ENGINES, MODELS), case / "ws", "bad", None, *extra
+        path = (
+            sweep_file(case, "{seed: [1]}", ENGINES, MODELS, "{train_step: 5}")
+            if grid == "-"
+            else sweep_file(case, grid, ENGINES, MODELS)
         )
+        argv = tango_command(path, case / "ws", "bad", None, *extra)
         out = case / "out.txt"
         started.append((commands.start(argv, out, fresh=True), out))  # side by side
     for (command, out), (grid, training, message) in zip(started, REFUSED, strict=True):

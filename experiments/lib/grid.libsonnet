@@ -65,6 +65,16 @@ local ext_json(name, value) = { [name]: std.parseJson(value) }[name];
   block_keys: block_keys,
   adapter_keys: adapter_keys,
 
+  // The training settings a file gives (`training` of lib.pipeline and lib.sweep) over the
+  // defaults; a key the defaults lack would be read by no step: refused.
+  training(defaults, given)::
+    local unknown = [k for k in std.objectFields(given) if !std.objectHas(defaults, k)];
+    if std.length(unknown) > 0 then error (
+      "catwalk: training: '%s' is not a training key (%s)"
+      % [unknown[0], std.join(', ', std.objectFields(defaults))]
+    )
+    else defaults + given,
+
   // The grid with every engine and every model given swept. Several `engines` and no `engine`
   // key: `engine` varies over all of them (the same for `models` and `model`); a key naming
   // some of them sweeps those. One block given needs no key, and the cells' names stay as

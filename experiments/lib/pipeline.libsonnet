@@ -173,7 +173,7 @@ local cells(grid) = std.foldl(
   // several pipelines can live in one file.
   // `callbacks`: e.g. [lib.trackers.wandb(), lib.trackers.tensorboard()].
   pipeline(task, model, engine, training={}, prefix='', callbacks=[]):: {
-    local t = for_model(training_defaults + training, model),
+    local t = for_model(grids.training(training_defaults, training), model),
     local data = prefix + 'data',
 
     steps: {
@@ -219,7 +219,7 @@ local cells(grid) = std.foldl(
   //   suite / suite_defaults: tasks to score every cell's trained model and the untrained models
   //         on (as `suite`), with a report of mean ± std over seeds per task.
   sweep(task, grid, engines, models, training={}, only=[], title='Sweep', suite=[], suite_defaults={}, callbacks=[]):: {
-    local given = training_defaults + training,
+    local given = grids.training(training_defaults, training),
     local trainings = given + grids.ext_training(given, grid),
     local all_cells = cells(grids.completed(grid, engines, models, trainings)),
     local kept_cells = [
