@@ -90,22 +90,6 @@ class MetadataCheckingReader(FileSystemReader):
         return metadata
 
 
-def whole_state(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a DCP checkpoint, whole, on the CPU, in this process alone."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    metadata = read_metadata(directory)
-    state: dict[str, torch.Tensor] = {}
-    for name, entry in metadata.state_dict_metadata.items():
-        if not isinstance(entry, TensorStorageMetadata):
-            raise CheckpointError(f"{directory}: '{name}' is not a tensor; not a model's weights")
-        state[name] = torch.empty(entry.size, dtype=entry.properties.dtype)
-    with single_process_quietly():
-        dcp.load(state, storage_reader=MetadataCheckingReader(str(directory)), no_dist=True)
-    return state
-
-
 @contextlib.contextmanager
 def single_process_quietly() -> Iterator[None]:
     """DCP warns on every save and load without a process group that it is "assuming the intent

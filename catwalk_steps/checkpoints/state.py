@@ -10,7 +10,7 @@ from __future__ import annotations
 import pickle
 import random
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -21,15 +21,21 @@ from .layout import CheckpointError
 def load_file(path: Path, map_location: str | torch.device = "cpu") -> Any:
     """A checkpoint file's content; a damaged file, or one holding anything but data, is a
     CheckpointError naming it."""
+    return load_data(path, str(path), map_location)
+
+
+def load_data(source: Path | IO[bytes], where: str, map_location: Any = "cpu") -> Any:
+    """What `source` (a file, or a stream such as one entry of a DCP checkpoint) holds, read
+    as data; a CheckpointError starting with `where` (its file, and entry) if it cannot be."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(source, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         raise CheckpointError(
-            f"{path}: holds something other than tensors and plain data, which is not loaded "
+            f"{where}: holds something other than tensors and plain data, which is not loaded "
             f"({refusal_reason(e)})"
         ) from None
     except (OSError, RuntimeError, EOFError, ValueError, TypeError) as e:
-        raise CheckpointError(f"{path}: cannot be read ({first_line(e)})") from None
+        raise CheckpointError(f"{where}: cannot be read ({first_line(e)})") from None
 
 
 def refusal_reason(error: BaseException) -> str:

@@ -18,7 +18,7 @@ from ..adapters.lora import is_adapter_weight
 from ..files import write_json_atomic
 from ..scoring.rank_classifier import RankClassifier
 from .base_identity import classifier_in
-from .dcp_metadata import whole_state
+from .dcp_loading import whole_state
 from .layout import (
     DCP_MODEL_DIR,
     MODEL_FILE,
@@ -77,7 +77,7 @@ def full_model_state(directory: Path) -> dict[str, torch.Tensor]:
 
     Engines that consolidate at save time wrote `model.pt`; FSDP2 wrote a sharded
     torch.distributed.checkpoint directory, read here without a process group (its metadata
-    as data: :mod:`.dcp_metadata`).
+    and entries as data: :mod:`.dcp_loading`).
     """
     directory = Path(directory)
     if (directory / MODEL_FILE).is_file():

@@ -30,11 +30,8 @@ from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngine
 
-from ..checkpoints.dcp_metadata import (
-    MetadataCheckingReader,
-    read_metadata,
-    single_process_quietly,
-)
+from ..checkpoints.dcp_loading import check_entries, load_as_data
+from ..checkpoints.dcp_metadata import single_process_quietly
 from ..checkpoints.layout import (
     DCP_MODEL_DIR,
     DCP_OPTIMIZER_DIR,
@@ -195,10 +192,11 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
             torch_save_atomic(self.grad_scaler.state_dict(), directory / GRAD_SCALER_FILE)
 
     def read_state(self, directory: Path) -> dict[str, Any]:
-        # DCP reads the tensors inside the collective load; its metadata (a pickle) is read here,
-        # as data, so that a planted one is refused on its own rank before any rank loads.
-        for part in (DCP_MODEL_DIR, DCP_OPTIMIZER_DIR):
-            read_metadata(directory / part)
+        # DCP reads the tensors inside the collective load; its metadata (a pickle) and every
+        # entry it stores as bytes (torch.save blobs) are read here, as data, so that a planted
+        # or damaged one is refused on its own rank before any rank loads.
+        check_entries(directory / DCP_MODEL_DIR, tensors_only=True)
+        check_entries(directory / DCP_OPTIMIZER_DIR)
         payload: dict[str, Any] = {"directory": directory}
         for key, name in (("lr_scheduler", LR_SCHEDULER_FILE), ("grad_scaler", GRAD_SCALER_FILE)):
             if (directory / name).is_file():
@@ -206,7 +204,6 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         return payload
 
     def apply_state(self, payload: dict[str, Any]) -> None:
-        import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
             get_model_state_dict,
             get_optimizer_state_dict,
@@ -217,14 +214,11 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         directory = payload["directory"]
         options = self.state_options()
         model_state = saved_part(get_model_state_dict(self.model, options=options))
-        with single_process_quietly():
-            dcp.load(model_state, storage_reader=MetadataCheckingReader(directory / DCP_MODEL_DIR))
+        load_as_data(model_state, directory / DCP_MODEL_DIR)
         set_model_state_dict(self.model, model_state, options=options)
         # Asking for the optimizer state also creates it (empty AdamW state) to load into.
         optimizer_state = get_optimizer_state_dict(self.model, self.optimizer)
-        reader = MetadataCheckingReader(directory / DCP_OPTIMIZER_DIR)
-        with single_process_quietly():
-            dcp.load(optimizer_state, storage_reader=reader)
+        load_as_data(optimizer_state, directory / DCP_OPTIMIZER_DIR)
         set_optimizer_state_dict(self.model, self.optimizer, optimizer_state)
         if self.lr_scheduler is not None and "lr_scheduler" in payload:
             self.lr_scheduler.load_state_dict(payload["lr_scheduler"])

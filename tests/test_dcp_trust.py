@@ -1,0 +1,226 @@
+"""An FSDP2 checkpoint's data files are data: every entry DCP stores as bytes is read with
+`torch.load(weights_only=True)`, never unpickled whole.
+
+torch.distributed.checkpoint stores what is not a tensor (the optimizer's `param_groups`) as
+torch.save blobs inside its `.distcp` files, and its default planner reads them with
+`weights_only=False`. Here a blob is replaced with a pickle that would create a marker file
+(its manifest rewritten to vouch for it), or a `.metadata` of DCP's own classes marks a model
+weight as bytes pointing at such a pickle; a rerun and a `resume_from` run, through `tango run`,
+skip that checkpoint for the one before it in one line naming the file, and the marker never
+appears.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import pickle
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+
+from catwalk_steps.checkpoints.dcp_metadata import METADATA_FILE, read_metadata
+from catwalk_steps.checkpoints.layout import (
+    COMPLETE,
+    DCP_MODEL_DIR,
+    DCP_OPTIMIZER_DIR,
+    checkpoint_dir,
+)
+from catwalk_steps.checkpoints.manifest import mark_complete
+
+from . import commands
+from .conftest import EXPERIMENTS, tango_command
+from .test_trust import Payload
+from .training import TINY_GPT2
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+DEMO = {  # the demo, tiny: FSDP2 on 2 processes, checkpoints at steps 10, 20 and 30
+    "steps.data.task.sizes": {"train": 96, "validation": 24},
+    "steps.trained.model.config": TINY_GPT2,
+    "steps.eval_untrained.model.config": TINY_GPT2,
+    "steps.trained.training_engine.type": "catwalk::torch_fsdp",
+    "steps.trained.train_steps": 30,
+    "steps.trained.validate_every": 10,
+    "steps.trained.checkpoint_every": 10,
+    "steps.trained.train_dataloader.batch_size": 4,
+}
+WEIGHT = "lm.transformer.wte.weight"
+
+
+def tango(workspace: Path, overrides: dict, name: str) -> commands.Finished:
+    """`tango run` of the demo."""
+    command = tango_command(EXPERIMENTS / "demo.jsonnet", workspace, name, overrides)
+    return commands.run(command, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory) -> tuple[Path, dict]:
+    """A workspace whose FSDP2 run was killed after step 21 (checkpoints at 10 and 20), and the
+    overrides that run it again."""
+    root = tmp_path_factory.mktemp("dcp_trust")
+    faults = {"type": "test::faults", "pid_dir": str(root / "pids"), "kill_step": 21}
+    overrides = {**DEMO, "steps.trained.callbacks": [faults]}
+    command = tango_command(EXPERIMENTS / "demo.jsonnet", root / "ws", "first", overrides)
+    done = commands.run(command, timeout=600)
+    assert done.returncode != 0, done.stdout[-4000:]
+    work_dir = work_dir_in(root / "ws")
+    assert (checkpoint_dir(work_dir, 20) / COMPLETE).is_file()
+    assert (checkpoint_dir(work_dir, 10) / COMPLETE).is_file()
+    return root / "ws", overrides
+
+
+def copy_of(workspace: Path, tmp_path: Path) -> Path:
+    """The workspace's steps and records (its runs' links point into the original)."""
+    copy = tmp_path / "ws"
+    shutil.copytree(workspace, copy, ignore=shutil.ignore_patterns("runs", "latest"))
+    return copy
+
+
+def work_dir_in(workspace: Path) -> Path:
+    return next((workspace / "cache").glob("TrainRankClassifier-*/work"))
+
+
+def saved_pickle(marker: Path) -> bytes:
+    """What DCP stores for a non-tensor entry (a torch.save blob), holding the payload."""
+    buffer = io.BytesIO()
+    torch.save(Payload(marker), buffer)
+    return buffer.getvalue()
+
+
+def point_entry_at(directory: Path, name: str, relative_path: str, data: bytes) -> Path:
+    """Appends `data` to `relative_path` and rewrites the `.metadata` (of DCP's own classes)
+    so that entry `name` is stored as bytes there; returns that file."""
+    metadata = read_metadata(directory)
+    path = directory / relative_path
+    offset = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(data)
+    index = MetadataIndex(name)
+    old = metadata.storage_data.get(index)
+    location = {"relative_path": relative_path, "offset": offset, "length": len(data)}
+    if old is not None:
+        metadata.storage_data[index] = dataclasses.replace(old, **location)
+    else:
+        info_type = type(next(iter(metadata.storage_data.values())))
+        metadata.storage_data[index] = info_type(**location)
+    metadata.state_dict_metadata[name] = BytesStorageMetadata()
+    (directory / METADATA_FILE).write_bytes(pickle.dumps(metadata))
+    return path
+
+
+def vouch(checkpoint: Path) -> None:
+    """Rewrites the manifest to match the files (an attacker who can write the directory)."""
+    info = json.loads((checkpoint / COMPLETE).read_text())
+    info.pop("files")
+    mark_complete(checkpoint, info)
+
+
+def plant(checkpoint: Path, vector: str, marker: Path) -> Path:
+    """Plants the payload in `checkpoint`; returns the file the refusal must name."""
+    if vector == "optimizer entry":  # param_groups.0.lr, a torch.save blob in a .distcp file
+        directory = checkpoint / DCP_OPTIMIZER_DIR
+        entry = "param_groups.0.lr"
+        relative = read_metadata(directory).storage_data[MetadataIndex(entry)].relative_path
+        planted = point_entry_at(directory, entry, relative, saved_pickle(marker))
+    else:  # a model weight that the metadata says is stored as bytes
+        directory = checkpoint / DCP_MODEL_DIR
+        point_entry_at(directory, WEIGHT, "__0_0.distcp", saved_pickle(marker))
+        planted = directory / METADATA_FILE
+    vouch(checkpoint)
+    return planted
+
+
+def one_skip_naming(output: str, planted: Path) -> None:
+    skipped = [line for line in output.splitlines() if "Skipping checkpoint:" in line]
+    assert len(skipped) == 1, skipped
+    assert f"Skipping checkpoint: {planted}" in skipped[0], skipped
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize("how", ["rerun", "resume_from"])
+@pytest.mark.parametrize("vector", ["optimizer entry", "model weight as bytes"])
+def test_a_pickle_planted_in_an_fsdp2_checkpoints_data_never_runs(stopped, tmp_path, vector, how):
+    workspace, overrides = stopped
+    copy = copy_of(workspace, tmp_path)
+    work_dir = work_dir_in(copy)
+    marker = tmp_path / "pwned"
+    planted = plant(checkpoint_dir(work_dir, 20), vector, marker)
+    if how == "rerun":  # the same command again: the failed step resumes
+        done = tango(copy, overrides, "rerun")
+    else:  # another run resuming from the planted one's work directory
+        settings = {**overrides, "steps.trained.resume_from": str(work_dir)}
+        done = tango(tmp_path / "other", settings, "other")
+    assert not marker.exists()
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    one_skip_naming(output, planted)
+    assert f"Resumed from {checkpoint_dir(work_dir, 10)} at step 10" in output
+
+
+def test_catwalk_export_refuses_a_model_weight_stored_as_bytes(stopped, tmp_path):
+    workspace, _ = stopped
+    copy = copy_of(workspace, tmp_path)
+    marker = tmp_path / "pwned"
+    checkpoint = checkpoint_dir(work_dir_in(copy), 20)
+    planted = plant(checkpoint, "model weight as bytes", marker)
+    export = str(Path(sys.executable).with_name("catwalk-export"))
+    done = commands.run([export, str(checkpoint), str(tmp_path / "out")])
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"{planted}: " in done.stderr and WEIGHT in done.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["planted", "truncated"])
+def test_every_entry_stored_as_bytes_is_read_as_data_before_any_rank_loads(
+    stopped, tmp_path, damage
+):
+    """What the resume runs on each rank before loading: a refused or cut entry is one line
+    naming its file and entry."""
+    from catwalk_steps.checkpoints.dcp_loading import check_entries
+    from catwalk_steps.checkpoints.layout import CheckpointError
+
+    workspace, _ = stopped
+    checkpoint = shutil.copytree(checkpoint_dir(work_dir_in(workspace), 20), tmp_path / "c")
+    directory = checkpoint / DCP_OPTIMIZER_DIR
+    marker = tmp_path / "pwned"
+    index = MetadataIndex("param_groups.0.lr")
+    info = read_metadata(directory).storage_data[index]
+    blob = saved_pickle(marker)
+    if damage == "truncated":  # the entry's own bytes, cut short
+        with open(directory / info.relative_path, "rb") as f:
+            f.seek(info.offset)
+            blob = f.read(info.length)[: info.length // 2]
+    planted = point_entry_at(directory, index.fqn, info.relative_path, blob)
+    with pytest.raises(CheckpointError) as error:
+        check_entries(directory)
+    message = str(error.value)
+    assert message.startswith(f"{planted} (entry 'param_groups.0.lr'): "), message
+    if damage == "planted":
+        assert "holds something other than tensors and plain data" in message
+        assert "GLOBAL posix.system" in message
+    else:
+        assert "cannot be read" in message
+    assert "\n" not in message
+    assert not marker.exists()
+
+
+def test_an_entry_stored_as_bytes_where_the_state_has_a_tensor_is_refused(stopped):
+    """The collective load itself refuses bytes where a tensor belongs (an optimizer's state
+    too), in case a file changes after the check before it."""
+    from catwalk_steps.checkpoints.dcp_loading import load_as_data
+    from catwalk_steps.checkpoints.layout import CheckpointError
+
+    workspace, _ = stopped
+    directory = checkpoint_dir(work_dir_in(workspace), 20) / DCP_OPTIMIZER_DIR
+    with pytest.raises(CheckpointError) as error:
+        load_as_data({"param_groups.0.lr": torch.zeros(())}, directory, no_dist=True)
+    assert str(error.value) == (
+        f"{directory / METADATA_FILE}: entry 'param_groups.0.lr' is not stored as a tensor, "
+        "which it must be (a model's weight, an optimizer's state); the checkpoint is not loaded"
+    )
