@@ -3,7 +3,7 @@
 torch.distributed.checkpoint stores tensors as tensor records, which its reader loads with
 `torch.load(weights_only=True)`, and anything else (an optimizer's `param_groups`: learning rate,
 betas, the parameters' names) as a torch.save blob inside a `.distcp` file, which its
-`DefaultLoadPlanner.load_bytes` reads with `weights_only=False` (torch 2.11, 2.13): a planted
+`DefaultLoadPlanner.load_bytes` reads with `weights_only=False` (torch 2.13.0): a planted
 blob ran code on every rank that resumed, and a `.metadata` made of DCP's own classes may say
 that any entry, a model weight too, is such a blob. Every DCP load here goes through
 :class:`DataPlanner`, which reads each blob as data and refuses one where the state holds a
@@ -58,14 +58,15 @@ class DataPlanner(DefaultLoadPlanner):
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         data = load_data(value, self.entry(read_item))
         # DefaultLoadPlanner.load_bytes puts the entry in its place in the state (through the
-        # flattening it planned with), unpickling what it is given with weights_only=False: it
-        # is given `data` saved again here, made of nothing but what the weights-only reader
-        # built.
+        # flattening it planned with), unpickling what it is given with weights_only=False
+        # (torch 2.13.0): it is given `data` saved again here, made of nothing but what the
+        # weights-only reader built.
         super().load_bytes(read_item, saved(data))
 
     def entry(self, read_item: ReadItem) -> str:
-        """An entry, for messages: the file that holds it (`_StorageInfo.relative_path`, in the
-        metadata DCP's file-system writer wrote), and its name."""
+        """An entry, for messages: the file that holds it (`relative_path` of DCP's private
+        `_StorageInfo`, which its file-system writer puts in the metadata; torch 2.13.0), and
+        its name."""
         info = self.metadata.storage_data.get(read_item.storage_index) if self.metadata else None
         relative = getattr(info, "relative_path", None)
         path = self.directory / relative if relative else self.directory
