@@ -5,12 +5,17 @@ experiment or imports `catwalk_steps`:
   unpickle whatever reaches the port, from any local user), and it prints only the records
   that carry its key (its own workers'), their control characters escaped;
 - :mod:`.one_line`: errors on the terminal in one line, also those raised while Tango evaluates
-  the experiment, `--ext-var` and `-o`, before the package is imported.
+  the experiment, `--ext-var` and `-o`, before the package is imported;
+- :mod:`.settings`: where Tango finds no `tango.yml`, ours (this package's): `tango run` works
+  from any directory;
+- :mod:`.registry_search`: a `catwalk::` type imports `catwalk_steps`, also under settings of
+  one's own that do not include it.
 
 `make setup` writes `catwalk_startup.pth` into the environment's site-packages (`python -m
 catwalk_startup` does it for any environment): every interpreter of the environment installs an
-import hook that patches Tango's logging module as it is imported. Nothing here imports Tango,
-torch or `catwalk_steps`: an interpreter that never imports Tango only gains the hook.
+import hook that patches Tango's logging, settings and registry modules as they are imported.
+Nothing here imports Tango, torch or `catwalk_steps`: an interpreter that never imports Tango
+only gains the hook.
 `catwalk_steps` installs the same when it is imported (where there is no .pth, that leaves the
 moment between Tango starting its receiver and the package's import).
 """
@@ -26,17 +31,15 @@ from pathlib import Path
 from typing import Any
 
 TANGO_LOGGING = "tango.common.logging"
+TANGO_REGISTRABLE = "tango.common.registrable"
+TANGO_SETTINGS = "tango.settings"
 PTH_NAME = "catwalk_startup.pth"
 
 
 def patch(module: types.ModuleType) -> None:
     """Both changes, on Tango's logging module; refused, in one line, on a Tango they were not
     checked against (its receiver would unpickle what reaches it: never left so silently)."""
-    from . import checked
-
-    version = checked.installed("ai2-tango")
-    if not checked.is_checked("ai2-tango", version):
-        raise ImportError(checked.refusal("ai2-tango", "log records as JSON", version))
+    check_tango("log records as JSON")
     from .log_records import patch_tango_logging, senders_write_json
     from .one_line import one_line_on_the_terminal
 
@@ -57,11 +60,42 @@ def patch(module: types.ModuleType) -> None:
     module._initialize_logging = _initialize_logging
 
 
+def check_tango(patch_name: str) -> None:
+    """One line, unless the installed Tango is one the patches were checked against."""
+    from . import checked
+
+    version = checked.installed("ai2-tango")
+    if not checked.is_checked("ai2-tango", version):
+        raise ImportError(checked.refusal("ai2-tango", patch_name, version))
+
+
+def patch_registrable(module: types.ModuleType) -> None:
+    check_tango("catwalk:: types import catwalk_steps")
+    from .registry_search import patch_registrable
+
+    patch_registrable(module)
+
+
+def patch_settings(module: types.ModuleType) -> None:
+    check_tango("our settings where Tango finds none")
+    from .settings import patch_settings
+
+    patch_settings(module)
+
+
+PATCHES = {
+    TANGO_LOGGING: patch,
+    TANGO_REGISTRABLE: patch_registrable,
+    TANGO_SETTINGS: patch_settings,
+}
+
+
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Finds Tango's logging module as the path finder does, and patches it once executed."""
+    """Finds Tango's modules of :data:`PATCHES` as the path finder does, and patches each once
+    executed."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != TANGO_LOGGING:
+        if fullname not in PATCHES:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
@@ -70,17 +104,20 @@ class _PatchAfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: types.ModuleType) -> None:
             execute(module)
-            patch(module)
+            PATCHES[fullname](module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
 def install() -> None:
-    """Patches Tango's logging now if it is imported, else as soon as it is."""
-    if TANGO_LOGGING in sys.modules:
-        patch(sys.modules[TANGO_LOGGING])
-    elif not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path):
+    """Patches Tango's modules now where imported, else as soon as they are."""
+    for name, patch_module in PATCHES.items():
+        if name in sys.modules:
+            patch_module(sys.modules[name])
+    if not all(name in sys.modules for name in PATCHES) and not any(
+        isinstance(finder, _PatchAfterImport) for finder in sys.meta_path
+    ):
         sys.meta_path.insert(0, _PatchAfterImport())
 
 

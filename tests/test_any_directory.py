@@ -1,0 +1,44 @@
+"""`tango run` from a directory that is not the repository's: without its tango.yml, without
+`-i catwalk_steps` (catwalk_startup: our settings where Tango finds none, and `catwalk::` types
+that import the package). A fresh interpreter each, as a user's: the command server has
+imported the package already."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import commands
+from .commands import error_lines
+from .conftest import EXPERIMENTS, TINY_DEMO
+
+pytestmark = pytest.mark.slow
+TANGO = str(Path(sys.executable).with_name("tango"))
+
+
+def tango_run_in(directory: Path, *extra: str) -> str:
+    """`tango run <absolute experiment>` in `directory`, no `-i`; its output (rc 0 asserted)."""
+    argv = [TANGO, "run", str(EXPERIMENTS / "demo.jsonnet"), "-o", json.dumps(TINY_DEMO), *extra]
+    done = commands.run(argv, timeout=300, cwd=directory, fresh=True)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert error_lines(output) == [], output[-3000:]
+    return output
+
+
+def test_runs_without_settings_in_the_workspace_here(tmp_path: Path):
+    """No tango.yml: the package's settings, its workspace `./workspace`, its reports."""
+    output = tango_run_in(tmp_path)
+    assert "Metrics" in output and "✓ 5 succeeded" in output
+    assert list((tmp_path / "workspace" / "cache").glob("TrainRankClassifier-*"))
+
+
+def test_types_are_found_under_settings_of_ones_own(tmp_path: Path):
+    """A tango.yml that names a workspace only: `catwalk::` types still import the package."""
+    (tmp_path / "tango.yml").write_text("workspace:\n  type: local\n  dir: mine\n")
+    output = tango_run_in(tmp_path)
+    assert "✓ 5 succeeded" in output and "modeling_flax_auto" not in output
+    assert list((tmp_path / "mine" / "cache").glob("TrainRankClassifier-*"))
