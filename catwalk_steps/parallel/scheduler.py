@@ -73,11 +73,17 @@ class Slot:
 
     def stop(self) -> None:
         """Closes its pipe (it exits when idle); SIGTERM if it is running a step; waits."""
+        self.ask_to_stop()
+        self.wait_stopped()
+
+    def ask_to_stop(self) -> None:
         for channel in (self.outbox, self.inbox):
             with contextlib.suppress(OSError):  # the slot died with a write pending
                 channel.close()
         if self.step is not None and self.process.poll() is None:
             self.process.terminate()
+
+    def wait_stopped(self) -> None:
         try:
             self.process.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
@@ -126,6 +132,7 @@ class ParallelRun:
             self.graph.to_file(graph_file.name, include_unique_id=True)
             command = self.slot_command(graph_file.name)
             env = {**os.environ, "OMP_NUM_THREADS": str(slot_threads(parallelism))}
+            interrupted = False
             try:
                 while self.pending or self.busy():
                     self.drop_unrunnable()
@@ -134,9 +141,17 @@ class ParallelRun:
                     self.dispatch()
                     if self.busy() or self.pending:
                         self.wait()
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
             finally:
+                running = [slot.step for slot in self.slots if slot.step is not None]
+                for slot in self.slots:  # all at once: their grace runs side by side
+                    slot.ask_to_stop()
                 for slot in self.slots:
-                    slot.stop()
+                    slot.wait_stopped()
+                if interrupted:
+                    logger.error(stopped_line(running, len(self.pending)))
         for step in self.cached:
             step.log_cache_hit()
             self.successful[step.name] = self.metadata(step)
@@ -219,6 +234,13 @@ class ParallelRun:
         if not step.cache_results:
             return ExecutionMetadata()
         return ExecutionMetadata(result_location=self.workspace.step_info(step).result_location)
+
+
+def stopped_line(running: list[str], not_started: int) -> str:
+    """What a Ctrl-C (or SIGTERM) of `tango run --parallelism N` stopped, in one line (each
+    stopped step's own line, from its slot, says how its rerun goes on)."""
+    stopped = ", ".join(running) if running else "no step was running"
+    return f"interrupted: stopped {stopped}; {not_started} more not started"
 
 
 def model_key(step: Step) -> str | None:

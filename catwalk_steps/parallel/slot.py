@@ -93,6 +93,24 @@ def stop_with_parent(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+class InterruptOnce:
+    """The slot's Ctrl-C and SIGTERM handler: KeyboardInterrupt once (the running step stops,
+    marked failed, its lock released), then nothing. A slot is sent both when Ctrl-C reaches
+    the terminal's process group and `tango run` then stops its slots; a second
+    KeyboardInterrupt raised in the first one's cleanup, or in the interpreter's exit, printed
+    an "Exception ignored in atexit callback" wall. (Not SIG_IGN: a signal already pending when
+    the handler changes is then raised as "OSError: Signal 15 ignored due to race condition".)
+    The parent kills a slot that does not end within its grace."""
+
+    def __init__(self) -> None:
+        self.taken = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if not self.taken:
+            self.taken = True
+            raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graph", required=True)
@@ -104,14 +122,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--include-package", action="append", default=[])
     args = parser.parse_args(argv)
     os.environ[SLOT_ENV] = "1"
-    # SIGTERM as Ctrl-C: the running step is marked failed and its lock released first.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    interrupt = InterruptOnce()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupt)
     stop_with_parent(args.parent)
     log_under("slot")
     try:
         serve(args)
     except KeyboardInterrupt:
         sys.exit(130)
+    finally:
+        interrupt.taken = True  # the interpreter's exit is not interrupted
 
 
 if __name__ == "__main__":
