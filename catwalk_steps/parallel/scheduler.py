@@ -124,7 +124,7 @@ class ParallelRun:
 
     def execute(self) -> ExecutorOutput:
         parallelism = int(self.executor.parallelism)
-        parallelism = parallelism if parallelism > 0 else usable_cores()  # Tango's -1
+        parallelism = parallelism if parallelism > 0 else usable_cores()  # -1: a slot per core
         line = crowding_line(parallelism, self.pending)
         if line:
             logger.warning(line)

@@ -3,9 +3,10 @@ around them (Tango 1.3.2 has no other seam for it).
 
 - The evaluations of one model run one after another (:func:`execution_order`), so that the
   process's one loaded model (:mod:`catwalk_steps.standalone.loaded`) serves them all: a suite
-  loads each model once. Without `--parallelism` steps run in this process, as Tango's default
-  executor runs them; with `--parallelism N` in N warm slot processes
-  (:mod:`catwalk_steps.parallel`), a model's evaluations in the slot that holds it.
+  loads each model once. Without `--parallelism`, or with 0 (Tango documents 0 as every step
+  in the main process) or 1, steps run in this process, as Tango's default executor runs them;
+  with `--parallelism N` in N warm slot processes (:mod:`catwalk_steps.parallel`; -1: a slot
+  per core), a model's evaluations in the slot that holds it.
 - The run's reports are printed once it is over, cached or not, also with `--parallelism`, in
   this process: Tango calls a step's `ensure_result` in whichever process runs it, and does not
   touch a cached step at all, so a table printed by the step would appear only sometimes.
@@ -44,7 +45,7 @@ class CatwalkExecutor(Executor):
             check_lease_directory(
                 [s for s in ordered.values() if s not in self.workspace.step_cache]
             )
-            if self.parallelism is not None and self.parallelism != 1:  # -1: a slot per core
+            if self.parallelism not in (None, 0, 1):  # -1: a slot per core
                 return ParallelRun(self, ordered, run_name).execute()
             return super().execute_step_graph(ordered, run_name)
         finally:
