@@ -153,6 +153,15 @@ class SharedLocalWorkspace(LocalWorkspace):
         self._fix_step_info(info)
         return info
 
+    def _fix_step_info(self, info: StepInfo) -> None:  # type: ignore[override]
+        """Tango's repair of a record read back, and where the step's result is: its own
+        directory, where the cache reads it from. A record is data: a result path naming another
+        step's directory, or one with `../`, was shown as this step's result."""
+        LocalWorkspace._fix_step_info(info)
+        if info.result_location is not None:
+            own = plain_name(info.unique_id)
+            info.result_location = str(self.step_dir(info.unique_id).absolute()) if own else None
+
     def _abandoned(self, unique_id: str) -> bool:
         """Nobody holds the step's lock (we could take it): the job that ran it is gone."""
         if any(step.unique_id == unique_id for step in self.locks):
@@ -265,7 +274,6 @@ class SharedLocalWorkspace(LocalWorkspace):
                     fixed = True
         return fixed
 
-
     def remove_step(self, step_unique_id: str) -> None:
         if not self._abandoned(step_unique_id) and self.step_dir(step_unique_id).exists():
             raise ConfigurationError(
@@ -299,10 +307,15 @@ def lock_is_free(path: Path) -> bool:
     return True
 
 
+def plain_name(name: str) -> bool:
+    """A name that is one entry of a directory, not a path."""
+    return name not in ("", ".", "..") and not any(c in name for c in ("/", "\\", "\0"))
+
+
 def check_path_name(name: str, what: str) -> None:
     """Tango makes a run's name a directory and each step's name a link inside it: a name that
     is a path would be written elsewhere (`-n ../../x`)."""
-    if name in ("", ".", "..") or any(c in name for c in ("/", "\\", "\0")):
+    if not plain_name(name):
         raise ConfigurationError(
             f"{what} {name!r}: Tango would write it outside the workspace's runs directory; "
             "use a name without '/', '\\' or '..'"
