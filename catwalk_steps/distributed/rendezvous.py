@@ -22,6 +22,8 @@ from typing import Any
 import torch.distributed as dist
 from tango.common.exceptions import ConfigurationError
 
+from ..run_temp import run_temp_dir
+
 
 @dataclass(frozen=True)
 class Rendezvous:
@@ -42,9 +44,9 @@ class Rendezvous:
 
 @contextlib.contextmanager
 def private_store_file() -> Iterator[str]:
-    """The path of a FileStore in a new directory that only this user can enter (0700),
-    removed with everything in it afterwards."""
-    directory = tempfile.mkdtemp(prefix="catwalk-rendezvous-")
+    """The path of a FileStore in a new directory that only this user can enter (0700), inside
+    the run's (:mod:`catwalk_steps.run_temp`), removed with everything in it afterwards."""
+    directory = tempfile.mkdtemp(prefix="catwalk-rendezvous-", dir=run_temp_dir())
     try:
         yield str(Path(directory) / "store")
     finally:

@@ -46,11 +46,14 @@ from typing import Any
 
 import torch.multiprocessing as torch_mp
 
+from catwalk_startup.exit_with_parent import PARENT_ENV
+
 from ..distributed.devices import held_plan
 from ..distributed.groups import destroy_process_group_if_initialized
 from ..distributed.rendezvous import private_store_file, start_store
 from ..errors import one_line_error, rebuilt
 from ..files import write_atomic
+from ..run_temp import temp_files_in_run_dir
 from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob
 from .worker_process import Work, WorkerReport, train_on_worker, worker_main
@@ -71,6 +74,7 @@ GRACE_S = 5.0
 # ~5 s of CPU for them per training step. Names, not a module of ours that imports them: Tango
 # imports every module of an included package, and `tango run` itself needs none of these.
 PRELOAD = (
+    "catwalk_startup.exit_with_parent",  # first: the server ends with the process that started it
     "fairscale.nn.data_parallel",
     "torch.distributed.checkpoint",
     "torch.distributed.fsdp",
@@ -215,7 +219,12 @@ def start_worker_server(include_package: Sequence[str] = ()) -> None:
     on, e.g. Tango building the step graph. A server already running keeps what it has; workers
     import the rest themselves."""
     multiprocessing.get_context(START_METHOD).set_forkserver_preload([*PRELOAD, *include_package])
-    multiprocessing.forkserver.ensure_running()
+    os.environ[PARENT_ENV] = str(os.getpid())  # the server's alone (it removes it at start)
+    try:
+        with temp_files_in_run_dir():  # multiprocessing's pymp-* (the server's socket) in it
+            multiprocessing.forkserver.ensure_running()
+    finally:
+        os.environ.pop(PARENT_ENV, None)
 
 
 def watch(context: torch_mp.ProcessContext) -> None:

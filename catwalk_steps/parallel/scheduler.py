@@ -32,6 +32,7 @@ from tango.step_graph import StepGraph
 from tango.step_info import StepState
 
 from ..distributed.devices import usable_cores
+from ..run_temp import run_temp_dir
 from .sizing import crowding_line, slot_threads
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,10 @@ class ParallelRun:
         line = crowding_line(parallelism, self.pending)
         if line:
             logger.warning(line)
-        with NamedTemporaryFile(prefix="catwalk-graph-", suffix=".jsonnet") as graph_file:
+        directory = run_temp_dir()
+        with NamedTemporaryFile(
+            prefix="catwalk-graph-", suffix=".jsonnet", dir=directory
+        ) as graph_file:
             self.graph.to_file(graph_file.name, include_unique_id=True)
             command = self.slot_command(graph_file.name)
             env = {**os.environ, "OMP_NUM_THREADS": str(slot_threads(parallelism))}

@@ -31,6 +31,7 @@ from tango.step_graph import StepGraph
 from ..parallel.scheduler import ParallelRun
 from ..parallel.sizing import check_lease_directory
 from ..reports import ReportFormat, print_report
+from ..run_temp import remove_stale
 from ..standalone import release_model
 
 
@@ -40,6 +41,7 @@ class CatwalkExecutor(Executor):
 
     def execute_step_graph(self, step_graph: StepGraph, run_name: str | None = None) -> Any:
         install_sigterm_as_interrupt()
+        remove_stale()  # what a run killed outright left in $TMPDIR (this user's)
         try:
             ordered = StepGraph({s.name: s for s in execution_order(step_graph.values())})
             check_lease_directory(
