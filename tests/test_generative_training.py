@@ -109,8 +109,8 @@ def test_a_row_without_a_target_is_named_before_training(tmp_path):
     with pytest.raises(TaskDataError) as error:
         training_form(task.load(["train"])["train"])
     assert str(error.value) == (
-        "train: task 'pairs', split 'train': instance 2 has no target to train on (its "
-        "doc_to_target is empty); a generative task trains on its first target"
+        f"train: task 'pairs', split 'train': instance 2 has no target to train on ({tmp_path}/"
+        "train.jsonl:2: doc_to_target is empty); a generative task trains on its first target"
     )
 
 

@@ -140,7 +140,7 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
             f"{T}.checkpoint_every": 2,
         },
         "TaskDataError: train: task 'pairs', split 'train': instance 2 has no target to train on "
-        "(its doc_to_target is empty); a generative task trains on its first target",
+        f"({NO_TARGET}:2: doc_to_target is empty); a generative task trains on its first target",
         True,
     ),
     "chat_template_the_tokenizer_lacks": (

@@ -49,6 +49,8 @@ def check_evaluate_step(
     wanted = kwargs.get("extra_metrics")
     check_extra_metrics(wanted)
     task = kwargs.get("task")
+    if task is not None and kwargs.get("split"):
+        task.check_splits([kwargs["split"]], "evaluate.split")
     if task is not None:  # the task's kind: its settings (extra metrics, room to generate)
         kind_of_task(task).check_settings(
             task, lambda: model_length(configured, max_length), wanted

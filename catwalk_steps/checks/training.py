@@ -34,6 +34,7 @@ from ..kinds import MultipleChoiceCollator, kind_named, kind_of_task
 from ..scoring.choices import max_positions
 from ..scoring.precision import Precision
 from ..scoring.tokenization import give_chat_tokenizer
+from ..tasks import LOADED_SPLITS
 from ..training.settings import TrainSettings
 from .trackers import check_trackers
 
@@ -123,9 +124,25 @@ def check_training_task(settings: TrainSettings) -> None:
         if not named or named in choices.validation_metrics(None):
             check_val_metric(settings, choices, None, "")  # another kind's: checked at run time
         return
+    check_loaded_splits(settings, task)
     kind = kind_of_task(task)
     check_val_metric(settings, kind, task, task_named(kind, task.name))
     kind.check_objective(model_objective(settings.model), task)
+
+
+def check_loaded_splits(settings: TrainSettings, task: Any) -> None:
+    """The splits the step reads (train, validation) among those its data step loads, and in
+    the task's data (a task of one's own with only a validation file)."""
+    loaded = getattr(settings.dataset_dict, "kwargs", {}).get("splits") or LOADED_SPLITS
+    for key in ("train_split", "validation_split"):
+        split = getattr(settings, key)
+        if split is not None and split not in loaded:
+            raise ConfigurationError(
+                f"train.{key}: '{split}' is not loaded by the data step (splits: "
+                f"{', '.join(loaded)}); add it to the data step's splits"
+            )
+        if split is not None:
+            task.check_splits([split], f"train.{key}")
 
 
 def task_named(kind: Any, name: str) -> str:

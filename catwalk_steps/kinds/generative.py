@@ -139,9 +139,10 @@ class Generative(TaskKind):
     def training_instances(self, instances, where):
         for number, instance in enumerate(instances, start=1):
             if instance.answer is None:
+                why = instance.no_answer or "its doc_to_target is empty"
                 raise TaskDataError(
-                    f"{where}: instance {number} has no target to train on (its doc_to_target "
-                    "is empty); a generative task trains on its first target"
+                    f"{where}: instance {number} has no target to train on ({why}); a "
+                    "generative task trains on its first target"
                 )
         return [replace(instance, training=True) for instance in instances]
 

@@ -27,7 +27,7 @@ from ..standalone import (
     model_block,
     model_source,
 )
-from ..tasks import Task
+from ..tasks import LOADED_SPLITS, Task
 from ..workspace.formats import HFModelFormat, PlainJsonFormat
 from .load_task import LoadTask
 
@@ -230,4 +230,4 @@ def loaded_splits(data: Any) -> list[str] | None:
     """The splits a `catwalk::load_task` step will load, when `data` is one."""
     if not isinstance(data, LoadTask):
         return None
-    return list(data.kwargs.get("splits") or ["train", "validation"])
+    return list(data.kwargs.get("splits") or LOADED_SPLITS)

@@ -9,7 +9,7 @@ from tango.common import DatasetDict
 from tango.common.exceptions import ConfigurationError
 
 from ..scoring.tokenization import give_chat_tokenizer
-from ..tasks import Task
+from ..tasks import LOADED_SPLITS, Task
 from ..workspace.formats import InstancesFormat
 
 
@@ -45,6 +45,7 @@ class LoadTask(Step[DatasetDict]):
                     f"load_task.tokenizer: task '{task.name}' applies a chat template; give the "
                     "model's tokenizer, whose template renders its prompts"
                 )
+            task.check_splits(kwargs.get("splits") or LOADED_SPLITS, "load_task.splits")
             if task.renders_chat:
                 give_chat_tokenizer(task, kwargs["tokenizer"], "load_task.tokenizer")
         return kwargs
@@ -58,7 +59,7 @@ class LoadTask(Step[DatasetDict]):
     ) -> DatasetDict:
         if tokenizer is not None:
             give_chat_tokenizer(task, tokenizer, "load_task.tokenizer")
-        loaded = task.load(splits or ["train", "validation"])
+        loaded = task.load(splits or LOADED_SPLITS)
         if max_instances is not None:
             loaded = {name: instances[:max_instances] for name, instances in loaded.items()}
         for name, instances in loaded.items():

@@ -11,7 +11,13 @@ them. Bad data fails with one line that names
 the file or row and the field.
 """
 
-from .base import MultipleChoiceInstance, Task, TaskDataError, dataset_fingerprint
+from .base import (
+    LOADED_SPLITS,
+    MultipleChoiceInstance,
+    Task,
+    TaskDataError,
+    dataset_fingerprint,
+)
 from .catalog import BUILTIN_TASKS
 from .generative import GenerationInstance, GenerativeTask
 from .olmo_eval_labels import OlmoEvalInstance, OlmoEvalTask
@@ -22,6 +28,7 @@ from .templated import TemplatedTask
 __all__ = [
     "BUILTIN_TASKS",
     "GenerationInstance",
+    "LOADED_SPLITS",
     "GenerativeTask",
     "MultipleChoiceInstance",
     "OlmoEvalInstance",

@@ -25,6 +25,10 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+# A `generate_until` task without `metric_list`: lm-evaluation-harness 0.4.13 scores it by
+# `DEFAULT_METRIC_REGISTRY["generate_until"]`, exact_match with no options (no kwargs; mean,
+# higher is better), as the explicit `[{metric: exact_match}]` does.
+DEFAULT_METRIC_LIST = ({"metric": "exact_match"},)
 FILTER_FUNCTIONS = ("remove_whitespace", "regex", "take_first", "lowercase", "uppercase")
 METRICS = {
     "exact_match": ("ignore_case", "ignore_punctuation", "ignore_numbers", "regexes_to_ignore"),

@@ -77,6 +77,8 @@ class MultipleChoiceInstance:
 
 
 TASK_TYPE = "catwalk::task"
+# The splits a `catwalk::load_task` step loads when it names none: what training reads.
+LOADED_SPLITS = ("train", "validation")
 # Other task types reachable by a name: each takes (name, the block's other keys) and returns the
 # block of its own type for a name it knows, else None (olmo_eval's labels register one).
 NAMED_TASK_TYPES: list[Callable[[str, dict[str, Any]], dict[str, Any] | None]] = []
@@ -201,6 +203,11 @@ class Task(Registrable):
 
     def load_split(self, split: str) -> list[MultipleChoiceInstance]:
         raise NotImplementedError
+
+    def check_splits(self, splits: Sequence[str], field: str) -> None:
+        """When the step graph is built: a step that will load `splits` (its key: `field`)
+        fails now, naming the split and the data, where the task knows its splits without
+        loading them (else its loader names a missing split when the step runs)."""
 
     def evaluation_split(self) -> str:
         """The split scored when none is named."""

@@ -26,6 +26,8 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from ..errors import first_line
+
 logger = logging.getLogger(__name__)
 
 
@@ -98,38 +100,89 @@ def chat_template_of(tokenizer: Any, tokenizer_name: str, where: str) -> None:
         )
 
 
-def rendered(messages: list[dict[str, str]], tokenizer: Any) -> str:
-    """The template's text for `messages`, ending with the assistant's header. A template that
-    refuses a system turn gets the turns without it (as lm-evaluation-harness does, with a
-    warning)."""
-    from jinja2.exceptions import TemplateError
+# What a template is tried on when the step graph is built: a question it must show.
+PROBE = "Is this question in the prompt?"
 
-    def render(turns: list[dict[str, str]]) -> str:
-        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
 
-    try:
-        return render(messages)
-    except TemplateError:
-        kept = [m for m in messages if m["role"] != "system"]
-        if len(kept) == len(messages):
-            raise
-        logger.warning("The chat template refused a system turn: rendered without it")
-        return render(kept)
+@dataclass(frozen=True)
+class ChatRenderer:
+    """The model's tokenizer rendering a task's turns with its chat template. A template that
+    fails, or renders nothing of the question, is one line naming the task, the tokenizer and
+    the cause (tried once on a probe where the step is built, then on every prompt)."""
+
+    tokenizer: Any
+    tokenizer_name: str
+    task_name: str
+
+    @classmethod
+    def checked(cls, tokenizer: Any, tokenizer_name: str, task: str, system: bool) -> ChatRenderer:
+        """Its template, tried on a question (after a system turn where the task has one)."""
+        chat_template_of(tokenizer, tokenizer_name, f"task '{task}'")
+        renderer = cls(tokenizer, tokenizer_name, task)
+        head = [{"role": "system", "content": "Answer."}] if system else []
+        text = renderer.render([*head, {"role": "user", "content": PROBE}])
+        if PROBE not in text:
+            raise renderer.error(
+                f"renders {text[:80]!r} for a question {PROBE!r}: no question; give a model "
+                "whose template writes each message's content"
+            )
+        return renderer
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """The template's text for `messages`, ending with the assistant's header. A template
+        that refuses a system turn gets the turns without it (as lm-evaluation-harness does,
+        with a warning); one that fails without it too is refused with its first cause."""
+        from jinja2.exceptions import TemplateError
+
+        try:
+            text = self.apply(messages)
+        except TemplateError as e:
+            kept = [m for m in messages if m["role"] != "system"]
+            if len(kept) == len(messages):
+                raise self.failed(e) from None
+            try:
+                text = self.apply(kept)
+            except Exception:
+                raise self.failed(e) from None
+            logger.warning("The chat template refused a system turn: rendered without it")
+        except Exception as e:
+            raise self.failed(e) from None
+        if not text.strip():
+            raise self.error(
+                "renders nothing (an empty prompt); give a model whose template writes each "
+                "message's content"
+            )
+        return text
+
+    def apply(self, messages: list[dict[str, str]]) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+
+    def failed(self, cause: Exception) -> ConfigurationError:
+        return self.error(f"fails: {type(cause).__name__}: {first_line(cause)}")
+
+    def error(self, what: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"task '{self.task_name}'.apply_chat_template: the chat template of tokenizer "
+            f"'{self.tokenizer_name}' {what}"
+        )
 
 
 def prompt_of(
     chat: ChatFormat,
-    tokenizer: Any,
+    renderer: ChatRenderer | None,
     description: str,
     examples: Sequence[Example],
     fewshot_delimiter: str,
 ) -> Callable[[str], str]:
     """The context of a question after the description and the examples, as `chat` lays it out
-    (`tokenizer`: the model's, when a chat template is applied)."""
+    (`renderer`: the model's tokenizer, when a chat template is applied)."""
     system = system_prompt(chat.system_instruction, description, fewshot_delimiter)
     shots = "".join(example.text for example in examples)
     if not chat.apply_chat_template:
         return lambda question: system + shots + question
+    assert renderer is not None, "a chat template is applied by the model's tokenizer"
     head = [{"role": "system", "content": system}] if system else []
     if chat.fewshot_as_multiturn:
         for example in examples:
@@ -138,11 +191,11 @@ def prompt_of(
                 head.append({"role": "assistant", "content": example.answer})
 
         def multiturn(question: str) -> str:
-            return rendered([*head, {"role": "user", "content": question}], tokenizer)
+            return renderer.render([*head, {"role": "user", "content": question}])
 
         return multiturn
 
     def single_turn(question: str) -> str:
-        return rendered([*head, {"role": "user", "content": shots + question}], tokenizer)
+        return renderer.render([*head, {"role": "user", "content": shots + question}])
 
     return single_turn

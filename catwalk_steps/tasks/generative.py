@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
-from .answers import AnswerScoring
+from .answers import DEFAULT_METRIC_LIST, AnswerScoring
 from .base import NAMED_TASK_TYPES, OTHER_TASK_NAMES, Task, TaskDataError
 from .fewshot import Rendered
 from .templated import InstanceBuilder, TemplatedTask
@@ -127,6 +127,8 @@ class GenerationInstance:
         the first target and the first stop sequence); None when the row has no target.
     :ivar training: a training example: its batches hold the prompt and `answer`, for the loss
         (:meth:`~catwalk_steps.kinds.generative.Generative.training_instances`).
+    :ivar no_answer: for a row without `answer`, where it is and why (`file:line: doc_to_target
+        is null`), for training to name it; None otherwise (and then not in its record).
     """
 
     context: str
@@ -136,6 +138,7 @@ class GenerationInstance:
     scoring: AnswerScoring
     answer: str | None = None
     training: bool = False
+    no_answer: str | None = None
     kind: ClassVar[str] = "generative"  # catwalk_steps.kinds.generative
 
     def pairs(self) -> list[tuple[str, str]]:
@@ -146,6 +149,8 @@ class GenerationInstance:
         """As data (JSON: a stored split, a dataset's fingerprint): the scoring as the lists it
         was read from."""
         row = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "scoring"}
+        if self.no_answer is None:  # the stored form of rows with an answer, as it was
+            del row["no_answer"]
         return {**row, "kind": self.kind, "scoring": self.scoring.source}
 
     def score(self, response: str) -> dict[str, Any]:
@@ -178,10 +183,13 @@ def prompt_room(max_gen_toks: int, max_length: int, what: str, length: str) -> i
 @dataclass(frozen=True)
 class RenderedRequest(Rendered):
     """A row rendered for generation: `target` is what an example shows (a list's first answer;
-    None for an empty list), `listed` whether the row's target is a list."""
+    None for an empty list), `listed` whether the row's target is a list, `null` whether it was
+    read from a null field (lm-eval's text "None": nothing to train on), `where` the row."""
 
     targets: tuple[str, ...] = ()
     listed: bool = False
+    null: bool = False
+    where: str = ""
 
 
 class GenerationBuilder(InstanceBuilder):
@@ -210,7 +218,9 @@ class GenerationBuilder(InstanceBuilder):
             targets = tuple(str(t) for t in (target if listed else list(str(target))))
         else:
             targets = (str(target),)  # a list's text, where the first document's is no list
-        return RenderedRequest(text, (), shown, targets, listed)
+        # A null field: lm-eval scores the text "None"; training on it would teach that text.
+        null = target in (None, "None") and self.templates["doc_to_target"].reads_null(row)
+        return RenderedRequest(text, (), shown, targets, listed, null, where)
 
     def example(self, doc: Rendered) -> str:
         assert isinstance(doc, RenderedRequest)
@@ -228,13 +238,16 @@ class GenerationBuilder(InstanceBuilder):
         assert isinstance(doc, RenderedRequest) and isinstance(doc.text, str)
         task = self.task
         assert isinstance(task, GenerativeTask)
+        answer = None if doc.null else answer_text(doc.target, self.target_delimiter, task.until)
+        why = f"{doc.where}: doc_to_target is {'null' if doc.null else 'empty'}"
         return GenerationInstance(
             context=prompt(doc.text),
             targets=doc.targets,
             until=task.until,
             max_gen_toks=task.max_gen_toks,
             scoring=task.scoring,
-            answer=answer_text(doc.target, self.target_delimiter, task.until),
+            answer=answer,
+            no_answer=why if answer is None else None,
         )
 
 
@@ -274,7 +287,8 @@ class GenerativeTask(TemplatedTask):
         [{function: 'regex', regex_pattern, group_select}, {function: 'take_first'}]}]`
         (functions: `remove_whitespace`, `regex`, `take_first`, `lowercase`, `uppercase`).
     :param metric_list: `[{metric: 'exact_match', ignore_case, ignore_punctuation,
-        ignore_numbers, regexes_to_ignore}]` or `[{metric: 'f1'}]` (SQuAD's token F1).
+        ignore_numbers, regexes_to_ignore}]` or `[{metric: 'f1'}]` (SQuAD's token F1); left
+        out, lm-evaluation-harness's default: `[{metric: 'exact_match'}]`.
     :param num_fewshot: default: the task's (GSM8K 5, the others 0).
 
     The other keys are `catwalk::task`'s (source, split, templates, delimiters, few-shot).
@@ -318,10 +332,8 @@ class GenerativeTask(TemplatedTask):
         # lm-evaluation-harness's default stop: the few-shot delimiter.
         self.until = tuple(until) if until is not None else (self.spec.fewshot_delimiter,)
         metrics = metric_list if metric_list is not None else known.get("metric_list")
-        if metrics is None:
-            raise ConfigurationError(
-                f"{where}: give metric_list, e.g. [{{metric: 'exact_match'}}] or [{{metric: 'f1'}}]"
-            )
+        if metrics is None:  # lm-evaluation-harness's default
+            metrics = [dict(m) for m in DEFAULT_METRIC_LIST]
         filters = filter_list if filter_list is not None else known.get("filter_list")
         self.scoring = AnswerScoring.of(filters, metrics, where)
 

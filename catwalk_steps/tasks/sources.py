@@ -55,6 +55,15 @@ class RowSource:
         """What the data is, for the cache key of steps that use it."""
         raise NotImplementedError
 
+    def offered(self) -> str:
+        """The splits it has, and where, for a message about one it lacks."""
+        return f"splits: {', '.join(self.splits() or [])}"
+
+    def require(self, split: str, what: str) -> None:
+        """A step's `split`, known now to be in the data (`what`: the step's key and task)."""
+        if not self.has(split):
+            raise ConfigurationError(f"{what} has no split '{split}' ({self.offered()})")
+
     def has(self, split: str | None) -> bool:
         splits = self.splits()
         return split is not None and (splits is None or split in splits)
@@ -264,6 +273,10 @@ class FileSource(RowSource):
     def splits(self) -> list[str]:
         return list(self.paths)
 
+    def offered(self) -> str:
+        given = ", ".join(f"{split}: {path}" for split, path in self.paths.items())
+        return f"data_files gives {given}; give a file for each split the step loads"
+
     def fields(self, split: str) -> set[str] | None:
         path = self.paths[split]
         if path.suffix in (".jsonl", ".json"):
@@ -288,6 +301,8 @@ class FileSource(RowSource):
         return f"{self.paths[split]} row {index}"
 
     def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        if split not in self.paths:
+            raise TaskDataError(f"no split '{split}' ({self.offered()})")
         return self.all_rows(split)[:limit]
 
     def all_rows(self, split: str) -> list[dict[str, Any]]:

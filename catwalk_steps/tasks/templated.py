@@ -10,7 +10,7 @@ Instances are built from rows by the task's templates (:mod:`.templates`) and fe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
@@ -18,7 +18,7 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import whole
 from .base import TASK_TYPE, MultipleChoiceInstance, Task, TaskDataError
 from .catalog import BUILTIN_TASKS
-from .chat import ChatFormat, Example, chat_template_of, prompt_of
+from .chat import ChatFormat, ChatRenderer, Example, prompt_of
 from .fewshot import (
     FewshotSampler,
     Rendered,
@@ -92,7 +92,7 @@ class TemplatedTask(Task):
             given.pop("system_instruction"),
             f"task '{name}'",
         )
-        self.chat_tokenizer: Any = None  # the model's, set by the step (render_with)
+        self.chat_tokenizer: ChatRenderer | None = None  # the model's: the step's render_with
         self.options = {
             k: given.pop(k)
             for k in (
@@ -124,9 +124,9 @@ class TemplatedTask(Task):
 
     def render_with(self, tokenizer: Any, tokenizer_name: str) -> None:
         """The tokenizer whose chat template renders the prompts (the model's), checked to have
-        one."""
-        chat_template_of(tokenizer, tokenizer_name, f"task '{self.name}'")
-        self.chat_tokenizer = tokenizer
+        one that renders a question."""
+        system = bool(self.chat.system_instruction or self.spec.description)
+        self.chat_tokenizer = ChatRenderer.checked(tokenizer, tokenizer_name, self.name, system)
 
     def parts(self) -> list[str | None]:
         return list(self.spec.subtasks) or [None]
@@ -162,6 +162,10 @@ class TemplatedTask(Task):
                 if available is not None and frozenset(available) not in checked:
                     self.spec.check_fields(available, source.describe(needed))
                     checked.add(frozenset(available))
+
+    def check_splits(self, splits: Sequence[str], field: str) -> None:
+        for source, split in ((source, s) for source in self.sources.values() for s in splits):
+            source.require(split, f"{field}: task '{self.name}'")
 
     def evaluation_split(self) -> str:
         return self.evaluation_split_of(next(iter(self.sources.values())))

@@ -94,6 +94,10 @@ class Template:
             return set()
         return set(free_variables(self.value))
 
+    def reads_null(self, row: Mapping[str, Any]) -> bool:
+        """Whether a field it reads is null in `row` (JSON null, a missing value)."""
+        return any(row.get(field, "") is None for field in self.fields())
+
     def apply(self, row: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Any:
         """The value for `row` (`extra`: variables beside the row's fields, which win)."""
         if isinstance(self.value, (int, list)):
