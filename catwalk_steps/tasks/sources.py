@@ -78,6 +78,9 @@ class HubSource(RowSource):
     def splits(self) -> list[str] | None:
         return self.declared or None
 
+    def require(self, split: str, what: str) -> None:
+        """The hub's dataset may have splits the task does not declare: known when loading."""
+
     def describe(self, split: str) -> str:
         return f"{self.path}{'/' + self.name if self.name else ''} [{split}] (hub)"
 
