@@ -115,6 +115,13 @@ def cases(tmp_path: Path) -> dict[str, tuple[Path | dict, dict, str, bool]]:
             f"gives validation: {validation}; ",
             False,
         ),
+        "in_loop_task_split_not_in_the_files": (
+            DEMO,
+            {**TINY_DEMO, "steps.trained.evaluate_tasks": [fruit(validation, split="test")]},
+            "ConfigurationError: task 'fruit': split 'test' is not in the data (data_files gives "
+            f"validation: {validation}; ",
+            False,
+        ),
         "chat_template_rendering_nothing": (
             evaluate(task=fruit(validation, **chat), model=model_with(toks["empty"])),
             {},

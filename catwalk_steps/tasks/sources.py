@@ -137,6 +137,9 @@ class OlmoEvalSource(RowSource):
     def splits(self) -> list[str]:
         return sorted(p.name for p in self.directory.iterdir() if (p / "state.json").is_file())
 
+    def offered(self) -> str:
+        return f"{super().offered()}; in {self.directory}"
+
     def fields(self, split: str) -> set[str] | None:
         info = self.directory / split / "dataset_info.json"
         if not info.is_file():

@@ -153,8 +153,8 @@ class TemplatedTask(Task):
             for needed in {split, self.fewshot_split_of(source, split)}:
                 if not source.has(needed):
                     raise ConfigurationError(
-                        f"task '{self.name}': split '{needed}' is not in the data (splits: "
-                        f"{', '.join(source.splits() or [])}; in {source.describe(needed)})"
+                        f"task '{self.name}': split '{needed}' is not in the data "
+                        f"({source.offered()})"
                     )
                 available = source.fields(needed)
                 if available is None and self.source == "hub" and self.spec.fields:
