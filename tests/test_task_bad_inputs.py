@@ -177,6 +177,7 @@ def cases(tmp_path: Path) -> dict[str, tuple[Path | dict, dict, str, bool]]:
     }
 
 
+@pytest.mark.slow
 def test_each_task_input_is_one_line_through_tango_run(tmp_path):
     started, table = {}, cases(tmp_path)
     for name, (experiment, overrides, _, _) in table.items():
@@ -217,6 +218,7 @@ def fault(name: str, command, out: Path, case: tuple, tmp_path: Path) -> str | N
     return None
 
 
+@pytest.mark.slow
 def test_a_generative_task_without_metric_list_is_scored_by_exact_match(tmp_path):
     """lm-evaluation-harness 0.4.13's default for `generate_until`: exact_match, no options."""
     rows = write_rows(tmp_path / "rows.jsonl", PAIRS[:1] + PAIRS[2:])
