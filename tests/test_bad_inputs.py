@@ -242,7 +242,7 @@ CASES = [
     (
         DEMO,
         {f"{T}.resume_from": "/nonexistent/work"},
-        "ConfigurationError: train.resume_from: no complete checkpoint in /nonexistent/work",
+        "ConfigurationError: train.resume_from: /nonexistent/work does not exist",
     ),
     (
         DEMO,

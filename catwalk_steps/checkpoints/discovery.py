@@ -1,15 +1,17 @@
 """Which checkpoint a run resumes from, which one is its result, and which one a user means.
 
 The rules: a job resumes from its own newest complete checkpoint, else (when it has none yet)
-from `resume_from`'s; a checkpoint written by another engine is refused before any worker
-starts; the result is the best checkpoint (the latest, when none was validated); a user names a
-checkpoint directory, a step's work directory or its `checkpoints/` directory.
+from `resume_from`'s; a checkpoint written by another engine, or trained on other data or
+another model (:mod:`.run_identity`), is refused before any worker starts; the result is the
+best checkpoint (the latest, when none was validated); a user names a checkpoint directory, a
+step's work directory or its `checkpoints/` directory.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
@@ -23,6 +25,7 @@ from .layout import (
     pointed,
 )
 from .manifest import has_manifest, problem_with, read_manifest
+from .run_identity import identity_problem
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +65,19 @@ def resumable_checkpoints(work_dir: Path, resume_from: Path | None) -> list[Path
     return resume_candidates(resume_from)
 
 
-def check_resumable(work_dir: Path, resume_from: Path | None, engine: str, world_size: int) -> None:
+def check_resumable(
+    work_dir: Path,
+    resume_from: Path | None,
+    engine: str,
+    world_size: int,
+    identity: dict[str, Any] | None = None,
+) -> None:
     """Before any worker starts: a checkpoint this job would resume from must be one it can
-    load (same engine class; any world size). One line otherwise."""
+    load (same engine class, same training data and model as `identity` says: see
+    :mod:`.run_identity`; any world size). One line otherwise."""
     candidates = [c for c in resumable_checkpoints(work_dir, resume_from) if has_manifest(c)]
     if not candidates and resume_from is not None:
-        raise ConfigurationError(f"train.resume_from: no complete checkpoint in {resume_from}")
+        raise ConfigurationError(missing_resume_from(resume_from))
     if not candidates:
         return
     manifest = read_manifest(candidates[0])
@@ -78,12 +88,23 @@ def check_resumable(work_dir: Path, resume_from: Path | None, engine: str, world
             "checkpoints resume with the engine that wrote them (export it with "
             "catwalk::export_checkpoint and start from the weights instead)"
         )
+    problem = identity_problem(candidates[0], manifest, identity or {})
+    if problem is not None:
+        raise ConfigurationError(problem)
     if manifest.get("world_size") != world_size:
         logger.info(
             "Resuming a %s-process checkpoint on %d processes",
             manifest.get("world_size"),
             world_size,
         )
+
+
+def missing_resume_from(resume_from: Any) -> str:
+    """Why `resume_from` names nothing to resume: the path does not exist, or holds no
+    complete checkpoint."""
+    if isinstance(resume_from, (str, Path)) and not Path(resume_from).exists():
+        return f"train.resume_from: {resume_from} does not exist"
+    return f"train.resume_from: no complete checkpoint in {resume_from}"
 
 
 def best_checkpoint(work_dir: Path) -> Path:

@@ -289,7 +289,7 @@ def check_train_step(settings: TrainSettings) -> None:
     check_training_task(settings)
     engine = check_engine(settings.training_engine)
     check_devices_and_precision(settings, engine.precision)
-    check_resume_from(settings.resume_from)
+    check_resume_from(settings.resume_from, settings.model)
     collates = [
         check_loader(settings.train_dataloader, "train_dataloader"),
         check_loader(settings.validation_dataloader, "validation_dataloader"),
@@ -319,15 +319,30 @@ def check_devices_and_precision(settings: TrainSettings, precision: str) -> None
     )
 
 
-def check_resume_from(resume_from: Any) -> None:
+def check_resume_from(resume_from: Any, model: Any = None) -> None:
+    """`resume_from` names a complete checkpoint (one line naming a path that does not
+    exist), of this run's model where its skeleton can be built here (the training data is
+    compared when the step runs, before any worker starts: :mod:`..checkpoints.run_identity`)."""
     if resume_from is None:
         return
     from pathlib import Path
 
-    from ..checkpoints.discovery import resume_candidates
-    from ..checkpoints.manifest import has_manifest
+    from ..checkpoints.discovery import missing_resume_from, resume_candidates
+    from ..checkpoints.layout import CheckpointError
+    from ..checkpoints.manifest import has_manifest, read_manifest
+    from ..checkpoints.run_identity import identity_problem, model_identity
 
-    if not isinstance(resume_from, str) or not any(
-        map(has_manifest, resume_candidates(Path(resume_from)))
-    ):
-        raise ConfigurationError(f"train.resume_from: no complete checkpoint in {resume_from}")
+    found = [] if not isinstance(resume_from, str) else resume_candidates(Path(resume_from))
+    complete = [candidate for candidate in found if has_manifest(candidate)]
+    if not complete:
+        raise ConfigurationError(missing_resume_from(resume_from))
+    if model is None:
+        return
+    try:
+        manifest = read_manifest(complete[0])
+    except CheckpointError:
+        return  # damaged: the step skips it, saying so, as it skips any damaged checkpoint
+    current = {"model": model_identity(model_skeleton(model))}
+    problem = identity_problem(complete[0], manifest, current)
+    if problem is not None:
+        raise ConfigurationError(f"train.resume_from: {problem}")

@@ -13,6 +13,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.common.util import get_extra_imported_modules
 
 from ..checkpoints import check_resumable
+from ..checkpoints.run_identity import data_identity, model_identity
 from ..checks.start_warnings import (
     cut_answer_warnings,
     schedule_warnings,
@@ -24,7 +25,7 @@ from ..checks.training import check_engine, check_val_metric, in_loop_collate, t
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
-from ..engines.skeleton import chosen_modules
+from ..engines.skeleton import chosen_modules, model_skeleton
 from ..kinds import kind_of
 from ..scoring.tokenization import give_chat_tokenizer, load_tokenizer
 from ..training.callbacks import RunMetrics
@@ -78,14 +79,26 @@ def build_job(
         workspace=workspace,
         evaluate_tasks=in_loop_instances(settings, log),
         inner_modules=chosen_modules(settings.model, engine),
+        identity=run_identity(settings, schedule),
     )
-    check_resumable(job.work_dir, job.resume_from, engine.engine_class.__name__, job.world_size)
+    check_resumable(
+        job.work_dir, job.resume_from, engine.engine_class.__name__, job.world_size, job.identity
+    )
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
     announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
     note = wrapping_note(engine, settings.model)
     if note:
         announce(log, "%s", note)
     return job
+
+
+def run_identity(settings: TrainSettings, schedule: Schedule) -> dict[str, Any]:
+    """The training data and the model a checkpoint of this job was trained on (the model's
+    shape from its skeleton, when it can be built here)."""
+    data = settings.dataset_dict
+    identity = {"data": data_identity(data, schedule.train_split, task_name(data))}
+    model = model_identity(model_skeleton(settings.model))
+    return identity if model is None else {**identity, "model": model}
 
 
 def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str, list]:

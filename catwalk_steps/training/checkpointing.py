@@ -125,6 +125,7 @@ class Checkpointer:
             "engine": type(self.engine).__name__,
             "format": getattr(self.engine, "checkpoint_format", "full"),
             "step_id": self.job.step_id,
+            **self.job.identity,  # its data and model, compared when a run would resume it
         }
         return info if self.base is None else {**info, "base": self.base}
 

@@ -92,6 +92,9 @@ class TrainingJob(PlacedJob):
     # The inner modules the engine wraps or recomputes, matched once on node 0 (None: each
     # worker matches its own model, as an engine built outside a job does).
     inner_modules: list[str] | None = None
+    # What it trains on, recorded in each checkpoint's manifest: {"data": ..., "model": ...}
+    # (:mod:`~catwalk_steps.checkpoints.run_identity`).
+    identity: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
