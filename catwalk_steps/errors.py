@@ -93,6 +93,18 @@ def one_line(error: BaseException) -> str | None:
     return f"{type(cause).__name__}: {message}"
 
 
+def refusal_reason(error: BaseException) -> str:
+    """What torch's weights-only reader refused, whole: its line naming the global ("Trying to
+    load unsupported GLOBAL posix.system whose module posix is blocked."), else its first
+    sentence (its first line is a paragraph about `weights_only`)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    named = [line for line in lines if "GLOBAL" in line or "Unsupported global" in line]
+    if named:
+        return named[0]
+    first = first_line(error)
+    return first.split(". ")[0].rstrip(".") if ". " in first else first
+
+
 def closest(name: str, candidates: list[str]) -> str | None:
     """The candidate `name` was probably meant to be, or None when none is close.
 

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import torch
 
-from ..errors import first_line
+from ..errors import first_line, refusal_reason
 from .layout import CheckpointError
 
 
@@ -36,18 +36,6 @@ def load_data(source: Path | IO[bytes], where: str, map_location: Any = "cpu") -
         ) from None
     except (OSError, RuntimeError, EOFError, ValueError, TypeError) as e:
         raise CheckpointError(f"{where}: cannot be read ({first_line(e)})") from None
-
-
-def refusal_reason(error: BaseException) -> str:
-    """What torch's weights-only reader refused, whole: its line naming the global ("Trying to
-    load unsupported GLOBAL posix.system whose module posix is blocked."), else its first
-    sentence (its first line is a paragraph about `weights_only`)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    named = [line for line in lines if "GLOBAL" in line or "Unsupported global" in line]
-    if named:
-        return named[0]
-    first = first_line(error)
-    return first.split(". ")[0].rstrip(".") if ". " in first else first
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:

@@ -6,9 +6,11 @@ its `config.json` parses, it holds weights, and each weight file holds what its 
 A safetensors file is an 8-byte header length, a JSON header (each tensor's dtype, shape and
 byte offsets) and the data (huggingface/safetensors, docs: the format), so a file cut short is
 known from its header and its size alone, without reading the weights. A torch `.bin` file is a
-zip archive, whose directory at the end is missing when the file is cut. Checking costs a header
-read per file, so the step graph's checks run it too (a path that does not exist, a config that
-does not parse, a directory without weights: one line before any step runs).
+zip archive, whose directory at the end is missing when the file is cut, and whose pickle may
+only hold tensors and plain data (checked as torch's weights-only reader takes it, with the
+tensors mapped, not read). Checking costs a header read per file, so the step graph's checks
+run it too (a path that does not exist, a config that does not parse, a directory without
+weights: one line before any step runs).
 
 Left unchecked, a cut file read rank-wise gave NaN scores that were cached as a result, and
 read by transformers a traceback that named no file.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -25,7 +28,7 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from ..errors import first_line, one_line_error
+from ..errors import first_line, one_line_error, refusal_reason
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -188,6 +191,23 @@ def check_torch_weights(directory: Path) -> None:
             raise DamagedModelError(
                 f"{path}: cut short ({size} of at least {end} bytes); the model cannot be read"
             )
+        check_torch_data(path)
+
+
+def check_torch_data(path: Path) -> None:
+    """A whole `.bin` file holds tensors and plain data only, as torch's weights-only reader
+    (transformers' too) takes them: read with its storages mapped, not loaded, so that a
+    pickled object is refused here, naming the file, whichever engine reads it later."""
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as e:
+        raise DamagedModelError(
+            f"{path}: holds something other than tensors and plain data, which is not loaded "
+            f"({refusal_reason(e).split(' Please use')[0]}); save the model with save_pretrained "
+            "(safetensors)"
+        ) from None
+    except (RuntimeError, OSError, EOFError, ValueError, TypeError) as e:
+        raise DamagedModelError(f"{path}: cannot be read as weights ({first_line(e)})") from None
 
 
 def check_model_directory(path: str, field: str = "model.pretrained", weights: bool = True) -> None:
