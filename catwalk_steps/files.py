@@ -1,13 +1,61 @@
-"""Writing files so that a reader (or a crash) never sees half of one."""
+"""Writing files so that a reader (or a crash) never sees half of one, and a full disk said in
+one line naming the file (:class:`DiskFullError`), never a library's traceback: Python's
+`OSError: [Errno 28]`, torch's `[enforce fail at inline_container.cc:672]` or `iostream error`
+name neither the disk nor the path."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from .errors import chain, one_line_error
+
+# Below this many free bytes, a write that failed failed for want of room (torch's zip writer
+# and safetensors say only that the write failed).
+NO_ROOM_BYTES = 1 << 20
+
+
+@one_line_error
+class DiskFullError(RuntimeError):
+    """A write that the disk had no room for; the message names the file and what was kept."""
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the filesystem that holds `path` (its nearest existing ancestor)."""
+    existing = Path(path).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        return shutil.disk_usage(existing).free
+    except OSError:
+        return None
+
+
+def no_room(error: BaseException, path: Path) -> bool:
+    """Whether `error`, raised while writing `path`, means its disk is full: ENOSPC or EDQUOT
+    in its chain, or a library's own failure to write while the disk has (almost) no room."""
+    if any(isinstance(e, DiskFullError) for e in chain(error)):
+        return True
+    if any(
+        isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) for e in chain(error)
+    ):
+        return True
+    free = free_bytes(path)
+    return isinstance(error, (OSError, RuntimeError)) and free is not None and free < NO_ROOM_BYTES
+
+
+def disk_full(path: Path, kept: str) -> DiskFullError:
+    """The one line for a write of `path` that found its disk full; `kept` says what became of
+    what was written."""
+    free = free_bytes(path)
+    room = f"{free:,} bytes free there" if free is not None else "no room left"
+    return DiskFullError(f"{path}: not written, the disk is full ({room}); {kept}")
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -19,6 +67,10 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         with open(temporary, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(temporary, path)
+    except Exception as e:
+        if isinstance(e, DiskFullError) or not no_room(e, path):
+            raise
+        raise disk_full(path, "nothing of it was kept") from None
     finally:
         temporary.unlink(missing_ok=True)
 

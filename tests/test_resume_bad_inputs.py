@@ -3,11 +3,15 @@ command: `resume_from` a checkpoint trained on other data or of another model (o
 both, before training starts; the model's shape already when the step graph is built), a path
 that does not exist, a checkpoint written before manifests recorded data and model (it still
 resumes), and a pickled `pytorch_model.bin` under every evaluation engine (one line naming the
-file)."""
+file), and a full disk while a step result or a checkpoint is written (one line naming the
+file; nothing partial kept)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -156,3 +160,54 @@ def test_a_pickled_bin_is_one_line_naming_it_under_every_evaluation_engine(tmp_p
         assert expected in line, (name, line)
     assert "Starting step" not in (tmp_path / "configured.txt").read_text()  # at graph build
     assert not marker.exists()
+
+
+# --- A full disk ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_disk(directory: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` at `directory` (root only), unmounted whatever happens."""
+    directory.mkdir()
+    argv = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)]
+    mounted = subprocess.run(argv, capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"no tmpfs can be mounted here ({mounted.stderr.strip()})")
+    try:
+        yield directory
+    finally:
+        if subprocess.run(["umount", str(directory)]).returncode != 0:
+            subprocess.run(["umount", "-l", str(directory)])
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_naming_the_file_and_nothing_partial_is_kept(tmp_path):
+    """A 600 KB workspace: the data step's result (8000 instances) does not fit; the tiny demo's
+    data does, its checkpoint does not. Each: one line naming the file and the full disk, and
+    what the write left is gone (a checkpoint without its manifest is never loaded: removed)."""
+    with contextlib.ExitStack() as stack:
+        disks = {name: stack.enter_context(small_disk(tmp_path / name, "600k")) for name in "ab"}
+        big_data = {**TINY_DEMO, "steps.data.task.sizes": {"train": 8000, "validation": 8}}
+        runs = {"a": ("result", big_data), "b": ("checkpoint", TINY_DEMO)}
+        started = {}
+        for disk, (name, overrides) in runs.items():
+            out = tmp_path / f"{name}.txt"
+            argv = tango_command(DEMO, disks[disk] / "ws", name, overrides)
+            started[name] = (commands.start(argv, out), out)
+        lines = {}
+        for name, (command, out) in started.items():
+            assert command.wait(300) == 1, (name, out.read_text()[-3000:])
+            lines[name] = only_line(out.read_text(), "DiskFullError: ")
+        cache = disks["a"] / "ws" / "cache"
+        [data_dir] = cache.glob("LoadTask-*")
+        assert f"{data_dir / 'instances.json'}: not written, the disk is full (" in lines["result"]
+        assert "step 'data' has no result (what it wrote is removed)" in lines["result"]
+        assert not [p for p in data_dir.iterdir() if p.is_file() and p.name != "lock"]
+        [work] = (disks["b"] / "ws" / "cache").glob("TrainRankClassifier-*/work")
+        checkpoint = work / "checkpoints" / "step000000002"
+        assert (
+            f"{checkpoint}/" in lines["checkpoint"]
+            and ".pt: not written, the disk is full (" in lines["checkpoint"]
+        )
+        assert "checkpoint step000000002 was incomplete and is removed" in lines["checkpoint"]
+        assert not checkpoint.exists()

@@ -9,7 +9,10 @@ naming the file, and all ranks skip it together.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ from ..checkpoints.weights import write_model_files
 from ..console import announce
 from ..distributed.exchange import broadcast_data, gather_data
 from ..distributed.groups import barrier, distributed_position
-from ..files import torch_save_atomic
+from ..files import DiskFullError, disk_full, no_room, torch_save_atomic
 from .job import Schedule, TrainerState, TrainingJob
 
 logger = logging.getLogger(__name__)
@@ -74,20 +77,22 @@ class Checkpointer:
         if self.main:
             directory.mkdir(parents=True, exist_ok=True)
         barrier()
-        self.engine.save_state(directory)
-        parts = self.gather_to_main(
-            {
-                "rng": rng_state(self.device),
-                "callbacks": [callback.state_dict() for callback in self.callbacks],
-            }
-        )
+        with removed_when_full(directory):
+            self.engine.save_state(directory)
+            parts = self.gather_to_main(
+                {
+                    "rng": rng_state(self.device),
+                    "callbacks": [callback.state_dict() for callback in self.callbacks],
+                }
+            )
+            if self.main:
+                self.update_best(state, directory.name, validated)
+                trainer = {"state": asdict(state), "ranks": parts, "world_size": self.world_size}
+                torch_save_atomic(trainer, directory / TRAINER_FILE)
+            barrier()  # every rank's part is on disk
+            if self.main:
+                mark_complete(directory, self.manifest_info(state))
         if self.main:
-            self.update_best(state, directory.name, validated)
-            trainer = {"state": asdict(state), "ranks": parts, "world_size": self.world_size}
-            torch_save_atomic(trainer, directory / TRAINER_FILE)
-        barrier()  # every rank's part is on disk
-        if self.main:
-            mark_complete(directory, self.manifest_info(state))
             point(self.job.work_dir, LATEST, directory)
             best_dir = directory.with_name(state.best_checkpoint or directory.name)
             point(self.job.work_dir, BEST, best_dir)
@@ -219,3 +224,21 @@ class Checkpointer:
             callback.load_state_dict(callback_state)
         self.engine.steps_taken = state.step
         return state
+
+
+@contextlib.contextmanager
+def removed_when_full(directory: Path) -> Iterator[None]:
+    """A checkpoint the disk has no room for is one line naming the file (or the directory,
+    where the writer does not say which file), and is removed: without its manifest it would
+    never be loaded, and removing it frees the room it took. The run resumes from its last
+    complete checkpoint."""
+    try:
+        yield
+    except Exception as e:
+        if not no_room(e, directory):
+            raise
+        shutil.rmtree(directory, ignore_errors=True)
+        kept = f"checkpoint {directory.name} was incomplete and is removed"
+        if isinstance(e, DiskFullError):
+            raise DiskFullError(f"{e}; {kept}") from None
+        raise disk_full(directory, kept) from None

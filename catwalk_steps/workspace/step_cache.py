@@ -1,6 +1,7 @@
 """Cached results that cannot be read (a disk filled up, a copy cut short, a file replaced):
 one line naming the step's directory and the command that clears it
-(:mod:`catwalk_steps.commands.clear_step`).
+(:mod:`catwalk_steps.commands.clear_step`); a result the disk has no room for: one line naming
+the file, and nothing of it kept.
 
 The workspace reads cached results through :class:`CheckedStepCache`: whatever goes wrong while
 a result is read becomes that line, and a result whose recorded format is not its step's own
@@ -10,6 +11,7 @@ pickle) is refused instead of being unpickled.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from tango.step_caches import LocalStepCache
 from tango.step_info import StepInfo
 
 from ..errors import first_line, one_line_error
+from ..files import DiskFullError, disk_full, no_room
 from ..standalone.loaded import held_model, keep_model
 
 # Tango's formats that read plain data. (Its "dill" format unpickles; its "json" format imports
@@ -38,6 +41,24 @@ def damaged(directory: Path, error: BaseException) -> DamagedResultError:
     )
 
 
+def full_result(step: Step, location: Path, written: list[Path], error: BaseException) -> Any:
+    """The line for a result the disk had no room for, once what it wrote is removed: the file
+    the error names, else the last one written."""
+    if isinstance(error, DiskFullError):
+        line = str(error)
+    else:
+        named = getattr(error, "filename", None)
+        files = [p for p in written if p.is_file()] or written
+        newest = max(files, key=lambda p: p.stat().st_mtime_ns, default=location)
+        line = str(disk_full(Path(named) if named else newest, "nothing of it was kept"))
+    for path in written:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return DiskFullError(f"{line}; step '{step.name}' has no result (what it wrote is removed)")
+
+
 class CheckedStepCache(LocalStepCache):
     """Tango's local step cache, with one-line errors for damaged results (see the module), and
     models held as the process's one loaded model (:mod:`catwalk_steps.standalone.loaded`)."""
@@ -55,6 +76,20 @@ class CheckedStepCache(LocalStepCache):
     def _get_from_cache(self, key: str) -> Any:
         held = held_model(key)
         return held if held is not None else super()._get_from_cache(key)
+
+    def __setitem__(self, step: Step, value: Any) -> None:
+        """Tango's write (its metadata last: a result without it is never read), and a full
+        disk in one line naming the file, what the write left removed (the step's work
+        directory, which holds its checkpoints, stays)."""
+        location = self.step_dir(step)
+        before = set(location.iterdir()) if location.is_dir() else set()
+        try:
+            super().__setitem__(step, value)
+        except Exception as e:
+            if not no_room(e, location):
+                raise
+            written = [p for p in location.iterdir() if p not in before]
+            raise full_result(step, location, written, e) from None
 
     def __getitem__(self, step: Step | StepInfo) -> Any:
         directory = self.step_dir(step)
