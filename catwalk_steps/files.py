@@ -39,23 +39,36 @@ def free_bytes(path: Path) -> int | None:
 
 def no_room(error: BaseException, path: Path) -> bool:
     """Whether `error`, raised while writing `path`, means its disk is full: ENOSPC or EDQUOT
-    in its chain, or a library's own failure to write while the disk has (almost) no room."""
-    if any(isinstance(e, DiskFullError) for e in chain(error)):
+    in its chain (or in a rank's failure that torch.distributed.checkpoint gathered), or a
+    library's own failure to write while the disk has (almost) no room."""
+    links = causes(error)
+    if any(isinstance(e, DiskFullError) for e in links):
         return True
-    if any(
-        isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) for e in chain(error)
-    ):
+    if any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) for e in links):
         return True
+    if not isinstance(error, (OSError, RuntimeError)) and not hasattr(error, "failures"):
+        return False  # (a KeyboardInterrupt, a value torch cannot save: not the disk)
     free = free_bytes(path)
-    return isinstance(error, (OSError, RuntimeError)) and free is not None and free < NO_ROOM_BYTES
+    return free is not None and free < NO_ROOM_BYTES
+
+
+def causes(error: BaseException) -> list[BaseException]:
+    """The error's chain, with the failures a `CheckpointException` of DCP holds per rank."""
+    links = chain(error)
+    for link in list(links):
+        failures = getattr(link, "failures", None)
+        if isinstance(failures, dict):
+            for failure in failures.values():
+                wrapped = failure[0] if isinstance(failure, tuple) else failure
+                if isinstance(wrapped, BaseException):
+                    links += chain(wrapped)
+    return links
 
 
 def disk_full(path: Path, kept: str) -> DiskFullError:
     """The one line for a write of `path` that found its disk full; `kept` says what became of
     what was written."""
-    free = free_bytes(path)
-    room = f"{free:,} bytes free there" if free is not None else "no room left"
-    return DiskFullError(f"{path}: not written, the disk is full ({room}); {kept}")
+    return DiskFullError(f"{path}: not written, the disk is full (no space left on it); {kept}")
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:

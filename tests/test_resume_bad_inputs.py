@@ -183,12 +183,18 @@ def small_disk(directory: Path, size: str) -> Iterator[Path]:
 @pytest.mark.slow
 def test_a_full_disk_is_one_line_naming_the_file_and_nothing_partial_is_kept(tmp_path):
     """A 600 KB workspace: the data step's result (8000 instances) does not fit; the tiny demo's
-    data does, its checkpoint does not. Each: one line naming the file and the full disk, and
-    what the write left is gone (a checkpoint without its manifest is never loaded: removed)."""
+    data does, its checkpoint does not (one process; FSDP2's two, whose writer, DCP, names no
+    file: the checkpoint is named). Each: one line naming the file and the full disk, and what
+    the write left is gone (a checkpoint without its manifest is never loaded: removed)."""
     with contextlib.ExitStack() as stack:
-        disks = {name: stack.enter_context(small_disk(tmp_path / name, "600k")) for name in "ab"}
+        disks = {name: stack.enter_context(small_disk(tmp_path / name, "600k")) for name in "abc"}
         big_data = {**TINY_DEMO, "steps.data.task.sizes": {"train": 8000, "validation": 8}}
-        runs = {"a": ("result", big_data), "b": ("checkpoint", TINY_DEMO)}
+        fsdp2 = {f"{T}.device_count": 2, f"{T}.training_engine.type": "catwalk::torch_fsdp"}
+        runs = {
+            "a": ("result", big_data),
+            "b": ("checkpoint", TINY_DEMO),
+            "c": ("fsdp2", {**TINY_DEMO, **fsdp2}),
+        }
         started = {}
         for disk, (name, overrides) in runs.items():
             out = tmp_path / f"{name}.txt"
@@ -200,14 +206,22 @@ def test_a_full_disk_is_one_line_naming_the_file_and_nothing_partial_is_kept(tmp
             lines[name] = only_line(out.read_text(), "DiskFullError: ")
         cache = disks["a"] / "ws" / "cache"
         [data_dir] = cache.glob("LoadTask-*")
-        assert f"{data_dir / 'instances.json'}: not written, the disk is full (" in lines["result"]
+        assert (
+            f"{data_dir / 'instances.json'}: not written, the disk is full (no space left on it); "
+            in lines["result"]
+        )
         assert "step 'data' has no result (what it wrote is removed)" in lines["result"]
         assert not [p for p in data_dir.iterdir() if p.is_file() and p.name != "lock"]
         [work] = (disks["b"] / "ws" / "cache").glob("TrainRankClassifier-*/work")
         checkpoint = work / "checkpoints" / "step000000002"
         assert (
             f"{checkpoint}/" in lines["checkpoint"]
-            and ".pt: not written, the disk is full (" in lines["checkpoint"]
+            and ".pt: not written, the disk is full (no space left on it); " in lines["checkpoint"]
         )
         assert "checkpoint step000000002 was incomplete and is removed" in lines["checkpoint"]
+        assert not checkpoint.exists()
+        [work] = (disks["c"] / "ws" / "cache").glob("TrainRankClassifier-*/work")
+        checkpoint = work / "checkpoints" / "step000000002"
+        assert f"{checkpoint}" in lines["fsdp2"] and "the disk is full" in lines["fsdp2"]
+        assert "checkpoint step000000002 was incomplete and is removed" in lines["fsdp2"]
         assert not checkpoint.exists()

@@ -234,7 +234,7 @@ def removed_when_full(directory: Path) -> Iterator[None]:
     complete checkpoint."""
     try:
         yield
-    except Exception as e:
+    except BaseException as e:  # torch.distributed.checkpoint's CheckpointException is one
         if not no_room(e, directory):
             raise
         shutil.rmtree(directory, ignore_errors=True)
