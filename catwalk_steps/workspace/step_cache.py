@@ -41,7 +41,9 @@ def damaged(directory: Path, error: BaseException) -> DamagedResultError:
     )
 
 
-def full_result(step: Step, location: Path, written: list[Path], error: BaseException) -> Any:
+def full_result(
+    step: Step, location: Path, written: list[Path], error: BaseException
+) -> DiskFullError:
     """The line for a result the disk had no room for, once what it wrote is removed: the file
     the error names, else the last one written."""
     if isinstance(error, DiskFullError):
