@@ -9,6 +9,8 @@
 - :mod:`.weights`: the whole model out of any engine's checkpoint (of an adapter run: the
   adapter, onto the base built from its source), and the model's own files;
 - :mod:`.base_identity`: the base an adapter checkpoint was trained on, checked on resume.
+- :mod:`.run_identity`: the training data and the model's shape a checkpoint was trained on,
+  checked before a run resumes from it.
 """
 
 from .discovery import (
