@@ -42,6 +42,7 @@ from ..console import announce
 from ..distributed.exchange import broadcast_data, gather_data
 from ..distributed.groups import barrier, distributed_position
 from ..files import DiskFullError, disk_full, no_room, torch_save_atomic
+from .callback_states import restore_states, saved_states
 from .job import Schedule, TrainerState, TrainingJob
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class Checkpointer:
             parts = self.gather_to_main(
                 {
                     "rng": rng_state(self.device),
-                    "callbacks": [callback.state_dict() for callback in self.callbacks],
+                    "callbacks": saved_states(self.callbacks),
                 }
             )
             if self.main:
@@ -220,8 +221,7 @@ class Checkpointer:
             restore_rng_state(parts[self.rank]["rng"], self.device)
         # Callbacks keep their own rank's state; a rank the checkpoint did not have takes rank 0's.
         mine = parts[self.rank] if self.rank < len(parts) else parts[0]
-        for callback, callback_state in zip(self.callbacks, mine["callbacks"], strict=False):
-            callback.load_state_dict(callback_state)
+        restore_states(self.callbacks, mine["callbacks"])
         self.engine.steps_taken = state.step
         return state
 
