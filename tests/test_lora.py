@@ -525,7 +525,7 @@ def test_an_adapter_model_s_weights_are_found_in_its_base_s_files(tmp_path):
     without the adapter, the adapter's weights drawn (none is missing, so the rank-wise path
     is taken, not rank 0 building the whole model)."""
     from catwalk_steps.engines.sharded_weights import file_names
-    from catwalk_steps.scoring.model_files import saved_tensors
+    from catwalk_steps.model_files import saved_tensors
 
     classifier().save_pretrained(tmp_path)
     adapter = {"type": "lora", "r": 4, "target_modules": PROJECTIONS}

@@ -14,7 +14,7 @@ import pytest
 from tango.common import Lazy, Params
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.scoring.model_files import DamagedModelError, check_model_directory
+from catwalk_steps.model_files import DamagedModelError, check_model_directory
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 
 from . import commands

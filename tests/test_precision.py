@@ -7,7 +7,7 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps.engines.base import CatwalkEngine, NonFiniteLossError
-from catwalk_steps.scoring.precision import Precision
+from catwalk_steps.settings import Precision
 
 
 def test_precision_names_and_errors():

@@ -13,9 +13,9 @@ import torch
 from catwalk_steps.kinds.collate import MultipleChoiceCollator
 from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.packing import pack_rows, packed_attention, packed_rows
-from catwalk_steps.scoring.precision import Precision
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.sequences import SequenceEncoder
+from catwalk_steps.settings import Precision
 from catwalk_steps.tasks.base import MultipleChoiceInstance as Instance
 
 from .conftest import TINY_GPT2

@@ -10,12 +10,11 @@ from typing import Any
 from tango.common.exceptions import ConfigurationError
 
 from ..components import lazy_params
-from ..engines.settings import EvaluationSettings
 from ..errors import whole
 from ..kinds import kind_of_task
 from ..kinds.multiple_choice import EXTRA_METRICS
 from ..scoring.choices import max_positions
-from ..scoring.precision import Precision
+from ..settings import EvaluationSettings, Precision
 from .training import check_against_model, check_engine
 
 

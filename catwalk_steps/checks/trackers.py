@@ -20,8 +20,8 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainCallback
 
 from ..components import lazy_params
-from ..engines.settings import EngineSettings
 from ..files import unwritable
+from ..settings import EngineSettings
 from ..training.trackers import TRACKER_ALIASES, TensorBoardTracker, Tracker, WandbTracker
 from ..training.trackers.wandb import OFFLINE_MODES, wandb_api_key_found, wandb_mode
 

@@ -27,15 +27,13 @@ from tango.integrations.torch import (
 from ..components import check_keys, lazy_config, lazy_params, registered_name, resolve_config
 from ..distributed.rendezvous import rendezvous_settings
 from ..engines.base import CatwalkEngine
-from ..engines.settings import EngineSettings
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..errors import whole
 from ..kinds import MultipleChoiceCollator, kind_named, kind_of_task
 from ..scoring.choices import max_positions
-from ..scoring.precision import Precision
 from ..scoring.tokenization import give_chat_tokenizer
+from ..settings import EngineSettings, Precision, TrainSettings
 from ..tasks import LOADED_SPLITS
-from ..training.settings import TrainSettings
 from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from ..distributed.groups import cuda_device_for, distributed_position, init_pro
 from ..errors import one_line_error
 from ..files import torch_save_atomic
 from ..module_names import compile_patterns
-from ..scoring.precision import Precision
+from ..settings import Precision
 from .adapter_state import load_into, saved_part
 from .optim import full_optimizer_state
 from .train_config import local_world_size

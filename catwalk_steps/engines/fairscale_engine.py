@@ -21,7 +21,7 @@ from tango.integrations.fairscale import FairScaleTrainingEngine, FSDPConfig
 from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngine
 
 from ..distributed.groups import distributed_position
-from ..scoring.precision import Precision
+from ..settings import Precision
 from .adapter_state import load_into, saved_part
 from .base import CatwalkEngine
 from .fairscale_cpu import use_worker_device

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..scoring.precision import Precision
+from ..settings import Precision
 
 
 def fairscale_flags(precision: Precision) -> dict[str, Any]:

@@ -26,9 +26,9 @@ from tango.integrations.torch import Model
 from ..adapters.lora import base_name, initial_weights, is_adapter_weight
 from ..components import lazy_config, lazy_params
 from ..distributed.groups import distributed_position
+from ..model_files import INDEX, SINGLE, saved_tensors
 from ..patching import check_version
 from ..scoring.causal_lm import causal_lm_config
-from ..scoring.model_files import INDEX, SINGLE, saved_tensors
 from ..scoring.rank_classifier import RankClassifier
 
 

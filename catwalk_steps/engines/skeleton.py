@@ -14,10 +14,10 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
 from ..components import check_keys, lazy_config
+from ..model_files import check_model_directory
 from ..remote import is_hub_name
 from ..scoring.causal_lm import unavailable_here
-from ..scoring.model_files import check_model_directory
-from .settings import EngineSettings
+from ..settings import EngineSettings
 from .wrapping import select_modules
 
 

@@ -29,9 +29,9 @@ from tango.common.exceptions import ConfigurationError
 
 from ..distributed.rendezvous import connect_store, wait_for_listener
 from ..errors import first_line
+from ..settings import TrainSettings
 from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob
-from ..training.settings import TrainSettings
 from .launcher import JOB_KEY, RENDEZVOUS_TOKEN, start_workers
 from .plan import build_job
 from .worker_process import RendezvousError

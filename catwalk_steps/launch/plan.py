@@ -28,9 +28,9 @@ from ..distributed.rendezvous import rendezvous_settings
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..kinds import kind_of
 from ..scoring.tokenization import give_chat_tokenizer, load_tokenizer
+from ..settings import TrainSettings
 from ..training.callbacks import RunMetrics
 from ..training.job import Schedule, TrainingJob, task_name, training_split
-from ..training.settings import TrainSettings
 
 
 def build_job(

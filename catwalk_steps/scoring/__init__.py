@@ -9,12 +9,10 @@ Pure model-and-data code: nothing here knows of devices, ranks or process groups
 
 from .choices import model_max_length, score_choices
 from .generated import generate_texts
-from .precision import Precision
 from .rank_classifier import RankClassifier
 from .sequences import SequenceEncoder
 
 __all__ = [
-    "Precision",
     "RankClassifier",
     "SequenceEncoder",
     "generate_texts",

@@ -1,6 +1,6 @@
 """A Hugging Face causal LM read from a hub name or a local directory, or built from a config.
 
-A local directory is checked whole first (:mod:`.model_files`), and no code from a model's
+A local directory is checked whole first (:mod:`catwalk_steps.model_files`), and no code from a model's
 files is ever run: transformers is told `trust_remote_code=False` everywhere, so a model that
 needs its own code fails in one line instead of asking on the terminal (with `None`,
 transformers prompts "Do you wish to run the custom code?" and waits for an answer).
@@ -15,8 +15,8 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import first_line
+from ..model_files import check_model_directory, needs_remote_code
 from ..remote import files_only, is_hub_name
-from .model_files import check_model_directory, needs_remote_code
 
 NO_REMOTE_CODE = {"trust_remote_code": False}
 

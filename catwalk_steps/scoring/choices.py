@@ -14,13 +14,11 @@ from typing import Any
 import torch
 from tango.common import Tqdm
 
+from ..settings import FP32, Precision
 from ..tasks import MultipleChoiceInstance
 from .packing import pack_rows, row_batches
-from .precision import Precision
 from .rank_classifier import RankClassifier
 from .sequences import ChoiceSequence, SequenceEncoder, pad_sequences
-
-FP32 = Precision("fp32")
 
 
 @contextlib.contextmanager

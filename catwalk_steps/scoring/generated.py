@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from tango.integrations.torch.util import move_to_device
 
+from ..settings import FP32, Precision
 from ..tasks import GenerationInstance
-from .choices import FP32, evaluating, model_max_length
+from .choices import evaluating, model_max_length
 from .continuous import continuous_generate
 from .generation import GenerationEncoder, eos_ids_of, forward_step
-from .precision import Precision
 
 
 def generate_texts(

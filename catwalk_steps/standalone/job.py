@@ -13,7 +13,7 @@ from tango.integrations.torch import Model, TrainingEngine
 from ..distributed.devices import DevicePlan
 from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
-from ..engines.settings import EvaluationSettings  # noqa: F401  (the job's settings, re-exported)
+from ..settings import EvaluationSettings  # noqa: F401  (the job's settings, re-exported)
 
 
 @dataclass

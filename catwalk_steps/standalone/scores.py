@@ -18,8 +18,8 @@ from ..distributed.devices import evaluation_device, held_device, plan_devices
 from ..kinds import kind_of
 from ..launch import run_job
 from ..scoring.choices import max_length_of, model_max_length
-from ..scoring.precision import Precision
 from ..scoring.tokenization import load_tokenizer
+from ..settings import Precision
 from .job import EvaluationJob, EvaluationSettings
 from .sources import ModelSource
 from .workers import clear_scores, merged_scores, score_share

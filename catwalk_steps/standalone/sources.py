@@ -25,9 +25,9 @@ from tango.integrations.torch import Model
 
 from ..checkpoints.weights import read_model_info
 from ..components import check_keys, lazy_params, resolve_config
+from ..model_files import check_model_directory
 from ..remote import is_hub_name
 from ..scoring.causal_lm import causal_lm_config, unavailable_here
-from ..scoring.model_files import check_model_directory
 from ..scoring.rank_classifier import RankClassifier
 from ..scoring.tokenization import load_tokenizer
 from .loaded import use_model
@@ -86,7 +86,7 @@ class ConfiguredModel:
         return self.block.get("tokenizer") or self.block["pretrained"]
 
     def check_files(self) -> None:
-        """A local directory's files as its readers need them (:mod:`..scoring.model_files`):
+        """A local directory's files as its readers need them (:mod:`catwalk_steps.model_files`):
         cheap, so checked when the step graph is built; a hub model is read when it runs."""
         pretrained = self.block.get("pretrained")
         if pretrained and not is_hub_name(pretrained):

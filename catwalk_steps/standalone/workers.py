@@ -34,7 +34,7 @@ from ..engines.throughput import peak_memory_mib
 from ..engines.train_config import NodeAwareTrainConfig
 from ..files import write_json_atomic
 from ..kinds import MultipleChoiceCollator, Padding, kind_of
-from ..scoring.precision import Precision
+from ..settings import Precision
 from .job import EvaluationJob
 
 SCORES_DIR = "scores"

@@ -14,11 +14,11 @@ from tango.integrations.torch import Model, TrainingEngine
 from tango.step import StepResources
 
 from ..checks.evaluation import check_evaluate_step
-from ..engines.settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..kinds import ResultContext, kind_of
 from ..patching import check_tango
 from ..scoring.choices import max_length_of
 from ..scoring.tokenization import give_chat_tokenizer, load_tokenizer
+from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..standalone import (
     EvaluationSettings,
     SavedModel,

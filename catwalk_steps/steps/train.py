@@ -26,10 +26,10 @@ from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
 from ..scoring.rank_classifier import RankClassifier
+from ..settings import TrainSettings, run_signature
 from ..standalone import release_model
 from ..tasks import Task
 from ..training.run_card import finished, run_card
-from ..training.settings import TrainSettings, run_signature
 from ..training.trackers import RUN_CARD_FILE
 from ..workspace.formats import HFModelFormat
 

@@ -19,7 +19,7 @@ from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
-from .settings import DEFAULTS
+from ..settings import DEFAULTS
 
 
 @dataclass(frozen=True)

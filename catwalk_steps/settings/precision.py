@@ -5,7 +5,8 @@ on it.
 gradient scaler is needed; the sharded engines ask it for FairScale FSDP's mixed-precision flags
 and FSDP2's `MixedPrecisionPolicy` (:mod:`catwalk_steps.engines.mixed_precision`: what
 ranks exchange is the engines' concern, not scoring's). Losses and log-softmax stay in float32 in
-the model code.
+the model code. (It lives with the other typed settings, below every reader: scoring asks it
+for autocast, the engines for their flags, the checks and the evaluate step for its rules.)
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ from dataclasses import dataclass
 import torch
 from tango.common.exceptions import ConfigurationError
 
-_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+DEFAULT_PRECISION = "fp32"  # every `precision` key's default (engines, `catwalk::evaluate`)
+_DTYPES = {DEFAULT_PRECISION: None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
 class Precision:
     """A validated precision setting."""
 
-    name: str
+    name: str  # "fp32" (full float32), "bf16" (autocast; CPU or CUDA), "fp16" (CUDA, scaled)
 
     @classmethod
     def parse(cls, value: str, field: str = "precision") -> Precision:
+        """`value` checked; an unknown one is a configuration error naming `field`."""
         if value not in _DTYPES:
             raise ConfigurationError(
                 f"{field}: expected one of {', '.join(_DTYPES)}, got {value!r}"
@@ -54,3 +57,6 @@ class Precision:
     def needs_grad_scaler(self) -> bool:
         """fp16 gradients underflow without loss scaling; bf16 has float32's exponent range."""
         return self.name == "fp16"
+
+
+FP32 = Precision(DEFAULT_PRECISION)  # full float32: no autocast

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from ..errors import first_line, one_line_error, refusal_reason
+from .errors import first_line, one_line_error, refusal_reason
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
