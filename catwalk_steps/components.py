@@ -56,7 +56,7 @@ def registered_name(base: type[Registrable], constructor: Any) -> str | None:
 
 # Keys a Tango component receives from the training loop rather than from the config.
 SUPPLIED = {
-    "training_engine": {"train_config", "model"},
+    "training_engine": {"train_config", "model", "inner_modules"},
     "optimizer": {"params"},
     "lr_scheduler": {"optimizer"},
     "train_dataloader": {"dataset"},

@@ -7,17 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tango.integrations.torch import DataLoader
-
-from ..components import lazy_config
 from ..distributed.devices import usable_cores
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..engines.wrapping import describe_blocks
 from ..kinds import kind_of
 from ..scoring.tokenization import load_tokenizer
+from ..settings import EngineSettings, LoaderSettings
 
 
-def wrapping_note(engine: dict[str, Any], model: Any) -> str | None:
+def wrapping_note(engine: EngineSettings, model: Any) -> str | None:
     """Where `modules_to_wrap` is left out: which of the model's block classes become FSDP units
     (or are recomputed in backward), and how many; None when nothing is selected, or when the
     model cannot be built here. `engine` is what :func:`.training.check_engine` says of it."""
@@ -67,14 +65,15 @@ def answers_cut(instances: Iterable[Any], tokenizer: Any, max_length: int) -> in
     return kind_of(instances).answers_cut(instances, tokenizer, max_length)
 
 
-def cut_answer_warnings(dataset_dict: Any, loader: Any, splits: Iterable[str | None]) -> list[str]:
+def cut_answer_warnings(
+    dataset_dict: Any, loader: LoaderSettings, splits: Iterable[str | None]
+) -> list[str]:
     """Answers are scored whole only when they fit in the collate's max_length: say how many do
-    not, per split."""
-    collate = lazy_config(loader, DataLoader, "train_dataloader")[1].get("collate_fn") or {}
-    if "tokenizer" not in collate:
+    not, per split (`loader`: the training loader's block)."""
+    if "tokenizer" not in loader.collate:
         return []
-    max_length = collate.get("max_length", 256)
-    tokenizer = load_tokenizer(collate["tokenizer"], "train_dataloader.collate_fn.tokenizer")
+    max_length = loader.max_length
+    tokenizer = load_tokenizer(loader.collate["tokenizer"], loader.collate_key("tokenizer"))
     warnings = []
     for split in filter(None, splits):
         cut = answers_cut(dataset_dict[split], tokenizer, max_length)

@@ -18,13 +18,11 @@ from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import (
     DataCollator,
-    DataLoader,
     LRScheduler,
     Optimizer,
-    TrainingEngine,
 )
 
-from ..components import check_keys, lazy_config, lazy_params, registered_name, resolve_config
+from ..components import check_keys, lazy_params, registered_name, resolve_config
 from ..distributed.rendezvous import rendezvous_settings
 from ..engines.base import CatwalkEngine
 from ..engines.skeleton import chosen_modules, model_skeleton
@@ -32,7 +30,7 @@ from ..errors import whole
 from ..kinds import MultipleChoiceCollator, kind_named, kind_of_task
 from ..scoring.choices import max_positions
 from ..scoring.tokenization import give_chat_tokenizer
-from ..settings import EngineSettings, Precision, TrainSettings
+from ..settings import EngineSettings, LoaderSettings, Precision, TrainSettings
 from ..tasks import LOADED_SPLITS
 from .trackers import check_trackers
 
@@ -170,9 +168,14 @@ WHOLE_KEYS = (
 
 
 def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -> EngineSettings:
+    """The engine block `lazy`, read once: :func:`check_engine_settings`."""
+    return check_engine_settings(EngineSettings.of(lazy, key), trains)
+
+
+def check_engine_settings(settings: EngineSettings, trains: bool = True) -> EngineSettings:
     """The engine's type, keys, precision, regexes, and (when it `trains`) its optimizer and LR
     scheduler; an engine that only evaluates takes neither."""
-    engine, params = lazy_config(lazy, TrainingEngine, key)
+    engine, params, key = settings.engine_class, settings.params, settings.key
     if not trains:
         for unused in ("optimizer", "lr_scheduler"):
             if unused in params:
@@ -189,7 +192,7 @@ def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -
             params["lr_scheduler"], LRScheduler, f"{key}.lr_scheduler"
         )
         check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
-    return EngineSettings.of(lazy, key)
+    return settings
 
 
 def is_number(value: Any) -> bool:
@@ -215,11 +218,11 @@ def check_optimizer(config: Any, key: str) -> None:
         raise ConfigurationError(f"{key}.lr: 0 changes no weight; give a learning rate > 0")
 
 
-def check_loader(lazy: Any, key: str) -> dict[str, Any]:
+def check_loader(settings: LoaderSettings | None) -> dict[str, Any]:
     """A data loader's type and keys, its batch size, and its collate function's."""
-    if lazy is None:
+    if settings is None:
         return {}
-    loader, params = lazy_config(lazy, DataLoader, key)
+    loader, params, key = settings.loader_class, settings.params, settings.key
     check_keys(loader, params, key)
     whole(params.get("batch_size", 1), f"{key}.batch_size")
     collate = params.get("collate_fn")
@@ -285,13 +288,11 @@ def check_train_step(settings: TrainSettings) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
     check_schedule(settings)
     check_training_task(settings)
-    engine = check_engine(settings.training_engine)
+    blocks = settings.blocks  # each lazy block read once
+    engine = check_engine_settings(blocks.engine)
     check_devices_and_precision(settings, engine.precision)
     check_resume_from(settings.resume_from, settings.model)
-    collates = [
-        check_loader(settings.train_dataloader, "train_dataloader"),
-        check_loader(settings.validation_dataloader, "validation_dataloader"),
-    ]
+    collates = [check_loader(blocks.train_loader), check_loader(blocks.validation_loader)]
     check_against_model(settings.model, engine, collates)
     check_evaluate_tasks(settings)
     check_trackers(settings.as_mapping(), engine)
@@ -300,11 +301,8 @@ def check_train_step(settings: TrainSettings) -> None:
 def in_loop_collate(settings: TrainSettings) -> tuple[dict[str, Any], str]:
     """The collate keys of the loader in-loop tasks are scored with (the validation loader's,
     else the training loader's), and that loader's key."""
-    name = "validation_dataloader" if settings.validation_dataloader else "train_dataloader"
-    loader = settings.validation_dataloader or settings.train_dataloader
-    if loader is None:
-        return {}, name
-    return dict(lazy_config(loader, DataLoader, name)[1].get("collate_fn") or {}), name
+    loader = settings.blocks.in_loop
+    return dict(loader.collate), loader.key
 
 
 def check_devices_and_precision(settings: TrainSettings, precision: str) -> None:

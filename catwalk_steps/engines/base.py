@@ -37,7 +37,7 @@ from ..distributed.groups import cuda_device_for, distributed_position, init_pro
 from ..errors import one_line_error
 from ..files import torch_save_atomic
 from ..module_names import compile_patterns
-from ..settings import Precision
+from ..settings import DEFAULT_PRECISION, Precision
 from .adapter_state import load_into, saved_part
 from .optim import full_optimizer_state
 from .train_config import local_world_size
@@ -103,11 +103,12 @@ class CatwalkEngine(TorchTrainingEngine):
         optimizer: Lazy[Optimizer],
         *,
         lr_scheduler: Lazy[LRScheduler] | None = None,
-        precision: str = "fp32",
+        precision: str = DEFAULT_PRECISION,
         max_grad_norm: float | None = None,
         modules_to_wrap: list[str] | None = None,
         activation_checkpointing: bool = False,
         cpu_threads: int | None = None,
+        inner_modules: list[str] | None = None,
     ) -> None:
         given = {
             "precision": precision,
@@ -121,6 +122,8 @@ class CatwalkEngine(TorchTrainingEngine):
         # None (left out): the model's own blocks; []: no inner module, on purpose.
         self.modules_to_wrap = None if modules_to_wrap is None else list(modules_to_wrap)
         self.activation_checkpointing = activation_checkpointing
+        # Given by the job (matched once, on node 0), never by the config; None: this model's.
+        self.chosen_modules = None if inner_modules is None else list(inner_modules)
         self.steps_taken = 0
         if train_config.device_type == "cpu":
             ranks = local_world_size(train_config)
@@ -139,7 +142,7 @@ class CatwalkEngine(TorchTrainingEngine):
     def check_params(cls, params: Mapping[str, Any], key: str) -> None:
         """The engine's keys as given (a config's, or the constructor's), each rule here once:
         a precision, regexes that compile, something to recompute, a positive clipping norm."""
-        Precision.parse(params.get("precision", "fp32"), f"{key}.precision")
+        Precision.parse(params.get("precision", DEFAULT_PRECISION), f"{key}.precision")
         patterns = params.get("modules_to_wrap")  # None (left out): the model's own blocks
         if patterns is not None and (
             not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)
@@ -177,9 +180,8 @@ class CatwalkEngine(TorchTrainingEngine):
     def inner_modules(self, model: Model) -> list[str]:
         """The modules to wrap or recompute, deepest first: those the job chose (matched once,
         on node 0), else :func:`select_modules` of this model."""
-        chosen = getattr(self.train_config, "inner_modules", None)
-        if chosen is not None:
-            return list(chosen)
+        if self.chosen_modules is not None:
+            return list(self.chosen_modules)
         return select_modules(model, self.modules_to_wrap, "training_engine.modules_to_wrap")
 
     def _checkpoint_activations(self, model: Model) -> None:

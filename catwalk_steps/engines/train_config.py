@@ -21,7 +21,6 @@ class NodeAwareTrainConfig(TrainConfig):
     local_world_size: int = 1
     num_nodes: int = 1
     device: str = "cpu"
-    inner_modules: tuple[str, ...] | None = None  # chosen once for the job (TrainingJob)
 
     @classmethod
     def of_worker(cls, job: Any, rank: int, local_rank: int, **more: Any) -> NodeAwareTrainConfig:

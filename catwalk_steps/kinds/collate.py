@@ -13,6 +13,7 @@ from tango.integrations.torch import DataCollator
 from ..scoring.generation import GenerationEncoder
 from ..scoring.sequences import SequenceEncoder
 from ..scoring.tokenization import load_tokenizer
+from ..settings import MAX_LENGTH
 from .base import kind_of
 
 
@@ -41,7 +42,7 @@ class MultipleChoiceCollator(DataCollator):
     """
 
     unconditioned_rows = True
-    MAX_LENGTH = 256  # max_length's default
+    MAX_LENGTH = MAX_LENGTH  # max_length's default (:data:`catwalk_steps.settings.MAX_LENGTH`)
 
     def __init__(self, tokenizer: str, max_length: int = MAX_LENGTH):
         self.encoder = SequenceEncoder(

@@ -29,7 +29,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..distributed.rendezvous import connect_store, wait_for_listener
 from ..errors import first_line
-from ..settings import TrainSettings
+from ..settings import DEFAULTS, TrainSettings
 from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob
 from .launcher import JOB_KEY, RENDEZVOUS_TOKEN, start_workers
@@ -177,7 +177,7 @@ def local_job(args: argparse.Namespace) -> TrainingJob:
     step = training_step(args)
     args.master_addr, args.master_port = rendezvous_address(args, step)
     if args.timeout is None:
-        args.timeout = float(step.kwargs.get("rendezvous_timeout", 300.0))
+        args.timeout = float(step.kwargs.get("rendezvous_timeout", DEFAULTS["rendezvous_timeout"]))
     message = fetch_message(args)  # node 0 is up, so its workspace exists
     workspace = shared_workspace(args)
     work_dir = workspace.step_dir(step) / "work"

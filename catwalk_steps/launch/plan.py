@@ -21,7 +21,7 @@ from ..checks.start_warnings import (
     wrapping_note,
 )
 from ..checks.trackers import tracker_callbacks
-from ..checks.training import check_engine, check_val_metric, in_loop_collate, task_named
+from ..checks.training import check_engine_settings, check_val_metric, task_named
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
@@ -47,12 +47,12 @@ def build_job(
     check_splits(settings.dataset_dict, schedule)
     schedule = replace(schedule, val_metric_name=checked_val_metric(settings, schedule))
     devices = plan_devices(settings.device_count, requested=settings.device, field="train.device")
-    engine = check_engine(settings.training_engine)
+    engine = check_engine_settings(settings.blocks.engine)
     warnings = [devices.note] if devices.note else []
     warnings += training_warnings(devices.device_type, devices.count)
     warnings += schedule_warnings(schedule)
     splits = (schedule.train_split, schedule.validation_split)
-    warnings += cut_answer_warnings(settings.dataset_dict, settings.train_dataloader, splits)
+    warnings += cut_answer_warnings(settings.dataset_dict, settings.blocks.train_loader, splits)
     for warning in warnings:
         log.warning(warning)
     job = TrainingJob(
@@ -120,15 +120,15 @@ def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str,
 
 def in_loop_tokenizer(settings: TrainSettings) -> tuple[str, str]:
     """The in-loop loader's tokenizer name and the field that gives it."""
-    collate, name = in_loop_collate(settings)
-    return collate.get("tokenizer", ""), f"{name}.collate_fn.tokenizer"
+    loader = settings.blocks.in_loop
+    return loader.tokenizer or "", loader.collate_key("tokenizer")
 
 
 def in_loop_encoding(settings: TrainSettings) -> tuple[Any, int, str]:
     """The in-loop loader's tokenizer, `max_length` and the field that sets it."""
-    collate, name = in_loop_collate(settings)
-    tokenizer = load_tokenizer(collate.get("tokenizer", ""), f"{name}.collate_fn.tokenizer")
-    return tokenizer, collate.get("max_length", 256), f"{name}.collate_fn.max_length"
+    loader = settings.blocks.in_loop
+    tokenizer = load_tokenizer(loader.tokenizer or "", loader.collate_key("tokenizer"))
+    return tokenizer, loader.max_length, loader.collate_key("max_length")
 
 
 def checked_val_metric(settings: TrainSettings, schedule: Schedule) -> str:

@@ -1,6 +1,6 @@
 """A Hugging Face causal LM read from a hub name or a local directory, or built from a config.
 
-A local directory is checked whole first (:mod:`catwalk_steps.model_files`), and no code from a model's
+A local directory is checked whole first (:mod:`..model_files`), and no code from a model's
 files is ever run: transformers is told `trust_remote_code=False` everywhere, so a model that
 needs its own code fails in one line instead of asking on the terminal (with `None`,
 transformers prompts "Do you wish to run the custom code?" and waits for an answer).

@@ -12,21 +12,20 @@ Model code knows nothing of distribution or devices: batches arrive on the right
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
 from ..adapters.spec import LoraSpec, parse_adapter
 from .causal_lm import build_causal_lm, checked_source
+from .choice_scoring import ChoiceScoring
 from .generation import decode_step
-from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
-from .shared_context import log_fallback, packed_scores, packing_support
+from .model_saving import save_model_directory
+from .shared_context import packing_support
 from .tokenization import load_tokenizer
 
 OBJECTIVES = ("lm", "rank")
@@ -37,15 +36,6 @@ def identity_of(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     same whether the model is built or only configured, so a step's unique id does not depend
     on whether its model was loaded when the step graph was built."""
     return ("RankClassifier", spec)
-
-
-def with_umask_permissions(directory: Path) -> None:
-    """Every file in `directory` gets the permissions of a file created here now."""
-    mask = os.umask(0)
-    os.umask(mask)
-    for path in directory.iterdir():
-        if path.is_file():
-            path.chmod(0o666 & ~mask)
 
 
 def check_model_arguments(
@@ -70,7 +60,7 @@ def check_model_arguments(
 
 
 @Model.register("catwalk::rank_classifier")
-class RankClassifier(Model):
+class RankClassifier(Model, ChoiceScoring):
     """Scores each choice of a multiple-choice instance with a causal LM, or generates.
 
     :param pretrained: hub name or local directory of a causal LM (e.g. "gpt2").
@@ -167,32 +157,10 @@ class RankClassifier(Model):
         return cls(pretrained=str(directory), objective=objective)
 
     def save_pretrained(self, directory: str | Path, adapter_only: bool = False) -> None:
-        """Writes a standard Hugging Face directory: `from_pretrained` loads it outside Tango.
-        Every file gets the permissions of a file created here (transformers writes the weights
-        0600, through a temporary file, the rest with the umask's).
-
-        A model with an adapter writes the merged model (the adapter folded into the base
-        weights) and, in `adapter/`, the peft adapter directory (`PeftModel.from_pretrained(base,
-        directory / "adapter")`); with `adapter_only`, the adapter directory alone, into
-        `directory`. The model itself keeps its adapter."""
-        directory = Path(directory)
-        if self.adapter is not None:
-            from ..adapters.lora import merged_state
-            from ..adapters.peft_directory import ADAPTER_DIR, write_adapter_directory
-
-            base = self.spec["pretrained"]
-            write_adapter_directory(
-                self.lm, directory if adapter_only else directory / ADAPTER_DIR, base
-            )
-            if adapter_only:
-                with_umask_permissions(directory)
-                return
-            self.lm.save_pretrained(directory, state_dict=merged_state(self.lm))
-            with_umask_permissions(directory / ADAPTER_DIR)
-        else:
-            self.lm.save_pretrained(directory)
-        self.tokenizer.save_pretrained(directory)
-        with_umask_permissions(directory)
+        """Writes a standard Hugging Face directory that `from_pretrained` loads outside Tango
+        (with an adapter: the merged model and the peft adapter directory; with `adapter_only`,
+        the adapter directory alone): :func:`.model_saving.save_model_directory`."""
+        save_model_directory(self, Path(directory), adapter_only)
 
     @property
     def trainable_parameters(self) -> int:
@@ -200,48 +168,6 @@ class RankClassifier(Model):
         from ..adapters.lora import parameter_counts
 
         return parameter_counts(self)[0]
-
-    def score_sequences(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        continuation_mask: torch.Tensor,
-        logits_from: int = 1,
-    ) -> torch.Tensor:
-        """Each sequence's summed continuation log-probability (float32)."""
-        return continuation_log_probs(
-            self.lm,
-            input_ids,
-            attention_mask,
-            continuation_mask,
-            logits_from,
-            self.supports_logits_to_keep,
-        )
-
-    def shares_contexts(self) -> bool:
-        """Whether choices are scored against their context computed once (packed rows, see
-        :mod:`~catwalk_steps.scoring.shared_context`); says once, in the log, why not."""
-        if self.packing_unsupported and not self.fallback_logged:
-            log_fallback(self.lm, self.packing_unsupported)
-            self.fallback_logged = True
-        return self.packing_unsupported is None
-
-    def score_packed(self, packed: Mapping[str, torch.Tensor], num_sequences: int) -> torch.Tensor:
-        """Each sequence's summed continuation log-probability from packed rows (float32)."""
-        return packed_scores(self.lm, packed, num_sequences)
-
-    def every_choice_scores(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        continuation_mask: torch.Tensor,
-        logits_from: int,
-        packed: Mapping[str, torch.Tensor] | None,
-    ) -> torch.Tensor:
-        """Every sequence's score: from the packed rows when the model takes them."""
-        if packed is not None and self.shares_contexts():
-            return self.score_packed(packed, input_ids.size(0))
-        return self.score_sequences(input_ids, attention_mask, continuation_mask, logits_from)
 
     def forward(  # type: ignore[override]
         self,
@@ -257,61 +183,3 @@ class RankClassifier(Model):
         if decoding is not None:
             return decode_step(self.lm, input_ids, attention_mask, **decoding)
         return self.choice_outputs(input_ids, attention_mask, **batch)
-
-    def choice_outputs(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        continuation_mask: torch.Tensor,
-        instance_index: torch.Tensor,
-        choice_index: torch.Tensor,
-        choice_chars: torch.Tensor,
-        labels: torch.Tensor,
-        weights: torch.Tensor,
-        logits_from: int = 1,
-        num_choices: int | None = None,
-        packed: Mapping[str, torch.Tensor] | None = None,
-    ) -> dict[str, Any]:
-        """Loss and metrics for a batch of instances, each with all its choices. Sequence `s` is
-        choice `choice_index[s]` of instance `instance_index[s]`. Training with the "lm"
-        objective runs the right choices only (the others are not in the loss); otherwise every
-        choice is scored, from the `packed` rows when the model takes them: one forward of the
-        LM on every rank, whatever the batch holds (a kind's metrics are computed from its
-        `scores` after the forward: :mod:`catwalk_steps.kinds`)."""
-        # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
-        weights = weights.float()
-        right = choice_index == labels[instance_index]
-        right_instances = instance_index[right]
-        if self.training and self.objective == "lm":
-            right_scores = self.score_sequences(
-                input_ids[right], attention_mask[right], continuation_mask[right], logits_from
-            )
-            return {
-                "loss": lm_loss(
-                    right_scores, continuation_mask[right], right_instances, labels, weights
-                )
-            }
-        num_choices = num_choices or int(choice_index.max()) + 1
-        sequence_scores = self.every_choice_scores(
-            input_ids, attention_mask, continuation_mask, logits_from, packed
-        )
-        where, shape = (instance_index, choice_index), (labels.size(0), num_choices)
-        scores = sequence_scores.new_full(shape, float("-inf")).index_put(where, sequence_scores)
-        chars = torch.ones_like(scores).index_put(where, choice_chars.to(scores.dtype))
-        with torch.no_grad():
-            counts = choice_metrics(scores.detach(), labels, chars, weights)
-        if self.objective == "rank":
-            loss = weighted_mean(F.cross_entropy(scores, labels, reduction="none"), weights)
-        else:
-            loss = lm_loss(
-                sequence_scores[right], continuation_mask[right], right_instances, labels, weights
-            )
-        count = counts["count"].clamp(min=1.0)
-        outputs: dict[str, Any] = {
-            "loss": loss,
-            "scores": scores.detach(),
-            "acc": counts["correct"] / count,
-            "acc_norm": counts["correct_norm"] / count,
-            **counts,
-        }
-        return outputs

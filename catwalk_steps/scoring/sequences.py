@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..settings import MAX_LENGTH
 from ..tasks import MultipleChoiceInstance, OlmoEvalInstance, TaskDataError
 from ..tasks.base import joined_choice_chars
 
@@ -54,7 +55,7 @@ class SequenceEncoder:
     Encodings are memoised: contexts and continuations repeat across choices and epochs.
     """
 
-    def __init__(self, tokenizer, max_length: int = 256, field: str = "max_length"):
+    def __init__(self, tokenizer, max_length: int = MAX_LENGTH, field: str = "max_length"):
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
             raise ConfigurationError(
                 f"{field}: must be a whole number >= 2 (context + answer tokens), "

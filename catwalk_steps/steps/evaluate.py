@@ -102,7 +102,9 @@ class Evaluate(Step[dict]):
     @property
     def resources(self) -> StepResources:
         """The devices its workers take (a device or a GPU lease each: `--parallelism`)."""
-        return self.step_resources or StepResources(gpu_count=self.kwargs.get("device_count", 1))
+        return self.step_resources or StepResources(
+            gpu_count=self.kwargs.get("device_count", DEFAULTS["device_count"])
+        )
 
     def model_key(self) -> str:
         """Which model the step scores, for running the steps of one model together."""

@@ -26,7 +26,7 @@ from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
 from ..scoring.rank_classifier import RankClassifier
-from ..settings import TrainSettings, run_signature
+from ..settings import DEFAULTS, TrainSettings, run_signature
 from ..standalone import release_model
 from ..tasks import Task
 from ..training.run_card import finished, run_card
@@ -90,7 +90,9 @@ class TrainRankClassifier(Step[RankClassifier]):
 
     @property
     def resources(self) -> StepResources:
-        return self.step_resources or StepResources(gpu_count=self.kwargs.get("device_count", 1))
+        return self.step_resources or StepResources(
+            gpu_count=self.kwargs.get("device_count", DEFAULTS["device_count"])
+        )
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -122,7 +122,6 @@ def train_config_for(job: TrainingJob, rank: int, local_rank: int) -> NodeAwareT
         rank,
         local_rank,
         auto_aggregate_val_metric=False,
-        inner_modules=None if job.inner_modules is None else tuple(job.inner_modules),
         **schedule,
     )
 

@@ -98,7 +98,7 @@ class Trainer:
         self.device = config.worker_local_default_device
         seed_everything(self.schedule.seed, self.device)
         self.engine: TrainingEngine = job.training_engine.construct(
-            train_config=config, model=job.model
+            train_config=config, model=job.model, inner_modules=job.inner_modules
         )
         self.build_loaders(job, config)
         self.callbacks: list[TrainCallback] = [

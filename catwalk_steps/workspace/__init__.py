@@ -3,7 +3,8 @@ one-line errors for damaged results and one loaded model per process (:mod:`.ste
 how each result is stored, as data (:mod:`.formats`)."""
 
 from .formats import HFModelFormat, InstancesFormat, PlainJsonFormat
-from .shared import SharedLocalWorkspace, check_writable
+from .directory import check_writable
+from .shared import SharedLocalWorkspace
 
 __all__ = [
     "HFModelFormat",

@@ -12,12 +12,12 @@ from tango.common import DatasetDict
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
+from ..checkpoints.weights import read_model_info, write_model_info
 from ..files import write_json_atomic
 from ..scoring.rank_classifier import RankClassifier
 from ..tasks import GenerationInstance, MultipleChoiceInstance
 from ..tasks.answers import AnswerScoring
 from ..tasks.base import instance_record
-from ..checkpoints.weights import read_model_info, write_model_info
 
 
 @Format.register("catwalk::hf_model")

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -33,33 +31,19 @@ from tango.step_info import StepInfo, StepState
 from tango.workspace import Run, Workspace
 from tango.workspaces import LocalWorkspace
 
-from ..errors import first_line
-from ..files import write_json_atomic
 from ..patching import check_tango, patch
+from .directory import (
+    check_path_name,
+    check_writable,
+    plain_name,
+    remove_partial_result,
+    write_settings_once,
+)
 from .records import StepRecords
 from .step_cache import CheckedStepCache
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def check_writable(directory: Path, what: str = "workspace") -> None:
-    """Fails with one line naming `directory` unless a file can be created in it.
-
-    A real write, not `os.access`: permissions are not the only reason (read-only mounts,
-    immutable directories, a file where the directory should be, a full disk).
-    """
-    directory = Path(directory)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".catwalk-write-test-"):
-            pass
-    except OSError as e:
-        reason = e.strerror or first_line(e)
-        raise ConfigurationError(
-            f"{what} {directory}: cannot write there ({reason}); choose another directory "
-            "(-w, or workspace.dir in tango.yml) or make it writable"
-        ) from None
 
 
 # --- A local workspace that several `tango run` jobs share ------------------------------------
@@ -105,7 +89,7 @@ class SharedLocalWorkspace(LocalWorkspace):
         directory = Path(dir)
         check_writable(directory, "workspace")
         check_writable(directory / "cache", "workspace cache")
-        _write_settings_once(directory)
+        write_settings_once(directory)
         super().__init__(directory)
         self.cache = CheckedStepCache(self.dir / "cache")  # damaged results: one line each
         self._records_lock = FileLock(self.dir / self.RECORDS_LOCK)
@@ -126,26 +110,11 @@ class SharedLocalWorkspace(LocalWorkspace):
             yield records
             records.commit()
 
-    def _record(self, records: StepRecords, step_or_unique_id: Step | str) -> StepInfo:
-        """A step's record; a step seen for the first time is added, with its dependencies."""
-        step = step_or_unique_id if isinstance(step_or_unique_id, Step) else None
-        unique_id = step.unique_id if step is not None else str(step_or_unique_id)
-        try:
-            return records[unique_id]
-        except KeyError:
-            if step is None:
-                raise
-        for dependency in step.dependencies:
-            self._record(records, dependency)
-        info = StepInfo.new_from_step(step)
-        records[unique_id] = info
-        return info
-
     # --- Look-ups ------------------------------------------------------------------------------
 
     def step_info(self, step_or_unique_id: Step | str) -> StepInfo:
         with self._records() as records:
-            info = self._record(records, step_or_unique_id)
+            info = step_record(records, step_or_unique_id)
             if info.state == StepState.RUNNING and self._abandoned(info.unique_id):
                 info.start_time = None  # its job died: the step is incomplete again
                 info.end_time = None
@@ -200,7 +169,7 @@ class SharedLocalWorkspace(LocalWorkspace):
         """Under the step's lock: True if its result is in the cache already (its record made
         to say so); else marks it running here, after clearing what a dead job left."""
         with self._records() as records:
-            info = self._record(records, step)
+            info = step_record(records, step)
             now = utc_now_datetime()
             if step in self.step_cache:
                 if info.state != StepState.COMPLETED:  # its job died after writing the result
@@ -235,7 +204,7 @@ class SharedLocalWorkspace(LocalWorkspace):
         lock = self.locks.pop(step)
         try:
             with self._records() as records:
-                info = self._record(records, step)
+                info = step_record(records, step)
                 info.end_time = utc_now_datetime()
                 info.start_time = info.start_time or info.end_time
                 info.error = error
@@ -268,7 +237,7 @@ class SharedLocalWorkspace(LocalWorkspace):
         fixed = False
         with self._records() as records:
             for step in steps:
-                info = self._record(records, step)
+                info = step_record(records, step)
                 if info.state != StepState.COMPLETED and step in self.step_cache:
                     record_completed(records, info, self.step_dir(step))
                     fixed = True
@@ -307,45 +276,17 @@ def lock_is_free(path: Path) -> bool:
     return True
 
 
-def plain_name(name: str) -> bool:
-    """A name that is one entry of a directory, not a path."""
-    return name not in ("", ".", "..") and not any(c in name for c in ("/", "\\", "\0"))
-
-
-def check_path_name(name: str, what: str) -> None:
-    """Tango makes a run's name a directory and each step's name a link inside it: a name that
-    is a path would be written elsewhere (`-n ../../x`)."""
-    if not plain_name(name):
-        raise ConfigurationError(
-            f"{what} {name!r}: Tango would write it outside the workspace's runs directory; "
-            "use a name without '/', '\\' or '..'"
-        )
-
-
-def remove_partial_result(step_dir: Path) -> None:
-    """A result a killed job was writing (no cache metadata yet); the work dir stays, for the
-    checkpoints a resumed run starts from."""
-    for entry in step_dir.iterdir():
-        if entry.name in ("work", "lock"):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-
-
-def _write_settings_once(directory: Path) -> None:
-    """A new workspace's `settings.json`, written whole: Tango writes it in place when it finds
-    none, and a second job starting at that moment read an empty file. A workspace of Tango
-    before 1.0 keeps its records as pickles (`cache/*/stepinfo.dill`), which Tango upgrades by
-    unpickling them: refused instead."""
-    settings = directory / "settings.json"
-    if settings.exists():
-        return
-    if any((directory / "cache").glob("*/stepinfo.dill")):
-        raise ConfigurationError(
-            f"workspace {directory}: its step records are pickles (cache/*/stepinfo.dill, a "
-            "workspace of Tango before 1.0), which are not read; upgrade it once with stock "
-            "Tango where you trust its files, or use another workspace"
-        )
-    write_json_atomic(settings, {"version": 2})
+def step_record(records: StepRecords, step_or_unique_id: Step | str) -> StepInfo:
+    """A step's record; a step seen for the first time is added, with its dependencies."""
+    step = step_or_unique_id if isinstance(step_or_unique_id, Step) else None
+    unique_id = step.unique_id if step is not None else str(step_or_unique_id)
+    try:
+        return records[unique_id]
+    except KeyError:
+        if step is None:
+            raise
+    for dependency in step.dependencies:
+        step_record(records, dependency)
+    info = StepInfo.new_from_step(step)
+    records[unique_id] = info
+    return info
