@@ -36,6 +36,7 @@ def test_the_blocks_are_read_once_and_the_in_loop_loader_is_the_validation_one()
     settings = TrainSettings(lazy(Model, TINY_MODEL), engine_block(precision="bf16"), {}, train)
     assert settings.blocks is settings.blocks  # read once, for every reader
     assert settings.blocks.engine.precision == "bf16"
+    assert settings.blocks.model.params["tokenizer"] == "catwalk::byte_level"
     assert settings.blocks.in_loop.key == "train_dataloader"
     assert settings.blocks.in_loop.max_length == MAX_LENGTH  # the one default
     both = TrainSettings(

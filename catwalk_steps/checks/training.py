@@ -293,7 +293,7 @@ def check_train_step(settings: TrainSettings) -> None:
     check_devices_and_precision(settings, engine.precision)
     check_resume_from(settings.resume_from, settings.model)
     collates = [check_loader(blocks.train_loader), check_loader(blocks.validation_loader)]
-    check_against_model(settings.model, engine, collates)
+    check_against_model(blocks.model, engine, collates)
     check_evaluate_tasks(settings)
     check_trackers(settings.as_mapping(), engine)
 

@@ -90,6 +90,8 @@ class CatwalkEngine(TorchTrainingEngine):
     process group of their own (and FairScale's refuses a single worker). An engine adds its own
     keys in its own constructor (which passes the rest on) and its own rules in
     :meth:`check_params`, which the graph-build checks call too (:mod:`catwalk_steps.checks`).
+    A training job builds its engine with the modules it wraps or recomputes (`inner_modules`,
+    matched once on node 0: never a config key); an engine built without them matches its own.
     """
 
     shards: bool = False  # each rank holds a shard of the parameters (FSDP)

@@ -11,28 +11,27 @@ import json
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import Model
 
-from ..components import check_keys, lazy_config
+from ..components import check_keys
 from ..model_files import check_model_directory
 from ..remote import is_hub_name
 from ..scoring.causal_lm import unavailable_here
-from ..settings import EngineSettings
+from ..settings import EngineSettings, ModelSettings
 from .wrapping import select_modules
 
 
-def model_skeleton(lazy: Any) -> Any:
+def model_skeleton(model: Any) -> Any:
     """The rank classifier's structure on the meta device, or None when it cannot be built
     without a download (then the real construction reports what is wrong). Built once per
     model block and process: the graph-build checks and the warnings when training starts
-    share it."""
-    return _skeleton(*_model_key(lazy))
+    share it. `model`: a model block, or its :class:`~catwalk_steps.settings.ModelSettings`."""
+    return _skeleton(*_model_key(model))
 
 
-def _model_key(lazy: Any) -> tuple[str, Any]:
-    constructor, params = lazy_config(lazy, Model, "model")
-    check_keys(constructor, params, "model")
-    return json.dumps(params, sort_keys=True, default=str), constructor
+def _model_key(model: Any) -> tuple[str, Any]:
+    settings = ModelSettings.read(model)
+    check_keys(settings.constructor, settings.params, settings.key)
+    return settings.params_json, settings.constructor
 
 
 @functools.lru_cache(maxsize=8)

@@ -78,7 +78,7 @@ def build_job(
         resume_from=Path(settings.resume_from) if settings.resume_from else None,
         workspace=workspace,
         evaluate_tasks=in_loop_instances(settings, log),
-        inner_modules=chosen_modules(settings.model, engine),
+        inner_modules=chosen_modules(settings.blocks.model, engine),
         identity=run_identity(settings, schedule),
     )
     check_resumable(
@@ -86,7 +86,7 @@ def build_job(
     )
     nodes = f" on each of {job.rendezvous.num_nodes} nodes" if job.rendezvous.num_nodes > 1 else ""
     announce(log, "Training on %s%s; checkpoints in %s", devices.describe(), nodes, job.work_dir)
-    note = wrapping_note(engine, settings.model)
+    note = wrapping_note(engine, settings.blocks.model)
     if note:
         announce(log, "%s", note)
     return job
@@ -97,7 +97,7 @@ def run_identity(settings: TrainSettings, schedule: Schedule) -> dict[str, Any]:
     shape from its skeleton, when it can be built here)."""
     data = settings.dataset_dict
     identity = {"data": data_identity(data, schedule.train_split, task_name(data))}
-    model = model_identity(model_skeleton(settings.model))
+    model = model_identity(model_skeleton(settings.blocks.model))
     return identity if model is None else {**identity, "model": model}
 
 

@@ -2,11 +2,12 @@
 
 One object per block of an experiment file, importable from here: a `catwalk::train` step's
 keys (:class:`TrainSettings`) and its lazy blocks read without building them
-(:class:`TrainBlocks`: the engine, :class:`EngineSettings`; the loaders and their collate
-function, :class:`LoaderSettings`); the precision setting (:class:`Precision`); how
-`catwalk::evaluate` scores (:class:`EvaluationSettings`). The graph-build checks
-(:mod:`catwalk_steps.checks`), the planned job (:mod:`catwalk_steps.launch`), the engines, the
-evaluate step and its workers read them; each field's comment says what the key means.
+(:class:`TrainBlocks`: the model, :class:`ModelSettings`; the engine, :class:`EngineSettings`;
+the loaders and their collate function, :class:`LoaderSettings`); the precision setting
+(:class:`Precision`); how `catwalk::evaluate` scores (:class:`EvaluationSettings`). The
+graph-build checks (:mod:`catwalk_steps.checks`), the planned job (:mod:`catwalk_steps.launch`),
+the engines, the evaluate step and its workers read them; each field's comment says what the
+key means.
 
 This room sits low (above :mod:`catwalk_steps.tasks`, below :mod:`catwalk_steps.scoring`): it
 reads configs, never builds a model or an engine, so every reader may import it.
@@ -15,6 +16,7 @@ reads configs, never builds a model or an engine, so every reader may import it.
 from .engine import EngineSettings
 from .evaluation import DEVICE_COUNT, EVALUATION_DEFAULTS, EvaluationSettings
 from .loaders import MAX_LENGTH, LoaderSettings
+from .model import ModelSettings
 from .precision import DEFAULT_PRECISION, FP32, Precision
 from .training import DEFAULTS, TrainBlocks, TrainSettings, run_signature
 
@@ -28,6 +30,7 @@ __all__ = [
     "EvaluationSettings",
     "LoaderSettings",
     "MAX_LENGTH",
+    "ModelSettings",
     "Precision",
     "TrainBlocks",
     "TrainSettings",

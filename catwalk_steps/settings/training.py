@@ -20,6 +20,7 @@ from ..tasks import Task
 from .engine import EngineSettings
 from .evaluation import DEVICE_COUNT
 from .loaders import LoaderSettings
+from .model import ModelSettings
 
 POSITIONAL = 4  # model, training_engine, dataset_dict, train_dataloader: the rest by keyword
 
@@ -82,8 +83,10 @@ class TrainSettings:
 @dataclass(frozen=True)
 class TrainBlocks:
     """The lazy blocks of `catwalk::train`, each read once from its config without building it
-    (the model block: :func:`catwalk_steps.engines.skeleton.model_skeleton`, once per process)."""
+    (the model's skeleton: :func:`catwalk_steps.engines.skeleton.model_skeleton`, once per
+    process)."""
 
+    model: ModelSettings  # `model`
     engine: EngineSettings  # `training_engine`
     train_loader: LoaderSettings  # `train_dataloader`
     validation_loader: LoaderSettings | None  # `validation_dataloader`; None when left out
@@ -92,6 +95,7 @@ class TrainBlocks:
     def of(cls, settings: TrainSettings) -> TrainBlocks:
         validation = settings.validation_dataloader
         return cls(
+            model=ModelSettings.of(settings.model, "model"),
             engine=EngineSettings.of(settings.training_engine, "training_engine"),
             train_loader=LoaderSettings.of(settings.train_dataloader, "train_dataloader"),
             validation_loader=None
