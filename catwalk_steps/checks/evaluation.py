@@ -9,7 +9,6 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from ..components import lazy_params
 from ..errors import whole
 from ..kinds import kind_of_task
 from ..kinds.multiple_choice import EXTRA_METRICS
@@ -87,7 +86,7 @@ def check_evaluation_engine(engine: Any, precision: str, configured: Any | None)
     """An engine that shards the evaluated model: its type and keys, no optimizer, the step's
     precision, and the modules it wraps found in the model's skeleton."""
     checked = check_engine(engine, key="evaluate.engine", trains=False)
-    given = lazy_params(engine).get("precision")
+    given = checked.params.get("precision")
     if given is not None and given != precision:
         raise ConfigurationError(
             f"evaluate.engine.precision: {given!r}, but the step's precision is {precision!r}; "

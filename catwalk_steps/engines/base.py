@@ -90,8 +90,6 @@ class CatwalkEngine(TorchTrainingEngine):
     process group of their own (and FairScale's refuses a single worker). An engine adds its own
     keys in its own constructor (which passes the rest on) and its own rules in
     :meth:`check_params`, which the graph-build checks call too (:mod:`catwalk_steps.checks`).
-    A training job builds its engine with the modules it wraps or recomputes (`inner_modules`,
-    matched once on node 0: never a config key); an engine built without them matches its own.
     """
 
     shards: bool = False  # each rank holds a shard of the parameters (FSDP)
@@ -124,7 +122,8 @@ class CatwalkEngine(TorchTrainingEngine):
         # None (left out): the model's own blocks; []: no inner module, on purpose.
         self.modules_to_wrap = None if modules_to_wrap is None else list(modules_to_wrap)
         self.activation_checkpointing = activation_checkpointing
-        # Given by the job (matched once, on node 0), never by the config; None: this model's.
+        # The modules to wrap or recompute as the job matched them once (on node 0): an argument
+        # the job supplies, never a config key; None (an engine built alone): this model's.
         self.chosen_modules = None if inner_modules is None else list(inner_modules)
         self.steps_taken = 0
         if train_config.device_type == "cpu":

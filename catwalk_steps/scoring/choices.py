@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from tango.common import Tqdm
 
-from ..settings import FP32, Precision
+from ..settings import BATCH_SIZE, FP32, Precision
 from ..tasks import MultipleChoiceInstance
 from .packing import pack_rows, row_batches
 from .rank_classifier import RankClassifier
@@ -36,7 +36,7 @@ def evaluating(model: torch.nn.Module):
 def score_choices(
     model: RankClassifier,
     instances: Sequence[MultipleChoiceInstance],
-    batch_size: int = 32,
+    batch_size: int = BATCH_SIZE,
     max_length: int | None = None,
     device: torch.device | str = "cpu",
     precision: Precision = FP32,

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tango.integrations.torch.util import move_to_device
 
-from ..settings import FP32, Precision
+from ..settings import BATCH_SIZE, FP32, Precision
 from ..tasks import GenerationInstance
 from .choices import evaluating, model_max_length
 from .continuous import continuous_generate
@@ -20,7 +20,7 @@ from .generation import GenerationEncoder, eos_ids_of, forward_step
 def generate_texts(
     model: Any,
     instances: Sequence[GenerationInstance],
-    batch_size: int = 32,
+    batch_size: int = BATCH_SIZE,
     max_length: int | None = None,
     device: torch.device | str = "cpu",
     precision: Precision = FP32,

@@ -21,14 +21,13 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
 from ..adapters.spec import LoraSpec, parse_adapter
+from ..settings import INIT_SEED, OBJECTIVE, OBJECTIVES
 from .causal_lm import build_causal_lm, checked_source
 from .choice_scoring import ChoiceScoring
 from .generation import decode_step
 from .model_saving import save_model_directory
 from .shared_context import packing_support
 from .tokenization import load_tokenizer
-
-OBJECTIVES = ("lm", "rank")
 
 
 def identity_of(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -88,8 +87,8 @@ class RankClassifier(Model, ChoiceScoring):
         pretrained: str | None = None,
         config: dict[str, Any] | None = None,
         tokenizer: str | None = None,
-        objective: str = "lm",
-        init_seed: int = 0,
+        objective: str = OBJECTIVE,
+        init_seed: int = INIT_SEED,
         adapter: dict[str, Any] | LoraSpec | None = None,
         skeleton: bool = False,
     ):
@@ -119,8 +118,8 @@ class RankClassifier(Model, ChoiceScoring):
         pretrained: str | None = None,
         config: dict[str, Any] | None = None,
         tokenizer: str | None = None,
-        objective: str = "lm",
-        init_seed: int = 0,
+        objective: str = OBJECTIVE,
+        init_seed: int = INIT_SEED,
         adapter: dict[str, Any] | LoraSpec | None = None,
     ) -> dict[str, Any]:
         """What identifies the model: its constructor arguments. `init_seed` seeds only a random
@@ -135,7 +134,7 @@ class RankClassifier(Model, ChoiceScoring):
             "config": config,
             "tokenizer": tokenizer,
             "objective": objective,
-            "init_seed": init_seed if drawn else 0,
+            "init_seed": init_seed if drawn else INIT_SEED,
         }
         if spec is not None:
             identity["adapter"] = spec.as_config()
@@ -152,7 +151,7 @@ class RankClassifier(Model, ChoiceScoring):
         return identity_of(self.spec)
 
     @classmethod
-    def from_directory(cls, directory: str | Path, objective: str = "lm") -> RankClassifier:
+    def from_directory(cls, directory: str | Path, objective: str = OBJECTIVE) -> RankClassifier:
         """Loads a model saved by :meth:`save_pretrained` (weights and tokenizer)."""
         return cls(pretrained=str(directory), objective=objective)
 

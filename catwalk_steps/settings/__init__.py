@@ -14,13 +14,14 @@ reads configs, never builds a model or an engine, so every reader may import it.
 """
 
 from .engine import EngineSettings
-from .evaluation import DEVICE_COUNT, EVALUATION_DEFAULTS, EvaluationSettings
+from .evaluation import BATCH_SIZE, DEVICE_COUNT, EVALUATION_DEFAULTS, EvaluationSettings
 from .loaders import MAX_LENGTH, LoaderSettings
-from .model import ModelSettings
+from .model import INIT_SEED, OBJECTIVE, OBJECTIVES, ModelSettings
 from .precision import DEFAULT_PRECISION, FP32, Precision
 from .training import DEFAULTS, TrainBlocks, TrainSettings, run_signature
 
 __all__ = [
+    "BATCH_SIZE",
     "DEFAULTS",
     "DEFAULT_PRECISION",
     "DEVICE_COUNT",
@@ -29,8 +30,11 @@ __all__ = [
     "EngineSettings",
     "EvaluationSettings",
     "LoaderSettings",
+    "INIT_SEED",
     "MAX_LENGTH",
     "ModelSettings",
+    "OBJECTIVE",
+    "OBJECTIVES",
     "Precision",
     "TrainBlocks",
     "TrainSettings",

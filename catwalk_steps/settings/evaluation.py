@@ -12,6 +12,7 @@ from tango.integrations.torch import TrainingEngine
 
 from .precision import DEFAULT_PRECISION
 
+BATCH_SIZE = 32  # sequences (one per choice) per forward when scoring outside training
 DEVICE_COUNT = 1  # every `device_count` key's default: one process (`catwalk::train`'s too)
 
 
@@ -19,7 +20,7 @@ DEVICE_COUNT = 1  # every `device_count` key's default: one process (`catwalk::t
 class EvaluationSettings:
     """How `catwalk::evaluate` scores a model: its keys beside the model and the data."""
 
-    batch_size: int = 32  # sequences (one per choice) per forward
+    batch_size: int = BATCH_SIZE  # sequences (one per choice) per forward
     max_length: int | None = None  # None: the model's own positions
     precision: str = DEFAULT_PRECISION  # fp32, bf16 or fp16 (:class:`.Precision`)
     device: str | None = None  # "cuda", "cpu", or None: a GPU when there is one

@@ -30,6 +30,7 @@ from ..remote import is_hub_name
 from ..scoring.causal_lm import causal_lm_config, unavailable_here
 from ..scoring.rank_classifier import RankClassifier
 from ..scoring.tokenization import load_tokenizer
+from ..settings import OBJECTIVE
 from .loaded import use_model
 
 RANK_CLASSIFIER = "catwalk::rank_classifier"
@@ -133,7 +134,7 @@ class SavedModel:
         block = {
             "type": RANK_CLASSIFIER,
             "pretrained": str(self.directory()),
-            "objective": self.info().get("objective", "lm"),
+            "objective": self.info().get("objective", OBJECTIVE),
         }
         return Lazy(Model, Params(block))
 

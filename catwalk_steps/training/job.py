@@ -25,7 +25,7 @@ from ..settings import DEFAULTS
 @dataclass(frozen=True)
 class Schedule:
     """When to step, log, validate and checkpoint (the keys of `catwalk::train`, with their
-    defaults: :data:`~.settings.DEFAULTS`)."""
+    defaults: :data:`catwalk_steps.settings.DEFAULTS`)."""
 
     train_steps: int | None = DEFAULTS["train_steps"]  # or train_epochs: the loader's length
     train_epochs: int | None = DEFAULTS["train_epochs"]
