@@ -18,7 +18,7 @@ from tango.common import Lazy, Tqdm
 from tango.integrations.torch import DataLoader, TrainingEngine
 
 from ..engines.scorer import engine_scorer
-from ..kinds import kind_of
+from ..kinds import TaskKind, kind_of
 from .callbacks import summed_over_ranks
 
 
@@ -68,7 +68,7 @@ class InLoopTasks:
 
 
 def kind_metrics(
-    kind: Any,
+    kind: TaskKind,
     scorer: Any,
     batches: Iterable[Any],
     instances: Sequence[Any],
