@@ -57,7 +57,7 @@ def patch(module: types.ModuleType) -> None:
         return result
 
     _initialize_logging._catwalk_after = True  # type: ignore[attr-defined]
-    module._initialize_logging = _initialize_logging
+    vars(module)["_initialize_logging"] = _initialize_logging
 
 
 def check_tango(patch_name: str) -> None:

@@ -143,7 +143,7 @@ def patch_tango_logging(module: types.ModuleType) -> None:
     module.LogRecordStreamHandler.unPickle = _refuse
     receiver = module.LogRecordSocketReceiver
     receiver.__init__ = _receiver_with_key(receiver.__init__)
-    module._catwalk_json_records = True
+    vars(module)["_catwalk_json_records"] = True
     senders_write_json(module)
 
 
