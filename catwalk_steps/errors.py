@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
@@ -32,7 +33,7 @@ def whole(value: object, key: str, minimum: int = 1, optional: bool = False) -> 
         raise ConfigurationError(f"{key}: must be a whole number >= {minimum}, got {value!r}")
 
 
-def rewrite_messages(rewrite) -> None:
+def rewrite_messages(rewrite: Callable[[str], str | None]) -> None:
     """`rewrite(message) -> better message or None`, tried on each configuration error's first
     line (the Tango face adds what only it knows, such as the keys a step takes)."""
     _REWRITES.append(rewrite)
@@ -53,7 +54,7 @@ def rebuilt(type_name: str, message: str) -> BaseException | None:
     return None
 
 
-def command_line(prog: str, action, quiet: bool = False) -> int:
+def command_line(prog: str, action: Callable[[], Any], quiet: bool = False) -> int:
     """Runs a console command's `action`, printing what it returns (unless `quiet`). Any failure
     is one line on stderr and exit status 1, as in `tango run` (the traceback with
     CATWALK_TRACEBACKS=1)."""
@@ -128,8 +129,9 @@ def accepted_keys(constructor: Any) -> set[str] | None:
     """The keyword parameters a constructor takes; None when it takes any (`**kwargs` that go
     nowhere we can see)."""
     keys: set[str] = set()
-    targets = [constructor.__init__] if inspect.isclass(constructor) else [constructor]
-    if inspect.isclass(constructor):
+    is_class = inspect.isclass(constructor)  # a bool: mypy refuses `__init__` on a narrowed type
+    targets = [constructor.__init__] if is_class else [constructor]
+    if is_class:
         # A subclass passing **kwargs on takes its bases' keys too (ShardedDataLoader -> torch's).
         targets += [base.__init__ for base in constructor.__mro__[1:] if "__init__" in vars(base)]
     for target in targets:

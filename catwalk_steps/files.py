@@ -71,7 +71,7 @@ def disk_full(path: Path, kept: str) -> DiskFullError:
     return DiskFullError(f"{path}: not written, the disk is full (no space left on it); {kept}")
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Calls `write(temporary)`, flushes it to disk, then renames it to `path` in one step."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
