@@ -45,7 +45,7 @@ def default_targets(lm: torch.nn.Module) -> list[str]:
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as TABLE
 
     model_type = getattr(getattr(lm, "config", None), "model_type", None)
-    suffixes = TABLE.get(model_type)
+    suffixes = TABLE.get(model_type or "")
     if not suffixes:
         raise ConfigurationError(
             f"{FIELD}: left out, but peft has no default layers for model type {model_type!r}; "
@@ -77,7 +77,7 @@ def target_names(owner: torch.nn.Module, lm: torch.nn.Module, spec: LoraSpec) ->
         for pattern, hits in matches_per_pattern(owner, spec.target_modules, FIELD)
     ]
     check_adaptable(lm, matched)
-    names: list[str] = []
+    names = []
     for _, hits in matched:
         names.extend(h for h in hits if h not in names)
     return names
@@ -119,7 +119,7 @@ def lora_config(spec: LoraSpec, names: list[str], transposed: bool) -> Any:
 
     return LoraConfig(
         r=spec.r,
-        lora_alpha=spec.alpha,
+        lora_alpha=spec.alpha,  # type: ignore[arg-type]  # peft says int; a float scales the same
         lora_dropout=spec.dropout,
         target_modules=sorted(names),
         fan_in_fan_out=transposed,
@@ -182,7 +182,9 @@ def merged_state(lm: torch.nn.Module) -> dict[str, torch.Tensor]:
     for name, module in lm.named_modules():
         if isinstance(module, LoraLayer):
             with torch.no_grad():
-                deltas[f"{name}.base_layer.weight"] = module.get_delta_weight(ADAPTER_NAME)
+                # Each LoraLayer peft makes (Linear, Conv1D, Embedding) has it; the mixin has not.
+                delta = module.get_delta_weight(ADAPTER_NAME)  # type: ignore[attr-defined]
+                deltas[f"{name}.base_layer.weight"] = delta
     state = {}
     for name, tensor in lm.state_dict().items():
         if is_adapter_weight(name):

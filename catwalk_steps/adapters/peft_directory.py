@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -33,7 +34,8 @@ def write_adapter_directory(lm: torch.nn.Module, directory: Path, base_model: st
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     # As PeftModel.save_pretrained: the saved adapter is for inference unless trained further.
-    config = copy.copy(lm.peft_config[ADAPTER_NAME])
+    configs: Any = lm.peft_config  # peft's attribute (a dict by adapter name), unknown to torch
+    config = copy.copy(configs[ADAPTER_NAME])
     config.base_model_name_or_path = base_model
     config.inference_mode = True
     state = get_peft_model_state_dict(lm, adapter_name=ADAPTER_NAME)

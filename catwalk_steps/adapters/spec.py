@@ -15,7 +15,7 @@ from ..errors import closest
 from ..module_names import compile_patterns
 
 KINDS = ("lora",)
-DEFAULTS = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
+DEFAULTS: dict[str, Any] = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
 
 
 def _number(value: Any) -> bool:
