@@ -41,8 +41,9 @@ import signal
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch.multiprocessing as torch_mp
 
@@ -153,7 +154,12 @@ def publish(store: Any, job: TrainingJob) -> None:
     impersonating node 0 cannot read it."""
     token = secrets.token_hex(16)
     path = Path(job.work_dir) / RENDEZVOUS_TOKEN
-    write_atomic(path, lambda p: (p.write_text(token), p.chmod(0o600)))
+
+    def write_token(temporary: Path) -> None:
+        temporary.write_text(token)
+        temporary.chmod(0o600)
+
+    write_atomic(path, write_token)
     message = {
         "step_id": job.step_id,
         "token": token,
@@ -234,7 +240,7 @@ def watch(context: torch_mp.ProcessContext) -> None:
         pass
 
 
-def stop(processes: list[multiprocessing.Process], grace_s: float = GRACE_S) -> None:
+def stop(processes: Sequence[BaseProcess], grace_s: float = GRACE_S) -> None:
     """SIGTERM to every live worker, SIGKILL to those still alive after `grace_s`; waits."""
     for process in processes:
         if process.is_alive():
@@ -279,7 +285,7 @@ def failure(
     ]
     killed.sort(key=lambda local: (local != first, exit_codes[local] == -signal.SIGTERM))
     if killed:
-        name = signal.Signals(-exit_codes[killed[0]]).name
+        name = signal.Signals(-cast(int, exit_codes[killed[0]])).name  # not None: see `killed`
         return WorkerFailed(
             f"rank {base + killed[0]} died: killed by {name}; the other workers were stopped "
             f"({job.AFTER_FAILURE})"

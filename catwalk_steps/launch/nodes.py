@@ -24,6 +24,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tango.common.exceptions import ConfigurationError
 
@@ -36,10 +37,13 @@ from .launcher import JOB_KEY, RENDEZVOUS_TOKEN, start_workers
 from .plan import build_job
 from .worker_process import RendezvousError
 
+if TYPE_CHECKING:
+    from tango.step import Step
+
 logger = logging.getLogger("catwalk-worker")
 
 
-def training_step(args: argparse.Namespace):
+def training_step(args: argparse.Namespace) -> Step[Any]:
     """The step as this node's copy of the experiment defines it (built, nothing computed)."""
     from tango.common.params import Params
     from tango.common.util import import_extra_module
@@ -59,7 +63,7 @@ def training_step(args: argparse.Namespace):
     return graph[args.step]
 
 
-def rendezvous_address(args: argparse.Namespace, step) -> tuple[str, int]:
+def rendezvous_address(args: argparse.Namespace, step: Step[Any]) -> tuple[str, int]:
     """Node 0's address and port: the flags, else MASTER_ADDR / MASTER_PORT, else the step's
     own `master_addr` / `master_port`."""
     address = args.master_addr or step.kwargs.get("master_addr")
@@ -72,7 +76,7 @@ def rendezvous_address(args: argparse.Namespace, step) -> tuple[str, int]:
     return address, int(port)
 
 
-def shared_workspace(args: argparse.Namespace):
+def shared_workspace(args: argparse.Namespace) -> Any:  # a Workspace with `step_dir` (local)
     """The workspace node 0 uses: `-w`, else tango.yml's."""
     from tango.settings import TangoGlobalSettings
     from tango.workspace import Workspace
@@ -141,7 +145,7 @@ def native_stderr_silenced():
         os.close(saved)
 
 
-def check_message(message: dict, step, work_dir: Path, args: argparse.Namespace) -> None:
+def check_message(message: dict, step: Step[Any], work_dir: Path, args: argparse.Namespace) -> None:
     """The same step, and node 0 itself: it wrote the token into the shared work directory."""
     if message["step_id"] != step.unique_id:
         raise ConfigurationError(
@@ -157,7 +161,7 @@ def check_message(message: dict, step, work_dir: Path, args: argparse.Namespace)
         )
 
 
-def shared_dataset(step, workspace, message: dict):
+def shared_dataset(step: Step[Any], workspace: Any, message: dict) -> Any:
     """The step's data as node 0 computed it: read (as data) from the shared workspace."""
     data_step = step.kwargs["dataset_dict"]
     if data_step not in workspace.step_cache:

@@ -133,7 +133,7 @@ def prepare_worker(job: Any, rank: int) -> None:
 def join_process_group(job: Any, rank: int, local_rank: int) -> None:
     rendezvous = job.rendezvous
     if rendezvous.file:  # one node: a file only this user can open
-        store = open_file_store(rendezvous.file, rendezvous.join_timeout_s)
+        store: dist.Store = open_file_store(rendezvous.file, rendezvous.join_timeout_s)
     else:
         store = connect_store(
             rendezvous.host, rendezvous.port, job.world_size, rendezvous.join_timeout_s
