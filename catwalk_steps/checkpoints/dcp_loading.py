@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.distributed.checkpoint import (
@@ -126,9 +126,10 @@ def whole_state(directory: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a DCP checkpoint of a model's weights, whole, on the CPU, in this
     process alone."""
     metadata = check_entries(directory, tensors_only=True)
+    entries = cast(dict[str, TensorStorageMetadata], metadata.state_dict_metadata)  # tensors_only
     state: dict[str, torch.Tensor] = {
         name: torch.empty(entry.size, dtype=entry.properties.dtype)
-        for name, entry in metadata.state_dict_metadata.items()
+        for name, entry in entries.items()
     }
     load_as_data(state, directory, no_dist=True)
     return state

@@ -82,11 +82,12 @@ class MetadataCheckingReader(FileSystemReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         metadata = read_metadata(Path(self.path))
         # What FileSystemReader.read_metadata does after unpickling (torch 2.11, 2.13).
-        if getattr(metadata, "storage_meta", None) is None:
+        storage_meta = getattr(metadata, "storage_meta", None)
+        if storage_meta is None:
             from torch.distributed.checkpoint.metadata import StorageMeta
 
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+            storage_meta = metadata.storage_meta = StorageMeta()
+        storage_meta.load_id = self.load_id
         return metadata
 
 

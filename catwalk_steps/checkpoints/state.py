@@ -10,7 +10,7 @@ from __future__ import annotations
 import pickle
 import random
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -42,7 +42,8 @@ def rng_state(device: torch.device) -> dict[str, Any]:
     """Python's, NumPy's, torch's CPU generator and the worker's CUDA generator, as data."""
     import numpy as np
 
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    legacy = cast(tuple[str, Any, int, int, float], np.random.get_state())  # MT19937's tuple
+    name, keys, position, has_gauss, cached_gaussian = legacy
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": {

@@ -98,8 +98,9 @@ def check_evaluation_engine(engine: Any, precision: str, configured: Any | None)
 
 def check_length_fits(configured: Any | None, max_length: int | None) -> None:
     """A `max_length` longer than the model's positions would index past them."""
-    known = configured is not None and max_length is not None
-    positions = max_positions(configured.hf_config()) if known else None
+    if configured is None or max_length is None:
+        return
+    positions = max_positions(configured.hf_config())
     if positions is not None and max_length > positions:
         raise ConfigurationError(
             f"evaluate.max_length: {max_length} tokens, but the model has {positions} "
@@ -128,7 +129,7 @@ def check_suite_report_step(kwargs: Mapping[str, Any]) -> None:
         raise ConfigurationError(f"suite_report.tasks: no results for task '{missing[0]}'")
 
 
-def check_configs_name_runs(configs, runs: Mapping[str, Any], field: str, what: str) -> None:
+def check_configs_name_runs(configs: Any, runs: Mapping[str, Any], field: str, what: str) -> None:
     """A sweep's `configs` place only runs the report has (`what`: its name for their data)."""
     unknown = sorted(set(configs or {}) - set(runs))
     if unknown:

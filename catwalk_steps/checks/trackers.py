@@ -62,7 +62,7 @@ def tracker_callbacks(trackers: list[Lazy] | None) -> list[Lazy]:
     built = []
     for tracker in trackers or []:
         params = lazy_params(tracker)
-        alias = TRACKER_ALIASES.get(params.get("type"))
+        alias = TRACKER_ALIASES.get(params.get("type", ""))
         built.append(Lazy(TrainCallback, Params({**params, "type": alias})) if alias else tracker)
     return built
 
