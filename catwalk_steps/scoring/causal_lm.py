@@ -9,7 +9,7 @@ transformers prompts "Do you wish to run the custom code?" and waits for an answ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -18,10 +18,15 @@ from ..errors import first_line
 from ..model_files import check_model_directory, needs_remote_code
 from ..remote import files_only, is_hub_name
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
+
 NO_REMOTE_CODE = {"trust_remote_code": False}
 
 
-def causal_lm_config(pretrained: str | None, config: Mapping[str, Any] | None, tokenizer=None):
+def causal_lm_config(
+    pretrained: str | None, config: Mapping[str, Any] | None, tokenizer: Any = None
+) -> PretrainedConfig:
     """The Hugging Face config of the LM, read without any weights: `pretrained`'s
     (`config.json`, its directory checked whole), or built from the `config` dict. A config
     that leaves out the vocabulary size or special token ids takes them from `tokenizer`."""
@@ -54,7 +59,9 @@ def checked_source(pretrained: str, weights: bool = True, field: str = "model.pr
     return files_only(pretrained, field)
 
 
-def cannot_load(pretrained: str, error: BaseException, field: str = "model.pretrained"):
+def cannot_load(
+    pretrained: str, error: BaseException, field: str = "model.pretrained"
+) -> ConfigurationError:
     if "trust_remote_code" in str(error):
         return needs_remote_code(pretrained, field)
     return ConfigurationError(f"{field} '{pretrained}': cannot load it ({first_line(error)})")
@@ -64,9 +71,9 @@ def build_causal_lm(
     pretrained: str | None,
     config: Mapping[str, Any] | None,
     init_seed: int,
-    tokenizer=None,
+    tokenizer: Any = None,
     skeleton: bool = False,
-) -> torch.nn.Module:
+) -> PreTrainedModel:
     """Loads a causal LM by hub name / path, or builds one from a config dict with random init.
 
     The caller (:class:`~.rank_classifier.RankClassifier`) checks that exactly one is given.

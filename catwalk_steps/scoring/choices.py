@@ -8,7 +8,7 @@ rows runs every (context, choice) sequence in full, batched the same way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -22,7 +22,7 @@ from .sequences import ChoiceSequence, SequenceEncoder, pad_sequences
 
 
 @contextlib.contextmanager
-def evaluating(model: torch.nn.Module):
+def evaluating(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """Eval mode and no autograd for the block, restoring the previous mode after."""
     was_training = model.training
     model.eval()
@@ -63,7 +63,13 @@ def score_choices(
     return scores
 
 
-def packed_batch_scores(model, sequences: Sequence[ChoiceSequence], batch_size, device, progress):
+def packed_batch_scores(
+    model: RankClassifier,
+    sequences: Sequence[ChoiceSequence],
+    batch_size: int,
+    device: torch.device | str,
+    progress: bool,
+) -> Iterator[tuple[list[ChoiceSequence], torch.Tensor]]:
     """(sequences, their scores) per batch of packed rows, the longest rows first."""
     pad_id = model.tokenizer.pad_token_id
     batches = row_batches(sequences, batch_size)
@@ -78,7 +84,13 @@ def sequence_batches(sequences: Sequence[ChoiceSequence], batch_size: int) -> li
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def sequence_batch_scores(model, sequences: Sequence[ChoiceSequence], batch_size, device, progress):
+def sequence_batch_scores(
+    model: RankClassifier,
+    sequences: Sequence[ChoiceSequence],
+    batch_size: int,
+    device: torch.device | str,
+    progress: bool,
+) -> Iterator[tuple[list[ChoiceSequence], torch.Tensor]]:
     """(sequences, their scores) per batch of whole sequences, the longest first."""
     batches = sequence_batches(sequences, batch_size)
     for batch in Tqdm.tqdm(batches, desc="Scoring", disable=not progress):

@@ -32,7 +32,7 @@ def joinable(cache: Any) -> bool:
     """Whether the cache is per-layer key/value tensors that rows can be put into."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    layers = getattr(cache, "layers", None)
+    layers = getattr(cache, "layers", None) or []
     return (
         isinstance(cache, DynamicCache)
         and bool(layers)
@@ -50,7 +50,9 @@ def cache_of(tensors: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
     return DynamicCache(ddp_cache_data=tensors)
 
 
-def padded_to(tensors, mask: torch.Tensor, width: int):
+def padded_to(
+    tensors: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor, width: int
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
     """Keys, values and mask padded on the left (masked) to `width` positions."""
     extra = width - mask.size(1)
     if extra <= 0:

@@ -20,7 +20,9 @@ Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], tuple[torch.Ten
 MIN_SHARED_TOKENS = 8  # a shorter shared prefix is not worth a forward of its own
 
 
-def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, start: int = 0):
+def left_padded(
+    prompts: Sequence[Sequence[int]], pad_id: int, start: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Prompts padded on the left: ids, attention mask, positions (from `start`)."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -70,7 +72,7 @@ class Decoding:
         prompt): each row's last logits; the state is now these rows'."""
         count, shared = len(prompts), self.shared
         ids, mask, positions = left_padded([p[shared:] for p in prompts], self.pad_id, shared)
-        cache = None
+        cache: Any = None  # a transformers Cache
         if shared:
             cache = copy.deepcopy(self.prefix)
             cache.batch_repeat_interleave(count)

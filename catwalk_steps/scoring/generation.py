@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,6 +30,9 @@ from ..tasks import GenerationInstance
 from ..tasks.generative import prompt_room
 from .decoding import Decoding, Step, shared_prefix
 from .sequences import CHARS_PER_TOKEN
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class GenerationEncoder:
@@ -143,7 +146,9 @@ def greedy_generate(
         logits = decoding.advance(next_tokens)
 
 
-def chosen_tokens(rows: Rows, logits: torch.Tensor, eos_ids, encoder) -> list[int]:
+def chosen_tokens(
+    rows: Rows, logits: torch.Tensor, eos_ids: Collection[int], encoder: GenerationEncoder
+) -> list[int]:
     """Each row's most likely next token, given to the rows not done yet (:func:`finish_row`)."""
     tokens = logits.argmax(dim=-1).tolist()
     for row, token in enumerate(tokens):
@@ -152,7 +157,9 @@ def chosen_tokens(rows: Rows, logits: torch.Tensor, eos_ids, encoder) -> list[in
     return tokens
 
 
-def finish_row(rows: Rows, row: int, token: int, eos_ids, encoder: GenerationEncoder) -> None:
+def finish_row(
+    rows: Rows, row: int, token: int, eos_ids: Collection[int], encoder: GenerationEncoder
+) -> None:
     """Row `row`'s next token: kept, unless it ends the answer; the row is done at end-of-text,
     a stop sequence or its budget."""
     if token in eos_ids:
@@ -168,7 +175,7 @@ def finish_row(rows: Rows, row: int, token: int, eos_ids, encoder: GenerationEnc
 
 
 def decode_step(
-    lm: torch.nn.Module,
+    lm: PreTrainedModel,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
@@ -189,12 +196,13 @@ def decode_step(
 
 
 @functools.cache
-def forward_parameters_of(kind: type) -> frozenset[str]:
+def forward_parameters_of(kind: type[PreTrainedModel]) -> frozenset[str]:
     return frozenset(inspect.signature(kind.forward).parameters)
 
 
-def forward_parameters(lm: torch.nn.Module) -> frozenset[str]:
-    return forward_parameters_of(type(lm))
+def forward_parameters(lm: PreTrainedModel) -> frozenset[str]:
+    # A class is hashable; mypy checks Hashable against its instances' __hash__ (unbound).
+    return forward_parameters_of(type(lm))  # type: ignore[arg-type]
 
 
 def forward_step(forward: Callable[[dict[str, Any]], dict[str, Any]]) -> Step:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -99,7 +99,7 @@ class RankClassifier(Model, ChoiceScoring):
         self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed, self.adapter)
         check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
-        self.tokenizer = load_tokenizer(tokenizer or pretrained, field)
+        self.tokenizer = load_tokenizer(cast(str, tokenizer or pretrained), field)  # one is given
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
         self.objective = objective
         self.wrapping_root = "lm"  # modules_to_wrap: `transformer.h.0` is `lm.transformer.h.0`
@@ -168,7 +168,7 @@ class RankClassifier(Model, ChoiceScoring):
 
         return parameter_counts(self)[0]
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -55,7 +56,7 @@ class SequenceEncoder:
     Encodings are memoised: contexts and continuations repeat across choices and epochs.
     """
 
-    def __init__(self, tokenizer, max_length: int = MAX_LENGTH, field: str = "max_length"):
+    def __init__(self, tokenizer: Any, max_length: int = MAX_LENGTH, field: str = "max_length"):
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
             raise ConfigurationError(
                 f"{field}: must be a whole number >= 2 (context + answer tokens), "
@@ -172,7 +173,9 @@ class SequenceEncoder:
         texts = self.olmo_eval_texts if instance.encoding == "olmo_eval" else self.texts
         return [key for pair in instance.pairs() for key in texts(*pair)]
 
-    def encoded(self, instance: MultipleChoiceInstance, context: str, choice: str):
+    def encoded(
+        self, instance: MultipleChoiceInstance, context: str, choice: str
+    ) -> tuple[tuple[int, ...], int]:
         if instance.encoding == "olmo_eval":
             return self.olmo_eval_pair(context, choice, instance.conditioned)
         return self.pair(context, choice)
@@ -189,7 +192,7 @@ class SequenceEncoder:
         return out
 
 
-def pad_sequences(sequences: Sequence[ChoiceSequence], pad_id: int) -> dict[str, torch.Tensor]:
+def pad_sequences(sequences: Sequence[ChoiceSequence], pad_id: int) -> dict[str, Any]:
     """Right-padded token ids with attention and continuation masks (CPU tensors)."""
     length = max(len(s.token_ids) for s in sequences)
     input_ids = torch.tensor(

@@ -25,10 +25,14 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .packing import packed_attention
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +40,7 @@ MASKED_ATTENTION = ("sdpa", "eager")
 ALIBI_MODEL_TYPES = ("bloom", "mpt")
 
 
-def packing_support(lm: torch.nn.Module) -> str | None:
+def packing_support(lm: PreTrainedModel) -> str | None:
     """Why `lm` cannot score packed rows, or None when it can."""
     config = getattr(lm, "config", None)
     if config is None or getattr(config, "is_encoder_decoder", False):
@@ -56,7 +60,7 @@ def packing_support(lm: torch.nn.Module) -> str | None:
     return None
 
 
-def log_fallback(lm: torch.nn.Module, reason: str) -> None:
+def log_fallback(lm: PreTrainedModel, reason: str) -> None:
     logger.info(
         "shared-context scoring: %s cannot take packed rows (%s); scoring one sequence per choice",
         type(lm).__name__,
@@ -82,7 +86,7 @@ def head_inputs_at(head: torch.nn.Module, rows: torch.Tensor, cols: torch.Tensor
         handle.remove()
 
 
-def sliding_window(config) -> int | None:
+def sliding_window(config: Any) -> int | None:
     """The attention window of every layer (Mistral's), or None for full attention."""
     window = getattr(config, "sliding_window", None)
     if window is None or getattr(config, "use_sliding_window", True) is False:
@@ -91,7 +95,7 @@ def sliding_window(config) -> int | None:
 
 
 def attention_mask_for(
-    lm: torch.nn.Module, segments: torch.Tensor, positions: torch.Tensor
+    lm: PreTrainedModel, segments: torch.Tensor, positions: torch.Tensor
 ) -> torch.Tensor:
     """The packed rows' 4D mask in the form the model's attention takes: boolean for SDPA,
     additive (0 or the float32 minimum) for eager attention; a sliding window (Mistral's) is
@@ -103,7 +107,7 @@ def attention_mask_for(
     return torch.zeros(visible.shape, device=visible.device).masked_fill(~visible, blocked)
 
 
-def packed_log_probs(lm: torch.nn.Module, packed: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def packed_log_probs(lm: PreTrainedModel, packed: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """log p(target | its prefix) for every continuation token of the packed rows, float32.
 
     The head's logits exist only at the predicting positions (one per fed continuation token,
@@ -124,7 +128,7 @@ def packed_log_probs(lm: torch.nn.Module, packed: Mapping[str, torch.Tensor]) ->
 
 
 def packed_scores(
-    lm: torch.nn.Module, packed: Mapping[str, torch.Tensor], num_sequences: int
+    lm: PreTrainedModel, packed: Mapping[str, torch.Tensor], num_sequences: int
 ) -> torch.Tensor:
     """Each sequence's summed continuation log-probability (float32), [num_sequences]."""
     token_log_probs = packed_log_probs(lm, packed)

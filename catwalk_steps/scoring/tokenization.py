@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tango.common.exceptions import ConfigurationError
 
 from ..remote import files_only, is_hub_name
 from .causal_lm import cannot_load
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 BYTE_LEVEL_TOKENIZER = "catwalk::byte_level"
 OLMO_EVAL_TOKENIZERS = "olmo_eval::"
@@ -31,7 +34,7 @@ def byte_level_tokenizer():
     )
 
 
-def tokenizer_file(path: str):
+def tokenizer_file(path: str) -> PreTrainedTokenizerBase:
     """A tokenizer from a `tokenizers` JSON file (`tokenizer.json`), its end-of-text token
     (`<|endoftext|>`, else `</s>`) its end of sequence and padding."""
     from tokenizers import Tokenizer
@@ -59,7 +62,7 @@ def olmo_eval_tokenizer_path(name: str) -> str:
     return str(path)
 
 
-def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
+def load_tokenizer(name_or_path: str, field: str = "tokenizer") -> PreTrainedTokenizerBase:
     """A tokenizer by hub name or local path, a `tokenizer.json` file, one ai2-olmo-eval ships
     (`olmo_eval::gpt-neox-olmo-dolma-v1_5`, OLMo's), or the built-in `catwalk::byte_level` one.
 
@@ -75,7 +78,7 @@ def load_tokenizer(name_or_path: str, field: str = "tokenizer"):
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_tokenizer(name_or_path: str, field: str):
+def _cached_tokenizer(name_or_path: str, field: str) -> PreTrainedTokenizerBase:
     if name_or_path == BYTE_LEVEL_TOKENIZER:
         tokenizer = byte_level_tokenizer()
     elif name_or_path.startswith(OLMO_EVAL_TOKENIZERS):
