@@ -6,19 +6,21 @@ every weight, as before."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from ..adapters.lora import is_adapter_weight
 from ..checkpoints.layout import CheckpointError
 
+V = TypeVar("V")  # a state dict's values (tensors, or what DCP returns)
+
 
 def trains_adapter(model: torch.nn.Module) -> bool:
     return any(is_adapter_weight(name) for name, _ in model.named_parameters())
 
 
-def saved_part(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def saved_part(state: Mapping[str, V]) -> dict[str, V]:
     """The state dict a checkpoint keeps: the adapter's weights when there are any."""
     if any(is_adapter_weight(name) for name in state):
         return {name: value for name, value in state.items() if is_adapter_weight(name)}

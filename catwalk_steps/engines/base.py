@@ -10,7 +10,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tango.common import Lazy
@@ -135,7 +135,7 @@ class CatwalkEngine(TorchTrainingEngine):
         self.before_model(train_config)
         ensure_process_group(train_config, always=self.needs_process_group)
         # Tango's own: builds the model (`_construct_model`), the optimizer and the scheduler.
-        TrainingEngine.__init__(self, train_config, model, optimizer, lr_scheduler=lr_scheduler)  # type: ignore[arg-type]
+        TrainingEngine.__init__(self, train_config, model, optimizer, lr_scheduler=lr_scheduler)
         if self.precision.needs_grad_scaler:
             self.grad_scaler = self.make_grad_scaler()
 
@@ -216,7 +216,7 @@ class CatwalkEngine(TorchTrainingEngine):
             return self.model(**batch)
 
     def step(self) -> None:
-        super().step()  # type: ignore[misc]
+        super().step()
         self.steps_taken += 1
 
     # --- Checkpoint state, the same whatever the number of ranks --------------------------------
@@ -232,14 +232,15 @@ class CatwalkEngine(TorchTrainingEngine):
         adapter, the adapter's weights. Collective."""
         if distributed_position()[0] != 0:
             return None
-        return saved_part(self.get_model_state())  # type: ignore[attr-defined]
+        return saved_part(self.get_model_state())
 
     def full_optimizer_state(self) -> dict | None:
         """The whole optimizer state on rank 0 (None elsewhere). Collective."""
         return full_optimizer_state(self.optimizer)
 
     def load_full_model_state(self, state: dict[str, torch.Tensor]) -> None:
-        module = self.model.module if self.train_config.is_distributed else self.model
+        wrapped = self.model.module if self.train_config.is_distributed else self.model
+        module = cast(torch.nn.Module, wrapped)  # DDP's module, or the model itself
         load_into(module, state)
 
     def load_full_optimizer_state(self, state: dict) -> None:

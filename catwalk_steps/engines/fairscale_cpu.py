@@ -167,7 +167,7 @@ class _DistWithFlatReduceScatter:
 class _NormOnHost(torch.Tensor):
     """A gradient norm whose ``.cuda()`` leaves it where it is (on the CPU)."""
 
-    def cuda(self, *args: Any, **kwargs: Any) -> torch.Tensor:  # type: ignore[override]
+    def cuda(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.as_subclass(torch.Tensor)
 
 
@@ -263,7 +263,7 @@ def _patch_record_stream() -> None:
             return
         original(self, stream)
 
-    torch.Tensor.record_stream = record_stream
+    torch.Tensor.record_stream = record_stream  # type: ignore[method-assign,assignment]  # a patch
 
 
 def _patch_fsdp_gather_optim_state() -> None:

@@ -99,7 +99,7 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
         if isinstance(fsdp_config, FSDPConfig):
             mixed = fsdp_config.mixed_precision
         else:
-            mixed = dict(fsdp_config).get("mixed_precision")
+            mixed = bool(dict(fsdp_config).get("mixed_precision"))
         if mixed:
             raise ConfigurationError(
                 f"{key}.fsdp_config.mixed_precision: set 'precision' (fp16 or bf16) on the "
@@ -153,8 +153,9 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
 
     def full_optimizer_state(self) -> dict | None:
         patch_frozen_units()
+        fsdp: Any = self.model  # FairScale's FullyShardedDataParallel (untyped)
         with gather_buffers_at_world_size_one(self.model):
-            state = self.model.gather_full_optim_state_dict(self.optimizer)  # collective
+            state = fsdp.gather_full_optim_state_dict(self.optimizer)  # collective
         restore_step_tensors(self.optimizer)
         return state
 
@@ -164,7 +165,8 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
 
     def load_full_optimizer_state(self, state: dict) -> None:
         initialize_fsdp_units(self.model)
-        self.optimizer.load_state_dict(self.model.get_shard_from_optim_state_dict(state))
+        fsdp: Any = self.model  # FairScale's FullyShardedDataParallel (untyped)
+        self.optimizer.load_state_dict(fsdp.get_shard_from_optim_state_dict(state))
 
 
 def arranged_units(
@@ -278,4 +280,5 @@ def with_wrapped_modules(
     return model
 
 
-Model.register("catwalk::with_wrapped_modules")(with_wrapped_modules)
+# Tango registers a function as a constructor too; its annotation says a class.
+Model.register("catwalk::with_wrapped_modules")(with_wrapped_modules)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ is: the engines call it and never import FairScale for it.
 
 import difflib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -42,7 +42,13 @@ def optimizer_class(name: str, field: str) -> type[torch.optim.Optimizer]:
     return cls
 
 
-def _sharded(kind: str, name: str, params: Iterable, kwargs: dict, wrap) -> torch.optim.Optimizer:
+# `wrap(params, inner optimizer class, its kwargs)`: a sharded optimizer around the inner one.
+Wrap = Callable[[Iterable, type, dict], torch.optim.Optimizer]
+
+
+def _sharded(
+    kind: str, name: str, params: Iterable, kwargs: dict, wrap: Wrap
+) -> torch.optim.Optimizer:
     """`wrap(params, inner class, kwargs)` in a process group of several ranks; alone, the
     inner optimizer itself (the same updates), with one warning line."""
     inner = optimizer_class(name, "optimizer.optimizer")
@@ -68,7 +74,7 @@ def _oss(params: Iterable, inner: type, kwargs: dict) -> torch.optim.Optimizer:
     return OSS(params, optim=inner, **kwargs)
 
 
-def _factory(kind: str, wrap, description: str):
+def _factory(kind: str, wrap: Wrap, description: str) -> Callable[..., torch.optim.Optimizer]:
     """The jsonnet constructor of one sharded optimizer: `optimizer` names the inner one, the
     other keys go to it."""
 
@@ -85,8 +91,9 @@ zero_redundancy_optimizer = _factory("catwalk::zero", _zero, "torch's `ZeroRedun
 oss_optimizer = _factory("catwalk::oss", _oss, "FairScale's `OSS`")
 
 
-Optimizer.register("catwalk::zero")(zero_redundancy_optimizer)
-Optimizer.register("catwalk::oss")(oss_optimizer)
+# Tango registers a function as a constructor too; its annotation says a class.
+Optimizer.register("catwalk::zero")(zero_redundancy_optimizer)  # type: ignore[arg-type]
+Optimizer.register("catwalk::oss")(oss_optimizer)  # type: ignore[arg-type]
 
 
 def full_optimizer_state(optimizer: torch.optim.Optimizer, to_rank: int = 0) -> dict | None:

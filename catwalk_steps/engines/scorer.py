@@ -43,5 +43,7 @@ def inner_model(model: Any) -> Any:
 
 def engine_scorer(engine: TrainingEngine, distributed: bool) -> Scorer:
     """The engine as kinds use it; collective decisions when `distributed`."""
-    ranks = AllRanks(engine.device) if distributed else Ranks()
+    # The device the engine set itself (`engine.device`, which Tango's TrainingEngine lacks).
+    device = engine.train_config.worker_local_default_device
+    ranks = AllRanks(device) if distributed else Ranks()
     return Scorer(engine.forward_eval, inner_model(engine.model), ranks)

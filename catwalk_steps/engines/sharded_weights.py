@@ -90,8 +90,8 @@ def read_own_rows(sharded: torch.nn.Module, model: Lazy, device: torch.device) -
             local = target.to_local() if isinstance(target, DTensor) else target
             if not local.numel():
                 continue
-            saved_name = names[name]
-            source = saved[saved_name] if saved_name is not None else None
+            saved_name = names[name] or ""  # "": none, an adapter's weight
+            source = saved[saved_name] if saved_name else None
             length = source.rows(saved_name) if source is not None else target.shape[0]
             start, stop = own_rows(length, rank, world_size) if local is not target else (0, length)
             if source is None:  # an adapter's weight: drawn as every rank draws it
@@ -156,7 +156,7 @@ def parameters_on_meta() -> Iterator[None]:
             meta = torch.nn.Parameter(parameter.to("meta"), requires_grad=parameter.requires_grad)
             module._parameters[name] = meta
 
-    torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
+    torch.nn.Module.register_parameter = register  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:

@@ -84,11 +84,11 @@ class Throughput:
         tokens = -1.0 if self.tokens is None else float(self.tokens)
         figures = [seconds, tokens, peak_memory_mib(self.device)]
         mine = torch.tensor(figures, dtype=torch.float64, device=self.device)
-        ranks = [mine]
+        gathered = [mine]
         if self.distributed:
-            ranks = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-            dist.all_gather(ranks, mine)
-        ranks = [r.tolist() for r in ranks]
+            gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+            dist.all_gather(gathered, mine)
+        ranks = [r.tolist() for r in gathered]
         steps = max(self.steps, 1)
         self.reset()
         # Ranks wait for each other at every step, so they end a window together; one that began

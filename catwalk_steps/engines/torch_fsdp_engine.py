@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -47,6 +47,9 @@ from .adapter_state import saved_part, trains_adapter
 from .base import CatwalkEngine
 from .mixed_precision import fsdp2_policy
 from .sharded_weights import read_own_rows
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 # FairScale `fsdp_config` keys: what each means under FSDP2.
 FSDP_CONFIG_KEYS = {"reshard_after_forward", "move_params_to_cpu", "move_grads_to_cpu"}
@@ -160,7 +163,7 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         try:
             return super().forward_eval(batch)
         finally:
-            self.model.reshard()
+            cast("FSDPModule", self.model).reshard()  # fully_shard made it one
 
     # --- Checkpoints: sharded DCP directories -----------------------------------------------
 
@@ -266,7 +269,7 @@ def materialise(sharded: Model, model: Model | Lazy[Model], device: torch.device
             dist.broadcast(whole_tensor, src=0)
             target.copy_(whole_tensor)
         if rank == 0:
-            _release(whole, name)  # the module's reference too: freed once sent
+            _release(cast(Model, whole), name)  # rank 0 built it; the module's reference too
             del full[name]
     del whole
     # Tensors, not objects: a collective carries data only (never a pickle).

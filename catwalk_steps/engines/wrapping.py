@@ -135,7 +135,7 @@ def trainable_units(model: torch.nn.Module) -> list[str]:
     frozen = any(not p.requires_grad for p in model.parameters())
     if not frozen:
         return []
-    names = []
+    names: list[str] = []
     for name, module in model.named_modules():
         own = list(module.parameters(recurse=False))
         trains = name and own and all(p.requires_grad for p in module.parameters())
@@ -185,5 +185,5 @@ def checkpoint_activations(module: torch.nn.Module) -> torch.nn.Module:
         return checkpoint(original_forward, *args, use_reentrant=False, **kwargs)
 
     module.forward = forward
-    module._catwalk_checkpointed = True
+    vars(module)["_catwalk_checkpointed"] = True  # as setattr does for a non-tensor
     return module

@@ -22,4 +22,5 @@ from ..engines.fairscale_engine import with_wrapped_modules
 from ..workspace.shared import SharedLocalWorkspace
 
 Workspace.register("local", exist_ok=True)(SharedLocalWorkspace)
-Model.register("fairscale::with_wrapped_modules", exist_ok=True)(with_wrapped_modules)
+# Tango registers a function as a constructor too; its annotation says a class.
+Model.register("fairscale::with_wrapped_modules", exist_ok=True)(with_wrapped_modules)  # type: ignore[arg-type]
