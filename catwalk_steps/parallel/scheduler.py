@@ -24,7 +24,7 @@ import select
 import subprocess
 import sys
 from tempfile import NamedTemporaryFile
-from typing import Any
+from typing import Any, cast
 
 from tango import Step
 from tango.executor import ExecutionMetadata, ExecutorOutput
@@ -215,7 +215,7 @@ class ParallelRun:
                 self.lost(slot)
 
     def finished(self, slot: Slot, ok: bool, model: Any) -> None:
-        step = self.graph[slot.step]
+        step = self.graph[cast(str, slot.step)]  # the step it ran
         slot.step, slot.model = None, model if isinstance(model, str) else None
         if ok:
             self.successful[step.name] = self.metadata(step)

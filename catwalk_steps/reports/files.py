@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -103,7 +104,7 @@ def print_report(report: Report, location: str | None = None) -> None:
         table.add_row(*cells)
     console.print(table)
     # Lines that must stay whole (a path cut in the middle of a step's hash is no path).
-    whole = {"soft_wrap": True, "crop": False}
+    whole: dict[str, Any] = {"soft_wrap": True, "crop": False}
     if turn:
         console.print(
             f"(turned, one row per column of report.csv, one column per run: a row per run "

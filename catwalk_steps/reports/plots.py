@@ -149,7 +149,9 @@ def _title(axes: Any, title: str) -> None:
         text.set_text(textwrap.fill(title, width))
 
 
-def _figure(size: tuple[float, float] = (8, 5), panels: tuple[int, int] | None = None):
+def _figure(
+    size: tuple[float, float] = (8, 5), panels: tuple[int, int] | None = None
+) -> tuple[Any, Any]:
     """A figure and its axes: one, or a grid (a 2-D array) of `panels` (rows, columns)."""
     import matplotlib
 

@@ -15,7 +15,7 @@ import os
 import platform
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -120,7 +120,8 @@ def describe_host(machine: Mapping[str, Any]) -> str:
 def describe_git(git: Mapping[str, Any]) -> str:
     if not git.get("commit"):
         return "not in a git repository"
-    dirty = {True: " (dirty: uncommitted changes)", False: " (clean)"}.get(git.get("dirty"), "")
+    labels: dict[object, str] = {True: " (dirty: uncommitted changes)", False: " (clean)"}
+    dirty = labels.get(git.get("dirty"), "")
     return f"{git['commit']}{dirty}"
 
 
@@ -201,7 +202,7 @@ def runs_table(cards: Mapping[str, Mapping[str, Any]], here: Mapping[str, Any]) 
 def run_cards_markdown(
     cards: Mapping[str, Mapping[str, Any]],
     here: Mapping[str, Any],
-    step_times: list[Mapping[str, Any]],
+    step_times: Sequence[Mapping[str, Any]],
 ) -> str:
     """The run card section of `report.md`: where and how each run was made."""
     text = "## Run card\n\n"

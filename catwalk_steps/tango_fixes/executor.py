@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from tango import Step
 from tango.executor import Executor
@@ -70,7 +70,8 @@ def execution_order(steps: Iterable[Step]) -> list[Step]:
     by_model: dict[str, list[Step]] = {}
     for step in steps:
         if evaluates(step):
-            by_model.setdefault(step.model_key(), []).append(step)
+            key = cast(Any, step).model_key()  # evaluates(step): it has one
+            by_model.setdefault(key, []).append(step)
     last = [s for s in steps if not evaluates(s) and s in reads_evaluations]
     return first + [step for group in by_model.values() for step in group] + last
 

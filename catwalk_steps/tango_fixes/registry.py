@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
+from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 from tango.common.registrable import Registrable
@@ -48,7 +50,7 @@ def unknown_key_message(message: str) -> str | None:
         return None
     class_name, key = match.groups()
     for name in Step.list_available():
-        step_class = Step.resolve_class_name(name)[0]
+        step_class: type[Step] = Step.resolve_class_name(name)[0]
         if step_class.__name__ != class_name:
             continue
         parameters = inspect.signature(step_class.run).parameters
@@ -60,8 +62,8 @@ def unknown_key_message(message: str) -> str | None:
 
 
 def unknown_types_say_so() -> None:
-    def wrap(original):
-        def search_modules(cls, name: str):
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def search_modules(cls: Any, name: str) -> Any:
             ordinary = not isinstance(name, str) or name == "ref" or "::" not in name
             if ordinary or name == cls.default_implementation or name in cls.list_available():
                 return original(cls, name)
