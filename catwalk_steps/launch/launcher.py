@@ -39,7 +39,7 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -219,7 +219,7 @@ def worker_context(job: Any) -> Any:
     return multiprocessing.get_context(START_METHOD)
 
 
-def start_worker_server(include_package: Sequence[str] = ()) -> None:
+def start_worker_server(include_package: Iterable[str] = ()) -> None:
     """Starts the server that workers fork from, unless it runs, and returns at once: it imports
     what they need (:data:`PRELOAD`, the `--include-package` modules) while this process goes
     on, e.g. Tango building the step graph. A server already running keeps what it has; workers

@@ -107,8 +107,8 @@ def sequence_batch_scores(
         )
 
 
-def model_max_length(model: RankClassifier, default: int = 2048) -> int:
-    """The model's input length (:func:`max_length_of` its config and tokenizer)."""
+def model_max_length(model: Any, default: int = 2048) -> int:
+    """A rank classifier's input length (:func:`max_length_of` its config and tokenizer)."""
     return max_length_of(getattr(model.lm, "config", None), model.tokenizer, default)
 
 

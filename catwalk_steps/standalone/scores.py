@@ -93,7 +93,9 @@ def evaluation_job(
     return job
 
 
-def with_precision(engine: Lazy[TrainingEngine] | None, precision: str):
+def with_precision(
+    engine: Lazy[TrainingEngine] | None, precision: str
+) -> Lazy[TrainingEngine] | None:
     """The engine block with the step's precision (one precision setting for the step)."""
     if engine is None:
         return None

@@ -174,7 +174,8 @@ class BuiltModel:
         return getattr(getattr(self.model, "lm", None), "config", None)
 
     def tokenizer_name(self) -> str:
-        return self.model.tokenizer.name_or_path
+        classifier: Any = self.model  # a rank classifier (scored with its tokenizer)
+        return classifier.tokenizer.name_or_path
 
 
 ModelSource = ConfiguredModel | SavedModel | BuiltModel

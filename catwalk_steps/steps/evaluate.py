@@ -225,7 +225,7 @@ def evaluation_data(
             f"evaluate.split: '{chosen}' is not in the dataset "
             f"(splits: {', '.join(dataset_dict.keys())})"
         )
-    return dataset_dict[chosen], {}
+    return list(dataset_dict[chosen]), {}  # a split's own sequence, as a list
 
 
 def loaded_splits(data: Any) -> list[str] | None:

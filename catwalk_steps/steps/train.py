@@ -105,7 +105,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         check_train_step(TrainSettings(**kwargs))  # typed, with the keys' one set of defaults
         return split_trackers(kwargs)
 
-    def run(self, **keys: Any) -> RankClassifier:  # type: ignore[override]
+    def run(self, **keys: Any) -> RankClassifier:
         settings = TrainSettings(**keys)  # the keys: `run.__signature__` below
         if settings.processes > 1:
             # Only for a step that trains (not when its result is cached); its imports run
