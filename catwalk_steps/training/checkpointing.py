@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -175,7 +175,7 @@ class Checkpointer:
                 continue
             self.check_base(directory)
             self.engine.apply_state(payload)
-            state = self.restore(trainer)
+            state = self.restore(cast(dict[str, Any], trainer))  # read: no problem here
             if self.main:
                 announce(logger, "Resumed from %s at step %d", directory, state.step)
             if directory.parent != checkpoints_root(self.job.work_dir):

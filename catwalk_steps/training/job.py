@@ -48,18 +48,24 @@ class Schedule:
         """The schedule a step's config gives (its other keys are not the schedule's)."""
         return cls(**{f.name: config[f.name] for f in fields(cls) if f.name in config})
 
+    @property
+    def final_step(self) -> int:
+        """The last step (0-based); `train_steps` is known once the job is planned."""
+        assert self.train_steps is not None, "train_steps: resolved by build_job"
+        return self.train_steps - 1
+
     def logs(self, step: int) -> bool:
         """Step `step` (0-based) is logged: the first, every `log_every`-th, the last."""
-        return step == 0 or (step + 1) % self.log_every == 0 or step == self.train_steps - 1
+        return step == 0 or (step + 1) % self.log_every == 0 or step == self.final_step
 
     def validates(self, step: int) -> bool:
         if self.validation_split is None:
             return False
         every = self.validate_every is not None and (step + 1) % self.validate_every == 0
-        return every or step == self.train_steps - 1
+        return every or step == self.final_step
 
     def checkpoints(self, step: int) -> bool:
-        return (step + 1) % self.checkpoint_every == 0 or step == self.train_steps - 1
+        return (step + 1) % self.checkpoint_every == 0 or step == self.final_step
 
     def better(self, value: float, than: float | None) -> bool:
         """`value` is at least as good as `than` (ties go to the later one, as in Tango)."""

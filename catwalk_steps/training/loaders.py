@@ -4,7 +4,8 @@ resumed run back at its place in the data without collating what it skips."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -25,7 +26,7 @@ class PaddedDataset(Dataset):
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int):
+    def __getitem__(self, index: int) -> Any:
         if index < len(self.dataset):
             return self.dataset[index]
         return Padding(self.dataset[index % len(self.dataset)])
@@ -65,8 +66,8 @@ class ShardedDataLoader(DataLoader):
         shuffle: bool = False,
         seed: int | None = None,
         collate_fn: DataCollator | None = None,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> None:
         if collate_fn is None:
             raise ConfigurationError(
                 "train_dataloader.collate_fn: catwalk::sharded needs one "
@@ -88,7 +89,11 @@ class ShardedDataLoader(DataLoader):
         # after a resume mid-epoch (see `epoch_batches`).
         kwargs.setdefault("generator", torch.Generator().manual_seed(seed or 0))
         super().__init__(
-            padded, batch_size=batch_size, collate_fn=collate_fn, sampler=sampler, **kwargs
+            padded,
+            batch_size=batch_size,
+            collate_fn=collate_fn,
+            sampler=sampler,  # type: ignore[arg-type]  # Tango's annotation: its Registrable only
+            **kwargs,
         )
 
     def use_default_seed(self, seed: int) -> None:
@@ -97,7 +102,7 @@ class ShardedDataLoader(DataLoader):
             assert isinstance(self.sampler, EpochSampler)
             self.sampler.seed = seed
 
-    def epoch_batches(self, epoch: int, skip: int = 0):
+    def epoch_batches(self, epoch: int, skip: int = 0) -> Iterator[Any]:
         """The batches of `epoch` from the `skip`-th on, without collating the skipped ones: how
         a resumed run gets back to its place in the data."""
         sampler = self.sampler

@@ -44,7 +44,9 @@ class TensorBoardTracker(Tracker):
         written (at most once a step).
     """
 
-    def __init__(self, *args, log_dir: str | None = None, flush_secs: int = 30, **kwargs):
+    def __init__(
+        self, *args: Any, log_dir: str | None = None, flush_secs: int = 30, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.log_dir = Path(log_dir) if log_dir else Path(self.work_dir) / TENSORBOARD_DIR
         self.flush_secs = flush_secs

@@ -104,7 +104,8 @@ def offline_steps_on_disk(wandb_dir: Path, run_id: str) -> int:
         try:
             store.open_for_scan(str(path))
             while (data := store.scan_data()) is not None:
-                record = wandb_internal_pb2.Record()
+                # Generated protobuf: wandb's stub does not declare its messages.
+                record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
                 record.ParseFromString(data)
                 if record.WhichOneof("record_type") == "history":
                     last = max(last, record.history.step.num)
@@ -128,7 +129,7 @@ class WandbTracker(Tracker):
 
     def __init__(
         self,
-        *args,
+        *args: Any,
         project: str | None = None,
         entity: str | None = None,
         group: str | None = None,
@@ -138,11 +139,11 @@ class WandbTracker(Tracker):
         mode: str | None = None,
         watch_model: bool = False,
         wandb_config: dict[str, Any] | None = None,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         workspace_project = getattr(self.workspace, "project", None)  # Tango's `wandb` workspace
-        self.init_kwargs = {
+        self.init_kwargs: dict[str, Any] = {
             "project": project or workspace_project,
             "entity": entity or getattr(self.workspace, "entity", None),
             "group": group or self.step_id,
@@ -168,7 +169,7 @@ class WandbTracker(Tracker):
         self.run = wandb.init(
             id=run_id,
             dir=str(work_dir),
-            mode=self.mode,
+            mode=self.mode,  # type: ignore[arg-type]  # wandb's annotation leaves out 'dryrun'
             config=self.config(),
             resume=None if offline else "allow",
             settings=wandb.Settings(init_timeout=INIT_TIMEOUT_S),
