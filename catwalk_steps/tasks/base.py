@@ -174,7 +174,7 @@ class Task(Registrable):
         given = params_.as_dict(quiet=True) if isinstance(params_, Params) else {}
         name = given.get("name") or given.get("label")
         try:
-            return super().from_params(params_, *args, **kwargs)  # type: ignore[misc]
+            return super().from_params(params_, *args, **kwargs)
         except UnknownTaskKey as e:
             if cls is not Task:  # the inner call (one class's keys); the outer one names it
                 raise
@@ -222,9 +222,11 @@ class Task(Registrable):
         """Where a split comes from, for error messages."""
         return f"{type(self).__name__} split '{split}'"
 
-    # Whether the model's tokenizer renders its prompts (a chat template: :mod:`.chat`); the
-    # step that scores or loads the task then gives it (`render_with`).
-    renders_chat: ClassVar[bool] = False
+    @property
+    def renders_chat(self) -> bool:
+        """Whether the model's tokenizer renders its prompts (a chat template: :mod:`.chat`);
+        the step that scores or loads the task then gives it (`render_with`)."""
+        return False
 
     def render_with(self, tokenizer: Any, tokenizer_name: str) -> None:
         """The tokenizer whose chat template renders the prompts."""

@@ -216,13 +216,17 @@ class TextTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(text.encode("utf-8"))
 
-    def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True):
+    def encode_batch(
+        self, texts: Sequence[str], add_special_tokens: bool = True
+    ) -> list[list[int]]:
         return [self.encode(text) for text in texts]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return bytes(ids).decode("utf-8")
 
-    def decode_batch(self, batch: Sequence[Sequence[int]], skip_special_tokens: bool = True):
+    def decode_batch(
+        self, batch: Sequence[Sequence[int]], skip_special_tokens: bool = True
+    ) -> list[str]:
         return [self.decode(ids) for ids in batch]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ MAX_LINE_BYTES = 1 << 20  # a PIQA row is well under 1 KiB; 1 MiB is not a quest
 TOO_LONG = object()  # a row skipped for its length (its label is skipped with it)
 
 
-def text_lines(path: Path):
+def text_lines(path: Path) -> Iterator[tuple[int, str | None]]:
     """(line number, text) of the non-blank lines; bytes that are not UTF-8 name the line, and
     a line longer than :data:`MAX_LINE_BYTES` is not decoded (None)."""
     with path.open("rb") as f:

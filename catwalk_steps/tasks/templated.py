@@ -11,7 +11,7 @@ Instances are built from rows by the task's templates (:mod:`.templates`) and fe
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from tango.common.exceptions import ConfigurationError
 
@@ -239,9 +239,8 @@ class InstanceBuilder:
         rows = self.source.rows(split, self.task.max_instances)
         if not rows:
             raise TaskDataError(f"{self.source.describe(split)}: split '{split}' is empty")
-        sampler, pool = self.sampler(split), []
-        if sampler is not None:
-            pool = sampler.pool
+        sampler = self.sampler(split)
+        pool: Sequence[Mapping[str, Any]] = sampler.pool if sampler is not None else []
         examples: dict[int, Example] = {}
         instances = []
         task, delimiter = self.task, self.spec.fewshot_delimiter
@@ -321,7 +320,7 @@ class InstanceBuilder:
         return MultipleChoiceInstance(
             context=contexts(doc, prompt),
             choices=choices,
-            label=doc.answer_index(),  # type: ignore[arg-type]  (checked in render)
+            label=cast(int, doc.answer_index()),  # checked in render (check_answer)
             choice_chars=tuple(len(choice) for choice in doc.choices),
             subtask=self.subtask,
         )
@@ -331,7 +330,7 @@ def check_answer(doc: Rendered, where: str) -> None:
     """The label names one of the choices (lm-evaluation-harness would score it wrong)."""
     count = len(doc.choices)
     if doc.contexts_per_choice:
-        index, what = doc.text, "doc_to_text (the right context)"
+        index, what = cast(int, doc.text), "doc_to_text (the right context)"  # contexts: an int
         if not isinstance(doc.target, str):
             raise TaskDataError(
                 f"{where}: doc_to_target must be the continuation text, got {doc.target!r}"
