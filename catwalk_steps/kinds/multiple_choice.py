@@ -166,7 +166,7 @@ class MultipleChoice(TaskKind):
     def batch_answers(self, scorer, batch, items):
         return score_rows(scorer, batch, items)
 
-    def result(self, instances, answers, context: ResultContext) -> dict[str, Any]:
+    def result(self, instances: list, answers: list, context: ResultContext) -> dict[str, Any]:
         groups = getattr(getattr(context.task, "spec", None), "subtask_groups", None)
         metrics = task_metrics(instances, answers, groups)
         wanted = [name for name in context.extra_metrics or () if name in EXTRA_METRICS]

@@ -16,7 +16,7 @@ target, few-shot delimiter), then the question.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -197,11 +197,11 @@ class GenerationBuilder(InstanceBuilder):
     Texts and targets are read as lm-evaluation-harness reads them without choices: a field's
     value as it is, a template's text (digits stay text) or, when it renders a list, the list."""
 
-    def __init__(self, task: TemplatedTask, source, subtask: str | None):
+    def __init__(self, task: TemplatedTask, source: Any, subtask: str | None) -> None:
         super().__init__(task, source, subtask)
         self.templates = {**self.templates, **prompt_templates(task.spec)}
 
-    def render(self, row, where: str) -> Rendered:
+    def render(self, row: Mapping[str, Any], where: str) -> Rendered:
         values = {}
         for key in ("doc_to_text", "doc_to_target"):
             try:
@@ -341,7 +341,7 @@ class GenerativeTask(TemplatedTask):
     def builder(self) -> type[InstanceBuilder]:
         return GenerationBuilder
 
-    def multiple_targets(self, source) -> bool:
+    def multiple_targets(self, source: Any) -> bool:
         """lm-evaluation-harness's rule: a task's targets are lists if its first evaluated
         document's target is one."""
         if source not in self.first_listed:

@@ -61,7 +61,12 @@ class InLoopTasks:
                 loader, desc=f"Scoring {name}", leave=False, disable=not show_progress
             )
             results[name] = kind_metrics(
-                kind_of(instances), scorer, batches, instances, engine.device, self.distributed
+                kind_of(instances),
+                scorer,
+                batches,
+                instances,
+                engine.train_config.worker_local_default_device,  # the engine's `device`
+                self.distributed,
             )
         engine.model.train()
         return results

@@ -26,7 +26,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import replace
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -142,7 +142,8 @@ class Trainer:
             self.validation_steps = len(self.validation_loader)
         loader = job.validation_dataloader or job.train_dataloader
         self.tasks = InLoopTasks(job.evaluate_tasks, loader, self.world_size > 1)
-        validation = data[self.schedule.validation_split] if self.validation_loader else []
+        split = cast(str, self.schedule.validation_split)  # read only with a validation loader
+        validation = data[split] if self.validation_loader else []
         self.validation_kind = kind_of(list(validation[:1]))
 
     @property
@@ -169,7 +170,7 @@ class Trainer:
                 loss = self.train_step(micro_batches)
                 step = self.state.step - 1  # 0-based index of the step just taken
                 self.after_step(step, loss, progress)
-                if self.state.step >= self.schedule.train_steps:
+                if self.state.step > self.schedule.final_step:
                     break
             for callback in self.callbacks:
                 callback.post_epoch(self.state.step - 1, self.state.epoch)
@@ -186,7 +187,7 @@ class Trainer:
         """Micro-batches of each optimizer step, from the saved position on; epochs restart the
         grouping into `grad_accum` micro-batches, as in Tango. None once `train_steps` are
         taken (a run resumed at its last checkpoint trains nothing)."""
-        if self.state.step >= self.schedule.train_steps:
+        if self.state.step > self.schedule.final_step:
             return
         first_epoch = True
         while True:
@@ -268,7 +269,8 @@ class Trainer:
         # In-loop tasks, recorded (RunMetrics) before post_val_loop writes this step's history.
         self.tasks.run(step, self.engine, self.callbacks, show_progress=self.main)
         for callback in self.callbacks:
-            callback.post_val_loop(step, self.state.epoch, metric, self.state.best_val_metric)
+            best = cast(float, self.state.best_val_metric)  # set above: better(x, None) is True
+            callback.post_val_loop(step, self.state.epoch, metric, best)
         self.engine.model.train()  # again, in case a callback changed it
 
     def validation_batches(self) -> Any:
@@ -312,7 +314,7 @@ class Trainer:
                 yield batch
 
         scorer = engine_scorer(self.engine, self.world_size > 1)
-        validation = self.job.dataset_dict[self.schedule.validation_split]
+        validation = self.job.dataset_dict[cast(str, self.schedule.validation_split)]  # validates
         with self.validation_batches() as progress:
             metrics = kind_metrics(
                 self.validation_kind,
