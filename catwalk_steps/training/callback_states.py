@@ -17,7 +17,8 @@ logger = logging.getLogger(__name__)
 
 def callback_keys(callbacks: Sequence[Any]) -> list[str]:
     """One key per callback: its class, and its place among callbacks of the same class."""
-    keys, seen = [], {}
+    keys: list[str] = []
+    seen: dict[str, int] = {}
     for callback in callbacks:
         name = f"{type(callback).__module__}.{type(callback).__qualname__}"
         seen[name] = seen.get(name, 0) + 1
