@@ -30,7 +30,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# mypy over the package (settings: pyproject.toml, [tool.mypy]); about 25 s of CPU without a cache.
+# mypy over the package (settings: pyproject.toml, [tool.mypy]); about 30 s of CPU without a cache.
 typecheck: setup
 	$(BIN)/mypy
 
