@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..distributed.devices import usable_cores
-from ..engines.settings import EngineSettings
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..engines.wrapping import describe_blocks
 from ..kinds import kind_of
