@@ -240,8 +240,7 @@ class CatwalkEngine(TorchTrainingEngine):
 
     def load_full_model_state(self, state: dict[str, torch.Tensor]) -> None:
         wrapped = self.model.module if self.train_config.is_distributed else self.model
-        module = cast(torch.nn.Module, wrapped)  # DDP's module, or the model itself
-        load_into(module, state)
+        load_into(cast(torch.nn.Module, wrapped), state)  # DDP's module, or the model itself
 
     def load_full_optimizer_state(self, state: dict) -> None:
         self.optimizer.load_state_dict(state)
