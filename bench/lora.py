@@ -90,7 +90,7 @@ def worker(rank: int, world_size: int, size: str, name: str, args, out: Path) ->
     from tango.integrations.torch import TrainingEngine
 
     import catwalk_steps  # noqa: F401  (registers the engines)
-    from catwalk_steps.adapters.lora import parameter_counts
+    from catwalk_steps.adapters.base import parameter_counts
 
     engine_name, mode = VARIANTS[name]
     variant = ENGINES[engine_name]

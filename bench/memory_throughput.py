@@ -150,7 +150,7 @@ def worker(rank: int, world_size: int, variant: dict, args: argparse.Namespace, 
     from tango.integrations.torch import TrainingEngine
 
     import catwalk_steps  # noqa: F401  (registers the engines)
-    from catwalk_steps.adapters.lora import parameter_counts
+    from catwalk_steps.adapters.base import parameter_counts
 
     model = model_spec(variant, args)
     config, lazy_model, optimizer = engine_inputs(model, out, rank, world_size)

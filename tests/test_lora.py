@@ -16,8 +16,8 @@ import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.adapters.lora import initial_weights, is_adapter_weight, merged_state
-from catwalk_steps.adapters.spec import LoraSpec
+from catwalk_steps.adapters.lora import ADAPTER as LORA
+from catwalk_steps.adapters.registry import is_adapter_weight, parse_adapter
 from catwalk_steps.checkpoints.discovery import best_checkpoint, complete_checkpoints
 from catwalk_steps.checkpoints.manifest import read_manifest
 from catwalk_steps.checkpoints.weights import full_model_state
@@ -58,13 +58,13 @@ def classifier(config=TINY_GPT2, **adapter) -> RankClassifier:
         ({"type": "lora", "target_modules": []}, "model.adapter.target_modules: a non-empty"),
         ({"type": "lora", "target_modules": ["("]}, "model.adapter.target_modules: invalid"),
         ({"type": "lora", "alpah": 4}, "model.adapter.alpah: LoRA has no such key; did you mean"),
-        ({"type": "ia3"}, "model.adapter.type: one of ['lora'], got 'ia3'"),
+        ({"type": "loha"}, "model.adapter.type: one of ['lora'], got 'loha'"),
         ([8], "model.adapter: a block such as"),
     ],
 )
 def test_a_bad_adapter_block_is_one_line_naming_its_key(block, message):
     with pytest.raises(ConfigurationError, match=None) as raised:
-        LoraSpec.parse(block)
+        parse_adapter(block)
     assert str(raised.value).startswith(message), str(raised.value)
     assert "\n" not in str(raised.value)
 
@@ -124,7 +124,7 @@ def test_the_merged_model_is_the_adapter_model():
             if ".lora_B." in name:
                 parameter.normal_(std=0.5)
     merged = classifier().eval()
-    merged.lm.load_state_dict(merged_state(adapted.lm))
+    merged.lm.load_state_dict(LORA.merged_state(adapted.lm))
     ids = torch.randint(0, 250, (3, 16))
     with torch.no_grad():
         difference = (merged.lm(ids).logits - adapted.lm(ids).logits).abs().max()
@@ -133,11 +133,11 @@ def test_the_merged_model_is_the_adapter_model():
 
 def test_an_adapter_weight_is_drawn_alone_as_every_rank_draws_it():
     shapes = [("a.lora_A.default.weight", torch.Size([4, 8])), ("a.lora_B.default.weight", (8, 4))]
-    one, other = initial_weights(shapes, seed=3), initial_weights(shapes[:1], seed=3)
+    one, other = LORA.initial_weights(shapes, seed=3), LORA.initial_weights(shapes[:1], seed=3)
     assert torch.equal(one["a.lora_A.default.weight"], other["a.lora_A.default.weight"])
     assert not one["a.lora_B.default.weight"].any()
     assert not torch.equal(
-        one["a.lora_A.default.weight"], initial_weights(shapes, 4)["a.lora_A.default.weight"]
+        one["a.lora_A.default.weight"], LORA.initial_weights(shapes, 4)["a.lora_A.default.weight"]
     )
 
 

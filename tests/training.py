@@ -208,7 +208,8 @@ class BaseUnchanged(TrainCallback):
     def post_train_loop(self, step: int, epoch: int) -> None:
         import json
 
-        from catwalk_steps.adapters.lora import base_name, is_adapter_weight
+        from catwalk_steps.adapters.base import base_name
+        from catwalk_steps.adapters.registry import is_adapter_weight
         from catwalk_steps.checkpoints.base_identity import classifier_in
         from catwalk_steps.scoring.rank_classifier import RankClassifier
 

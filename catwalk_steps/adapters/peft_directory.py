@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .lora import ADAPTER_NAME
+from .base import ADAPTER_NAME
 
 ADAPTER_DIR = "adapter"  # in a trained model's directory, beside the merged weights
 WEIGHTS_FILE = "adapter_model.safetensors"

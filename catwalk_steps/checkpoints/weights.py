@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..adapters.lora import is_adapter_weight
+from ..adapters.registry import is_adapter_weight
 from ..files import write_json_atomic
 from ..scoring.rank_classifier import RankClassifier
 from .base_identity import classifier_in

@@ -10,8 +10,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..adapters.lora import is_adapter_weight
+from ..adapters.registry import adapter_of, is_adapter_weight
 from ..checkpoints.layout import CheckpointError
+from .wrapping import trainable_units
 
 V = TypeVar("V")  # a state dict's values (tensors, or what DCP returns)
 
@@ -48,3 +49,12 @@ def load_into(module: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> Non
         check_loaded(module.load_state_dict(state, strict=False), state)
     else:
         module.load_state_dict(state)
+
+
+def adapter_units(model: torch.nn.Module) -> list[str]:
+    """The modules an engine that flattens each unit's parameters into one (FairScale) wraps
+    as units of their own so that each is all trained or all frozen, deepest first: as the
+    adapter's type says, by default the smallest modules that train (none when all train)."""
+    adapter = adapter_of(model)
+    own = adapter.flattened_units(model) if adapter is not None else None
+    return trainable_units(model) if own is None else own

@@ -22,7 +22,7 @@ from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngi
 
 from ..distributed.groups import distributed_position
 from ..settings import Precision
-from .adapter_state import load_into, saved_part
+from .adapter_state import adapter_units, load_into, saved_part
 from .base import CatwalkEngine
 from .fairscale_cpu import use_worker_device
 from .fairscale_frozen import patch_frozen_units
@@ -31,7 +31,6 @@ from .wrapping import (
     check_uniform_units,
     checkpoint_activations,
     match_modules,
-    trainable_units,
     wrap_modules,
 )
 
@@ -176,7 +175,7 @@ def arranged_units(
     adapter, each adapter layer as a unit of its own inside its block's (FairScale flattens a
     unit's parameters into one, all trained or all frozen; every unit is checked). FairScale
     cannot recompute a block holding such units: with `recomputes`, refused in one line."""
-    adapters = [name for name in trainable_units(model) if name not in inner]
+    adapters = [name for name in adapter_units(model) if name not in inner]
     if adapters and recomputes:
         raise ConfigurationError(ADAPTER_RECOMPUTATION)
     units = [*adapters, *inner]

@@ -23,7 +23,8 @@ import torch.distributed as dist
 from tango.common import Lazy
 from tango.integrations.torch import Model
 
-from ..adapters.lora import base_name, initial_weights, is_adapter_weight
+from ..adapters.base import base_name
+from ..adapters.registry import adapter_of, is_adapter_weight
 from ..components import lazy_config, lazy_params
 from ..distributed.groups import distributed_position
 from ..model_files import INDEX, SINGLE, saved_tensors
@@ -51,8 +52,8 @@ def file_names(sharded: torch.nn.Module, saved: dict[str, Any]) -> dict[str, str
     """For each state-dict name of the sharded rank classifier, the saved name to read it from
     (its own without the `lm.` prefix, or that of a weight it is tied to; a base layer's under
     an adapter as the model has it without one), or None for an adapter's weight, which is not
-    in the files but drawn (:func:`~catwalk_steps.adapters.lora.initial_weights`); None when
-    some weight is not saved (then this path is not taken)."""
+    in the files but drawn (as its type draws it: :mod:`catwalk_steps.adapters.base`); None
+    when some weight is not saved (then this path is not taken)."""
     aliases: dict[int, list[str]] = {}
     for name, parameter in sharded.named_parameters(remove_duplicate=False):
         aliases.setdefault(id(parameter), []).append(name)
@@ -83,6 +84,7 @@ def read_own_rows(sharded: torch.nn.Module, model: Lazy, device: torch.device) -
     assert names is not None
     rank, world_size = distributed_position()
     seed = lazy_params(model).get("init_seed", 0)
+    adapter = adapter_of(sharded)
     with contextlib.ExitStack() as stack:
         files = {id(f): f for f in saved.values()}
         handles = {key: stack.enter_context(open(f.path, "rb")) for key, f in files.items()}
@@ -95,8 +97,9 @@ def read_own_rows(sharded: torch.nn.Module, model: Lazy, device: torch.device) -
             length = source.rows(saved_name) if source is not None else target.shape[0]
             start, stop = own_rows(length, rank, world_size) if local is not target else (0, length)
             if source is None:  # an adapter's weight: drawn as every rank draws it
+                assert adapter is not None
                 lm_name = name.removeprefix("lm.")
-                value = initial_weights([(lm_name, target.shape)], seed)[lm_name]
+                value = adapter.initial_weights([(lm_name, target.shape)], seed)[lm_name]
                 local.copy_(value[start:stop])
                 continue
             source.read_rows(handles[id(source)], saved_name, start, stop, into=local)

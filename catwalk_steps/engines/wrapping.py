@@ -129,9 +129,9 @@ def suggest_pattern(model: torch.nn.Module) -> str | None:
 
 def trainable_units(model: torch.nn.Module) -> list[str]:
     """The smallest modules whose parameters all train while others in the model stay frozen
-    (an adapter's own linear layers, `...lora_A.default`), deepest first; none when every
-    parameter trains. An engine that flattens each unit's parameters into one (FairScale), and
-    so needs one `requires_grad` per unit, wraps each of these as a unit of its own."""
+    (an adapter's own layers), deepest first; none when every parameter trains. An engine
+    that flattens each unit's parameters into one (FairScale), and so needs one
+    `requires_grad` per unit, wraps each of these as a unit of its own."""
     frozen = any(not p.requires_grad for p in model.parameters())
     if not frozen:
         return []

@@ -157,9 +157,10 @@ def describe_trained(trained: Mapping[str, Any] | None) -> str:
     adapter = trained.get("adapter")
     if adapter is None:
         return f"all {total}"
-    kind = "LoRA" if adapter.get("type") == "lora" else str(adapter.get("type"))
+    from ..adapters.registry import describe
+
     trainable = f"{trained['trainable_parameters']:,}"
-    return f"{kind} r={adapter['r']} alpha={adapter['alpha']:g}: {trainable} of {total}"
+    return f"{describe(adapter)}: {trainable} of {total}"
 
 
 def devices_text(card: Mapping[str, Any]) -> str:

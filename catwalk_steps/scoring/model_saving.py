@@ -27,8 +27,8 @@ def save_model_directory(model: Any, directory: Path, adapter_only: bool = False
     directory / "adapter")`); with `adapter_only`, the adapter directory alone, into
     `directory`. The model itself keeps its adapter."""
     if model.adapter is not None:
-        from ..adapters.lora import merged_state
         from ..adapters.peft_directory import ADAPTER_DIR, write_adapter_directory
+        from ..adapters.registry import type_of
 
         base = model.spec["pretrained"]
         write_adapter_directory(
@@ -37,7 +37,8 @@ def save_model_directory(model: Any, directory: Path, adapter_only: bool = False
         if adapter_only:
             with_umask_permissions(directory)
             return
-        model.lm.save_pretrained(directory, state_dict=merged_state(model.lm))
+        merged = type_of(model.adapter).merged_state(model.lm)
+        model.lm.save_pretrained(directory, state_dict=merged)
         with_umask_permissions(directory / ADAPTER_DIR)
     else:
         model.lm.save_pretrained(directory)

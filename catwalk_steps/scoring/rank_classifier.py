@@ -20,7 +20,8 @@ import torch
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
-from ..adapters.spec import LoraSpec, parse_adapter
+from ..adapters.base import AdapterSpec
+from ..adapters.registry import parse_adapter, type_of
 from ..settings import INIT_SEED, OBJECTIVE, OBJECTIVES
 from .causal_lm import build_causal_lm, checked_source
 from .choice_scoring import ChoiceScoring
@@ -69,9 +70,10 @@ class RankClassifier(Model, ChoiceScoring):
     :param objective: "lm" trains on the right choice's continuation tokens (mean token NLL, as
         catwalk trains rank classification); "rank" is cross-entropy over the choices' scores.
     :param init_seed: seed for the random init of a `config` model, and of the adapter's.
-    :param adapter: a LoRA adapter to train instead of the whole model, `{type: 'lora', r,
-        alpha, dropout, target_modules}` (:mod:`catwalk_steps.adapters`): only its weights
-        require gradients, the base's stay as they were loaded.
+    :param adapter: an adapter to train instead of the whole model, `{type: 'lora', r, alpha,
+        dropout, target_modules}` or another registered type's block
+        (:mod:`catwalk_steps.adapters`): only its weights require gradients, the base's stay as
+        they were loaded.
     :param skeleton: build the LM on the meta device, without weights (for sharded engines;
         not part of the model's identity).
 
@@ -89,7 +91,7 @@ class RankClassifier(Model, ChoiceScoring):
         tokenizer: str | None = None,
         objective: str = OBJECTIVE,
         init_seed: int = INIT_SEED,
-        adapter: dict[str, Any] | LoraSpec | None = None,
+        adapter: dict[str, Any] | AdapterSpec | None = None,
         skeleton: bool = False,
     ):
         super().__init__()
@@ -104,9 +106,7 @@ class RankClassifier(Model, ChoiceScoring):
         self.objective = objective
         self.wrapping_root = "lm"  # modules_to_wrap: `transformer.h.0` is `lm.transformer.h.0`
         if self.adapter is not None:
-            from ..adapters.lora import attach
-
-            attach(self, self.lm, self.adapter, init_seed)
+            type_of(self.adapter).attach(self, self.lm, self.adapter, init_seed)
         self.supports_logits_to_keep = (
             "logits_to_keep" in inspect.signature(self.lm.forward).parameters
         )
@@ -120,7 +120,7 @@ class RankClassifier(Model, ChoiceScoring):
         tokenizer: str | None = None,
         objective: str = OBJECTIVE,
         init_seed: int = INIT_SEED,
-        adapter: dict[str, Any] | LoraSpec | None = None,
+        adapter: dict[str, Any] | AdapterSpec | None = None,
     ) -> dict[str, Any]:
         """What identifies the model: its constructor arguments. `init_seed` seeds only a random
         init, so pretrained weights are the same model whatever it says (one evaluation of a
@@ -164,7 +164,7 @@ class RankClassifier(Model, ChoiceScoring):
     @property
     def trainable_parameters(self) -> int:
         """The parameters training updates: the adapter's, else the whole model's."""
-        from ..adapters.lora import parameter_counts
+        from ..adapters.base import parameter_counts
 
         return parameter_counts(self)[0]
 

@@ -46,7 +46,7 @@ def what_trains(model: Any) -> dict[str, Any] | None:
     """What training updates: the parameters, counted on the model's skeleton (no weights),
     and the adapter when one trains instead of the whole model. None when the model cannot be
     built here."""
-    from ..adapters.lora import parameter_counts
+    from ..adapters.base import parameter_counts
     from ..engines.skeleton import model_skeleton
 
     skeleton = model_skeleton(model)
