@@ -58,7 +58,7 @@ def classifier(config=TINY_GPT2, **adapter) -> RankClassifier:
         ({"type": "lora", "target_modules": []}, "model.adapter.target_modules: a non-empty"),
         ({"type": "lora", "target_modules": ["("]}, "model.adapter.target_modules: invalid"),
         ({"type": "lora", "alpah": 4}, "model.adapter.alpah: LoRA has no such key; did you mean"),
-        ({"type": "loha"}, "model.adapter.type: one of ['lora'], got 'loha'"),
+        ({"type": "loha"}, "model.adapter.type: one of ['ia3', 'lora'], got 'loha'"),
         ([8], "model.adapter: a block such as"),
     ],
 )

@@ -5,6 +5,7 @@
 - :mod:`.registry`: the types by name; the model block's `adapter` checked by its type;
 - :mod:`.targets`: the layers an adapter goes into, one rule for every type;
 - :mod:`.lora`: LoRA;
+- :mod:`.ia3`: IA3, vectors that rescale layers (far fewer weights than LoRA);
 - :mod:`.peft_directory`: a trained adapter, of any type, as the directory peft loads.
 
 Engines see an ordinary model whose adapters alone require gradients; how each engine holds

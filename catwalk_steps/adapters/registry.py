@@ -16,6 +16,7 @@ from .base import FIELD, AdapterSpec, AdapterType, check_keys
 # The registration: a type's name and the module whose `ADAPTER` answers for it.
 TYPES = {
     "lora": "catwalk_steps.adapters.lora",
+    "ia3": "catwalk_steps.adapters.ia3",
 }
 
 
