@@ -25,7 +25,7 @@ from ..settings import Precision
 from .adapter_state import adapter_units, load_into, saved_part
 from .base import CatwalkEngine
 from .fairscale_cpu import use_worker_device
-from .fairscale_frozen import patch_frozen_units
+from .fairscale_frozen import patch_frozen_units, release_frozen_units
 from .mixed_precision import fairscale_flags
 from .wrapping import (
     check_uniform_units,
@@ -147,6 +147,7 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
     # every rank, rank 0 keeps them), so a run resumes on any device_count.
 
     def full_model_state(self) -> dict[str, torch.Tensor] | None:
+        release_frozen_units(self.model)
         state = self.model.state_dict()  # collective: every rank gathers the full parameters
         return saved_part(state) if distributed_position()[0] == 0 else None
 

@@ -78,3 +78,21 @@ def patch_frozen_units() -> None:
 
     fsdp_optim_utils._unflatten_optim_state = unflatten
     _applied = True
+
+
+def release_frozen_units(model: Any) -> None:
+    """Puts every frozen FSDP unit back on its shard, as FairScale's post-backward hook puts a
+    trained unit back: that hook never fires for parameters that do not train, so after a
+    training step a frozen unit (an adapter run's base) still holds its parameters whole, and
+    `state_dict()` then takes them for gathered and fails in `summon_full_params` ("0 vs. 1",
+    fairscale 0.4.13) unless a validation (a forward without gradients) came between. The shard
+    is what the whole parameters were built from: nothing that does not train changed."""
+    from fairscale.nn.data_parallel import FullyShardedDataParallel as FSDP
+
+    for unit in model.modules():
+        if not (isinstance(unit, FSDP) and unit.params):
+            continue
+        if any(p.requires_grad for p in unit.params) or not unit.has_full_params:
+            continue
+        unit._free_full_params()  # private: checked against fairscale 0.4.13
+        unit._use_fp32_param_shard()
