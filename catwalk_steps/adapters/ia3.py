@@ -63,7 +63,8 @@ def feedforward_names(
         from peft.utils.constants import TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING
 
         model_type = getattr(getattr(lm, "config", None), "model_type", None)
-        suffixes = TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING.get(model_type, [])
+        table = TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING
+        suffixes = table.get(model_type, []) if isinstance(model_type, str) else []
         return [name for name in targets if ends_with_any(name, suffixes)]
     names: list[str] = []
     for pattern, hits in matched_in(owner, lm, spec.feedforward_modules, FEEDFORWARD):
@@ -149,7 +150,8 @@ class IA3Type(AdapterType):
                 if not isinstance(module, IA3Layer):
                     continue
                 vector = module.ia3_l[ADAPTER_NAME]
-                scaled[f"{name}.base_layer.weight"] = transpose(vector, module.fan_in_fan_out)
+                transposed = getattr(module, "fan_in_fan_out", False)  # IA3 Linear's setting
+                scaled[f"{name}.base_layer.weight"] = transpose(vector, transposed)
                 if not module.is_feedforward:
                     scaled[f"{name}.base_layer.bias"] = vector.flatten()
         state = {}

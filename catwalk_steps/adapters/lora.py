@@ -26,7 +26,7 @@ from tango.common.exceptions import ConfigurationError
 from .base import ADAPTER_NAME, AdapterType, base_name, draw_weights, parse_targets
 from .targets import is_conv1d, linear_classes, target_names
 
-DEFAULTS = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
+DEFAULTS: dict[str, Any] = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
 
 
 def _number(value: Any) -> bool:
@@ -42,10 +42,10 @@ class LoraSpec:
         for peft's default layers of the model's family.
     """
 
-    r: int = DEFAULTS["r"]
-    alpha: float = DEFAULTS["alpha"]
-    dropout: float = DEFAULTS["dropout"]
-    target_modules: tuple[str, ...] | None = DEFAULTS["target_modules"]
+    r: int = 8
+    alpha: float = 16
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] | None = None
     type: str = "lora"
 
     @classmethod
@@ -82,7 +82,7 @@ def lora_config(spec: LoraSpec, names: list[str], transposed: bool) -> Any:
 
     return LoraConfig(
         r=spec.r,
-        lora_alpha=spec.alpha,  # type: ignore[arg-type]  # peft says int; a float scales the same
+        lora_alpha=spec.alpha,  # type: ignore[arg-type]  # peft says int, takes any number
         lora_dropout=spec.dropout,
         target_modules=sorted(names),
         fan_in_fan_out=transposed,
@@ -141,7 +141,8 @@ class LoraType(AdapterType):
         for name, module in lm.named_modules():
             if isinstance(module, LoraLayer):
                 with torch.no_grad():
-                    deltas[f"{name}.base_layer.weight"] = module.get_delta_weight(ADAPTER_NAME)
+                    delta = module.get_delta_weight(ADAPTER_NAME)  # type: ignore[attr-defined]
+                    deltas[f"{name}.base_layer.weight"] = delta
         state = {}
         for name, tensor in lm.state_dict().items():
             if self.is_weight(name):

@@ -34,7 +34,7 @@ def write_adapter_directory(lm: torch.nn.Module, directory: Path, base_model: st
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     # As PeftModel.save_pretrained: the saved adapter is for inference unless trained further.
-    configs: Any = lm.peft_config  # peft's attribute (a dict by adapter name), unknown to torch
+    configs: Any = lm.peft_config  # peft's, by adapter name (set by inject_adapter_in_model)
     config = copy.copy(configs[ADAPTER_NAME])
     config.base_model_name_or_path = base_model
     config.inference_mode = True

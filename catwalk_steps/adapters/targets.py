@@ -22,7 +22,7 @@ def linear_classes() -> tuple[type, ...]:
     return (torch.nn.Linear, Conv1D)
 
 
-def default_targets(lm: torch.nn.Module, table: Mapping[str, list[str]]) -> list[str]:
+def default_targets(lm: torch.nn.Module, table: Mapping[str, Sequence[str]]) -> list[str]:
     """peft's default layers for the model's family (`table`: peft's mapping for the type, e.g.
     `gpt2`: `c_attn`), as names in the model."""
     model_type = getattr(getattr(lm, "config", None), "model_type", None)
@@ -62,16 +62,16 @@ def target_names(
     owner: torch.nn.Module,
     lm: torch.nn.Module,
     patterns: Sequence[str] | None,
-    table: Mapping[str, list[str]],
+    table: Mapping[str, Sequence[str]],
     adapts: tuple[tuple[type, ...], str],
 ) -> list[str]:
     """The names (in `lm`) of the layers that get an adapter: those `patterns` match, or the
     family's defaults in `table` when None; `adapts`: the layer classes the type adapts and
     the sentence that says so."""
     if patterns is None:
-        names = default_targets(lm, table)
-        check_adaptable(lm, [("(peft's default)", names)], adapts)
-        return names
+        defaults = default_targets(lm, table)
+        check_adaptable(lm, [("(peft's default)", defaults)], adapts)
+        return defaults
     matched = matched_in(owner, lm, patterns, FIELD)
     check_adaptable(lm, matched, adapts)
     names: list[str] = []
