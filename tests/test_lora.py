@@ -377,36 +377,6 @@ def test_a_killed_adapter_run_resumes_bit_for_bit(tmp_path, engine_type):
     assert changed  # the adapter trained
 
 
-@pytest.mark.slow
-@pytest.mark.distributed
-def test_fairscale_checkpoints_an_adapter_between_validations_and_resumes_from_there(tmp_path):
-    """A checkpoint after training steps with no validation since the last (the frozen base's
-    units still hold their parameters whole: FairScale failed, "0 vs. 1"), resumed from, ends
-    where the run that went on does, byte for byte."""
-    from catwalk_steps.checkpoints.layout import checkpoint_dir
-    from catwalk_steps.launch.launcher import run_training
-
-    from .training import weights
-
-    settings = {"train_steps": 4, "checkpoint_every": 2, "validate_every": 4}
-    whole = lora_job(
-        tmp_path / "whole", "catwalk::fairscale", dropout=False, keep_checkpoints=True, **settings
-    )
-    run_training(whole)
-    resumed = lora_job(
-        tmp_path / "resumed",
-        "catwalk::fairscale",
-        dropout=False,
-        resume_from=checkpoint_dir(whole.work_dir, 2),
-        **settings,
-    )
-    run_training(resumed)
-    final, expected = weights(resumed.work_dir), weights(whole.work_dir)
-    assert final.keys() == expected.keys() and all(is_adapter_weight(n) for n in final)
-    for name, value in expected.items():
-        assert torch.equal(final[name], value), name
-
-
 def history_of(work: Path) -> dict:
     from .training import history as job_history
 
