@@ -128,7 +128,8 @@ class SafetensorsFile:
         ):
             # An ndarray is a buffer; numpy's stubs say so for Python >= 3.12 only.
             shard = memoryview(into.view(torch.uint8).numpy())  # type: ignore[arg-type]
-            read = handle.readinto(shard)  # into the shard        else:
+            read = handle.readinto(shard)  # into the shard
+        else:
             data = bytearray(count * row_bytes)
             read = handle.readinto(data)
             into.copy_(torch.frombuffer(data, dtype=dtype).view(into.shape))
