@@ -14,6 +14,7 @@ from .base import (
     TaskKind,
     kind_named,
     kind_of,
+    kind_of_record,
     kind_of_result,
     kind_of_task,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "TaskKind",
     "kind_named",
     "kind_of",
+    "kind_of_record",
     "kind_of_result",
     "kind_of_task",
 ]

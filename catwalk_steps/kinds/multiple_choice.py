@@ -15,7 +15,7 @@ from ..scoring.packing import pack_rows, packed_rows
 from ..scoring.sequences import SequenceEncoder, pad_sequences
 from ..scoring.tokenization import load_tokenizer
 from ..tasks.base import MultipleChoiceInstance, joined_choice_text
-from .base import ResultContext, Scorer, TaskKind, register
+from .base import ResultContext, Scorer, TaskKind, register, tupled
 
 COUNTS = ("correct", "correct_norm", "count")
 
@@ -181,6 +181,9 @@ class MultipleChoice(TaskKind):
 
     def shown(self, result, metric):
         return metric or "acc"
+
+    def decode(self, record, where):
+        return MultipleChoiceInstance(**tupled(record))
 
 
 MULTIPLE_CHOICE = register(MultipleChoice())

@@ -33,8 +33,8 @@ from tango.common.exceptions import ConfigurationError
 from ..scoring.logprobs import LOG_2_OF_E
 from ..scoring.sequences import SequenceEncoder
 from ..tasks import TaskDataError
-from ..tasks.olmo_eval_labels import GOLD_ONLY_METRICS, METRIC_TYPES
-from .base import TaskKind, register
+from ..tasks.olmo_eval_labels import GOLD_ONLY_METRICS, METRIC_TYPES, OlmoEvalInstance
+from .base import TaskKind, register, tupled
 from .multiple_choice import choice_answers, choice_batch, score_rows
 
 CODES = {name: code for code, name in enumerate(METRIC_TYPES)}  # the metric type in a batch
@@ -293,6 +293,9 @@ class OlmoEval(TaskKind):
 
     def lower_is_better(self, key):
         return key.rsplit("_v", 1)[0] in LOWER_IS_BETTER
+
+    def decode(self, record, where):
+        return OlmoEvalInstance(**tupled(record))
 
     def owns(self, result):
         return any(f"{name}_v2" in result for name in METRIC_TYPES)

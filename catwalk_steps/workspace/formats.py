@@ -3,10 +3,8 @@ a task's instances as JSON."""
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
-from typing import Any
 
 from tango.common import DatasetDict
 from tango.common.aliases import PathOrStr
@@ -14,10 +12,8 @@ from tango.format import Format
 
 from ..checkpoints.weights import read_model_info, write_model_info
 from ..files import write_json_atomic
+from ..kinds import kind_of, kind_of_record
 from ..scoring.rank_classifier import RankClassifier
-from ..tasks import GenerationInstance, MultipleChoiceInstance
-from ..tasks.answers import AnswerScoring
-from ..tasks.base import instance_record
 
 
 @Format.register("catwalk::hf_model")
@@ -48,9 +44,9 @@ class HFModelFormat(Format[RankClassifier]):
 
 @Format.register("catwalk::instances")
 class InstancesFormat(Format[DatasetDict]):
-    """A task's splits of instances (multiple choice, generation) as one JSON file: data, never
-    a pickle, so a cached (or shared) `catwalk::load_task` result cannot run code when it is
-    read. A generation request keeps its scoring as the lists it was read from."""
+    """A task's splits of instances as one JSON file: data, never a pickle, so a cached (or
+    shared) `catwalk::load_task` result cannot run code when it is read. Each instance is stored
+    and read back by its kind (:meth:`~catwalk_steps.kinds.TaskKind.encode`, `decode`)."""
 
     VERSION = "001"
     FILE = "instances.json"
@@ -59,7 +55,7 @@ class InstancesFormat(Format[DatasetDict]):
         payload = {
             "metadata": artifact.metadata,
             "splits": {
-                name: [instance_record(instance) for instance in instances]
+                name: [kind_of(instances).encode(instance) for instance in instances]
                 for name, instances in artifact.splits.items()
             },
         }
@@ -68,25 +64,10 @@ class InstancesFormat(Format[DatasetDict]):
     def read(self, dir: PathOrStr) -> DatasetDict:
         payload = json.loads((Path(dir) / self.FILE).read_text())
         splits = {
-            name: [instance_from_dict(row) for row in rows]
+            name: [kind_of_record(row).decode(row, self.FILE) for row in rows]
             for name, rows in payload["splits"].items()
         }
         return DatasetDict(splits=splits, metadata=payload["metadata"])
-
-
-@functools.lru_cache(maxsize=64)
-def stored_scoring(source: str) -> AnswerScoring:
-    """A split's requests share one scoring: read once."""
-    return AnswerScoring.read(source, InstancesFormat.FILE)
-
-
-def instance_from_dict(row: dict) -> Any:
-    """JSON has lists where the instance has tuples."""
-    values = {key: tuple(value) if isinstance(value, list) else value for key, value in row.items()}
-    if values.pop("kind", None) == GenerationInstance.kind:
-        scoring = stored_scoring(values.pop("scoring"))
-        return GenerationInstance(**values, scoring=scoring)
-    return MultipleChoiceInstance(**values)
 
 
 @Format.register("catwalk::json")
