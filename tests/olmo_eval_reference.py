@@ -109,7 +109,13 @@ def ours(
     metric_type = instances[0].metric
     started = time.perf_counter()
     scores = score_choices(
-        model, instances, batch_size, max_length, progress=False, share_contexts=share_contexts
+        model,
+        instances,
+        batch_size,
+        max_length,
+        progress=False,
+        share_contexts=share_contexts,
+        alone=True,
     )
     unconditioned = None
     if metric_type == "pmi_dc":
@@ -120,6 +126,7 @@ def ours(
             max_length,
             progress=False,
             share_contexts=share_contexts,
+            alone=True,
         )
     seconds = time.perf_counter() - started
     width = max(len(i.choices) for i in instances)

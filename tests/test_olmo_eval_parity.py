@@ -96,7 +96,7 @@ def test_olmo_eval_tokenization_puts_bos_only_where_the_tokenizer_adds_one(tmp_p
 
     document = OlmoEvalInstance(context="Q: x\nA:", choices=(" yes", " no"), label=0)
     plain = SequenceEncoder(load_tokenizer(OLMO_TOKENIZER), 64)
-    [yes, _] = plain.sequences([document])
+    [yes, _] = plain.sequences([document], alone=True)
     tokenizer = plain.tokenizer
     context = tokenizer("Q: x\nA:", add_special_tokens=False)["input_ids"]
     choice = tokenizer(" yes", add_special_tokens=False)["input_ids"]
@@ -104,11 +104,11 @@ def test_olmo_eval_tokenization_puts_bos_only_where_the_tokenizer_adds_one(tmp_p
     assert yes.continuation_length == len(choice)
     with_bos = SequenceEncoder(tokenizer, 64)
     with_bos.olmo_eval_bos = 7  # a tokenizer that adds BOS 7
-    [yes_bos, _] = with_bos.sequences([document])
+    [yes_bos, _] = with_bos.sequences([document], alone=True)
     assert yes_bos.token_ids == (7, *context, *choice)
-    [unconditioned, _] = with_bos.sequences([document.unconditioned_instance()])
+    [unconditioned, _] = with_bos.sequences([document.unconditioned_instance()], alone=True)
     assert unconditioned.token_ids[0] != 7
-    cut = SequenceEncoder(tokenizer, 4).sequences([document])[0]
+    cut = SequenceEncoder(tokenizer, 4).sequences([document], alone=True)[0]
     assert cut.token_ids == tuple((context + choice)[-5:])
 
 

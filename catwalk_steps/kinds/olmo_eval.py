@@ -244,7 +244,7 @@ class OlmoEval(TaskKind):
     def collate(self, collator, instances, weights):
         olmo, unconditioned = olmo_eval_batch(instances, collator.unconditioned_rows)
         weights = weights + [0.0] * len(unconditioned)
-        batch = choice_batch(collator, instances + unconditioned, weights)
+        batch = choice_batch(collator, instances + unconditioned, weights, alone=True)
         batch["olmo_eval"] = olmo
         return batch
 
@@ -270,7 +270,7 @@ class OlmoEval(TaskKind):
         check_whole_continuations(what, requests, encoder, field)
 
     def answers(self, model, requests, options):
-        return choice_answers(model, requests, options)
+        return choice_answers(model, requests, options, alone=True)
 
     def batch_answers(self, scorer, batch, items):
         model_batch = {k: v for k, v in batch.items() if k != "olmo_eval"}

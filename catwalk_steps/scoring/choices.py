@@ -42,16 +42,18 @@ def score_choices(
     precision: Precision = FP32,
     progress: bool = True,
     share_contexts: bool = True,
+    alone: bool = False,
 ) -> list[list[float]]:
     """Each instance's per-choice scores (summed continuation log-probs), in input order.
 
     The model must already be on `device`; `precision` sets autocast (scores stay float32).
     `max_length` is the model's input length (default: its own, :func:`model_max_length`).
     `share_contexts=False` runs every (context, choice) sequence in full, as models that cannot
-    take packed rows are run (for comparisons: the scores are the same).
+    take packed rows are run (for comparisons: the scores are the same). `alone`: the pairs
+    encoded as ai2-olmo-eval encodes them (:meth:`SequenceEncoder.sequences`).
     """
     encoder = SequenceEncoder(model.tokenizer, max_length or model_max_length(model))
-    sequences = encoder.sequences(instances)
+    sequences = encoder.sequences(instances, alone)
     scores = [[0.0] * len(instance.choices) for instance in instances]
     autocast = precision.autocast(torch.device(device).type)
     shared = share_contexts and model.shares_contexts()

@@ -161,33 +161,41 @@ class SequenceEncoder:
 
     def olmo_eval_lengths(self, instances: Sequence[OlmoEvalInstance]) -> list[int]:
         """Each document's longest continuation, in tokens as :meth:`olmo_eval_pair` counts."""
-        self.encode_all([key for i in instances for key in self.instance_texts(i)])
+        self.encode_all([key for i in instances for key in self.instance_texts(i, alone=True)])
         return [
             max(len(self._cache[(choice[: self.char_limit], False)]) for choice in i.choices)
             for i in instances
         ]
 
-    def instance_texts(self, instance: MultipleChoiceInstance) -> list[tuple[str, bool]]:
-        """What an instance's pairs tokenize, as the instance is encoded (its `encoding`:
-        lm-evaluation-harness's, or ai2-olmo-eval's)."""
-        texts = self.olmo_eval_texts if instance.encoding == "olmo_eval" else self.texts
+    def instance_texts(
+        self, instance: MultipleChoiceInstance, alone: bool
+    ) -> list[tuple[str, bool]]:
+        """What an instance's pairs tokenize: each text alone (`alone`, ai2-olmo-eval's
+        encoding), or as lm-evaluation-harness joins them."""
+        texts = self.olmo_eval_texts if alone else self.texts
         return [key for pair in instance.pairs() for key in texts(*pair)]
 
     def encoded(
-        self, instance: MultipleChoiceInstance, context: str, choice: str
+        self, instance: MultipleChoiceInstance, context: str, choice: str, alone: bool
     ) -> tuple[tuple[int, ...], int]:
-        if instance.encoding == "olmo_eval":
+        if alone:
+            assert isinstance(instance, OlmoEvalInstance)
             return self.olmo_eval_pair(context, choice, instance.conditioned)
         return self.pair(context, choice)
 
-    def sequences(self, instances: Sequence[MultipleChoiceInstance]) -> list[ChoiceSequence]:
-        """One sequence per choice of every instance, in instance order."""
-        self.encode_all([key for instance in instances for key in self.instance_texts(instance)])
+    def sequences(
+        self, instances: Sequence[MultipleChoiceInstance], alone: bool = False
+    ) -> list[ChoiceSequence]:
+        """One sequence per choice of every instance, in instance order. `alone`: as
+        ai2-olmo-eval encodes its documents (:meth:`olmo_eval_pair`: each text alone, BOS
+        before a conditioned context), which its kind asks for; else lm-evaluation-harness's
+        (:meth:`pair`)."""
+        self.encode_all([key for i in instances for key in self.instance_texts(i, alone)])
         out = []
         for i, instance in enumerate(instances):
             chars = instance.norm_chars()
             for c, (context, choice) in enumerate(instance.pairs()):
-                ids, continuation_length = self.encoded(instance, context, choice)
+                ids, continuation_length = self.encoded(instance, context, choice, alone)
                 out.append(ChoiceSequence(ids, continuation_length, i, c, chars[c]))
         return out
 

@@ -53,8 +53,6 @@ class MultipleChoiceInstance:
     choice_chars: tuple[int, ...] | None = None
     subtask: str | None = None
     kind: ClassVar[str] = "multiple_choice"  # how every stage treats it: catwalk_steps.kinds
-    # How its pairs are tokenized: lm-evaluation-harness's (`scoring.sequences`).
-    encoding: ClassVar[str] = "lm_eval"
 
     def __post_init__(self):
         if not isinstance(self.context, str) and len(self.context) != len(self.choices):

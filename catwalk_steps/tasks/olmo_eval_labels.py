@@ -49,8 +49,7 @@ class OlmoEvalInstance(MultipleChoiceInstance):
     metric: str = "acc"
     unconditioned: str = " "
     conditioned: bool = True
-    kind: ClassVar[str] = "olmo_eval"  # catwalk_steps.kinds.olmo_eval
-    encoding: ClassVar[str] = "olmo_eval"  # each text alone, BOS before the context
+    kind: ClassVar[str] = "olmo_eval"  # catwalk_steps.kinds.olmo_eval: each text alone
 
     def unconditioned_instance(self) -> OlmoEvalInstance:
         """The same continuations after the unconditioned prompt (for `pmi_dc`)."""
