@@ -29,23 +29,36 @@ def callback(work_dir: Path, world_size: int = 1, rank: int = 0) -> RunMetrics:
     return RunMetrics(None, config, None, None, None)
 
 
-def validate(metrics: RunMetrics, batches: list[dict], step: int = 9) -> list[dict]:
-    seen = []
-    for val_step, batch in enumerate(batches):
+def scored(batches: list[dict], world_size: int = 1) -> dict:
+    """The multiple-choice kind's metrics over batches whose forwards return `batches` (on
+    this rank), as the loop validates a split (:func:`kind_metrics`)."""
+    from catwalk_steps.kinds import Scorer, kind_named
+    from catwalk_steps.training.in_loop import kind_metrics
+
+    returned = iter(batches)
+    scorer = Scorer(forward=lambda batch: next(returned), model=None)
+    kind = kind_named("multiple_choice")
+    return kind_metrics(kind, scorer, batches, [], torch.device("cpu"), world_size > 1, True)
+
+
+def validate(metrics: RunMetrics, batches: list[dict], step: int = 9) -> dict:
+    """One validation as the loop runs it: the callback told of each batch, then handed the
+    kind's metrics, then the end of the validation loop."""
+    for val_step in range(len(batches)):
         metrics.pre_val_batch(step, val_step, 0, None)
-        metrics.post_val_batch(step, val_step, 0, batch)
-        seen.append({k: float(v) for k, v in batch.items() if k in ("acc", "loss")})
-    metrics.post_val_loop(step, 0, seen[-1]["acc"], seen[-1]["acc"])
-    return seen
+    result = scored(batches)
+    metrics.record_validation(result)
+    metrics.post_val_loop(step, 0, result["acc"], result["acc"])
+    return result
 
 
 def test_metrics_are_exact_over_uneven_batches_not_a_mean_of_batch_means(tmp_path):
     metrics = callback(tmp_path)
     # 3 of 4 right, then 0 of 1 right: the mean of batch accuracies would say 0.375.
-    seen = validate(metrics, [outputs(3, 2, 4, 0.5), outputs(0, 1, 1, 2.0)])
-    assert seen[-1]["acc"] == pytest.approx(3 / 5)
-    assert seen[-1]["loss"] == pytest.approx((0.5 * 4 + 2.0 * 1) / 5)
-    assert metrics.metrics()["acc_norm"] == pytest.approx(3 / 5)
+    result = validate(metrics, [outputs(3, 2, 4, 0.5), outputs(0, 1, 1, 2.0)])
+    assert result["acc"] == pytest.approx(3 / 5)
+    assert result["loss"] == pytest.approx((0.5 * 4 + 2.0 * 1) / 5)
+    assert result["acc_norm"] == pytest.approx(3 / 5)
     [entry] = metrics.history["validation"]
     assert entry == {
         "step": 10,
@@ -54,6 +67,13 @@ def test_metrics_are_exact_over_uneven_batches_not_a_mean_of_batch_means(tmp_pat
         "loss": pytest.approx(0.8),
         "count": 5,
     }
+
+
+def test_a_forward_without_the_counts_says_which_model_to_use():
+    from tango.common.exceptions import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="returned no \\['correct'"):
+        scored([{"loss": torch.tensor(1.0), "count": torch.tensor(1.0)}])
 
 
 def test_a_new_validation_starts_from_zero_and_history_is_written(tmp_path):
@@ -83,13 +103,12 @@ def test_the_history_resumes_from_the_checkpointed_state(tmp_path):
 
 
 def uneven_ranks(rank, world_size, port, work_dir):
-    metrics = callback(Path(work_dir), world_size, rank)
     # Rank 0 sees 4 instances in its two batches, rank 1 sees 3 (one zero-weight padding item).
     batches = {
         0: [outputs(2, 2, 2, 1.0), outputs(1, 0, 2, 3.0)],
         1: [outputs(0, 1, 2, 2.0), outputs(1, 1, 1, 4.0)],
     }[rank]
-    return validate(metrics, batches)[-1] | metrics.metrics()
+    return scored(batches, world_size)
 
 
 @pytest.mark.distributed

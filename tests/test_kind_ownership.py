@@ -85,3 +85,69 @@ def test_instances_stored_before_they_named_their_kind_are_read(tmp_path):
     (tmp_path / InstancesFormat.FILE).write_text(json.dumps(stored))
     read = InstancesFormat().read(tmp_path)
     assert [read.splits[str(i)][0] for i in range(3)] == [choice, document, request]
+
+
+# What deciding a kind outside `kinds/` and `tasks/` looks like (issue 44): a kind's name
+# compared or looked up, an instance's or task's kind or encoding read, a task or instance
+# sniffed for an attribute, result keys that only one kind writes read by name.
+KIND_NAME = r"""["'](multiple_choice|generative|olmo_eval)["']"""
+SNIFFING = {
+    "a kind's name compared or looked up": rf"(==|!=|\bin|kind_named\(|KINDS\[)\s*{KIND_NAME}"
+    rf"|{KIND_NAME}\s*(==|!=)",
+    "an instance's or task's kind or encoding read": r"\b(task|tasks?\[\w*\]|instances?(\[\w*\])?"
+    r"|first|item|request|document|result|row|record)\.(kind|encoding)\b"
+    r"|\[[\"']kind[\"']\]|\.get\([\"']kind[\"']",
+    "a task or instance sniffed for an attribute": r"\b(has|get)attr\(\s*(task|instance|item"
+    r"|request|document|first|job\.instances|instances?\[)",
+    "result keys one kind writes, read by name": r"""["'](correct|correct_norm|primary_metric"""
+    r"""|outputs|kind)["']""",
+}
+# The model's forward writes the counts that multiple choice sums (below kinds/, the source).
+WRITERS = {"result keys one kind writes, read by name": ("scoring/",)}
+
+
+def kind_sniffing(root: Path) -> list[str]:
+    """Every line of the package outside kinds/ and tasks/ that decides a kind by itself."""
+    import re
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(("kinds/", "tasks/")):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            code = line.split("#", 1)[0]
+            for what, pattern in SNIFFING.items():
+                if relative.startswith(WRITERS.get(what, ())):
+                    continue
+                if re.search(pattern, code):
+                    found.append(f"{relative}:{number}: {what}: {line.strip()}")
+    return found
+
+
+def test_no_stage_outside_kinds_and_tasks_decides_a_kind():
+    """Every stage asks the kind (or the task) what differs between kinds: no kind names,
+    no `hasattr`/`getattr` on tasks or instances, no result keys of one kind read by name."""
+    from .conftest import REPO
+
+    assert kind_sniffing(REPO / "catwalk_steps") == []
+
+
+def test_the_kind_grep_finds_what_it_looks_for(tmp_path):
+    """The grep above can fail: each line that today's stages no longer have is found."""
+    planted = tmp_path / "reports" / "planted.py"
+    planted.parent.mkdir()
+    lines = [
+        'if record.pop("kind", None) == "generative":',
+        'widest = max(len(getattr(instance, "choices", ())) for instance in job.instances)',
+        'if hasattr(task, "num_fewshot"):',
+        'texts = a if instance.encoding == "olmo_eval" else b',
+        'choices = kind_named("multiple_choice")',
+        'rows = {k: v for k, v in run.items() if k not in ("kind", "primary_metric")}',
+    ]
+    planted.write_text("\n".join(lines) + "\n")
+    (tmp_path / "kinds").mkdir()
+    (tmp_path / "kinds" / "mine.py").write_text("\n".join(lines) + "\n")  # kinds/ may
+    found = kind_sniffing(tmp_path)
+    assert all(line.startswith("reports/planted.py:") for line in found), found
+    assert {int(line.split(":")[1]) for line in found} == set(range(1, len(lines) + 1)), found

@@ -27,9 +27,9 @@ from ..distributed.rendezvous import rendezvous_settings
 from ..engines.base import CatwalkEngine
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..errors import whole
-from ..kinds import MultipleChoiceCollator, kind_named, kind_of_task
+from ..kinds import MultipleChoiceCollator, default_kind, kind_of_task
 from ..scoring.choices import max_positions
-from ..scoring.tokenization import give_chat_tokenizer
+from ..scoring.tokenization import chat_tokenizer
 from ..settings import EngineSettings, LoaderSettings, Precision, TrainSettings
 from ..tasks import LOADED_SPLITS
 from .trackers import check_trackers
@@ -81,12 +81,20 @@ def loaded_task(dataset_dict: Any) -> Any:
     return getattr(dataset_dict, "kwargs", {}).get("task")
 
 
-def default_val_metric(dataset_dict: Any) -> str | None:
+def default_validation(dataset_dict: Any) -> dict[str, Any]:
     """`val_metric_name` left out: the first its task's kind validates by (`acc` for multiple
-    choice, as it always was: such a step's id stays as it was); None while the task is not
-    known (the data's kind decides when it is)."""
+    choice, as it always was: such a step's id stays as it was), and `minimize_val_metric` true
+    where the kind says that metric is better lower (a label's `ce_loss`); `val_metric_name`
+    None while the task is not known (the data's kind decides when it is)."""
     task = loaded_task(dataset_dict)
-    return None if task is None else kind_of_task(task).validation_metrics(task)[0]
+    if task is None:
+        return {"val_metric_name": None}
+    kind = kind_of_task(task)
+    name = kind.validation_metrics(task)[0]
+    return {
+        "val_metric_name": name,
+        **({"minimize_val_metric": True} if kind.lower_is_better(name) else {}),
+    }
 
 
 def check_val_metric(settings: TrainSettings, kind: Any, task: Any, what: str) -> str:
@@ -99,7 +107,7 @@ def check_val_metric(settings: TrainSettings, kind: Any, task: Any, what: str) -
         raise ConfigurationError(
             f"train.val_metric_name: one of {', '.join(allowed)}{what}, got {name!r}"
         )
-    lower_is_better = name == "loss"
+    lower_is_better = kind.lower_is_better(name)
     if bool(settings.minimize_val_metric) != lower_is_better:
         # The best checkpoint (the step's result) would be the worst one.
         raise ConfigurationError(
@@ -116,7 +124,7 @@ def check_training_task(settings: TrainSettings) -> None:
     fits it (a generative task has one answer, which `rank` cannot rank)."""
     task = loaded_task(settings.dataset_dict)
     if task is None:
-        choices, named = kind_named("multiple_choice"), settings.val_metric_name
+        choices, named = default_kind(), settings.val_metric_name
         if not named or named in choices.validation_metrics(None):
             check_val_metric(settings, choices, None, "")  # another kind's: checked at run time
         return
@@ -143,7 +151,7 @@ def check_loaded_splits(settings: TrainSettings, task: Any) -> None:
 
 def task_named(kind: Any, name: str) -> str:
     """The task beside the names it allows, where they are its own (not every task's)."""
-    return "" if kind.validated_by_forward else f" (task '{name}')"
+    return f" (task '{name}')" if kind.metrics_of_task else ""
 
 
 def model_objective(model: Any) -> str | None:
@@ -277,7 +285,7 @@ def check_evaluate_tasks(settings: TrainSettings) -> None:
     collate, loader = in_loop_collate(settings)
     for task in tasks:  # a chat template's prompts: the loader's tokenizer renders them
         if collate.get("tokenizer"):
-            give_chat_tokenizer(task, collate["tokenizer"], f"{loader}.collate_fn.tokenizer")
+            chat_tokenizer(task, collate["tokenizer"], f"{loader}.collate_fn.tokenizer")
     for task in tasks:  # as their kinds check them against the in-loop loader's max_length
         kind_of_task(task).check_in_loop(
             task, collate.get("max_length", MultipleChoiceCollator.MAX_LENGTH)

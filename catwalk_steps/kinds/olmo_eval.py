@@ -24,7 +24,7 @@ whole continuations only (:meth:`OlmoEval.check_requests`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -34,7 +34,7 @@ from ..scoring.logprobs import LOG_2_OF_E
 from ..scoring.sequences import SequenceEncoder
 from ..tasks import TaskDataError
 from ..tasks.olmo_eval_labels import GOLD_ONLY_METRICS, METRIC_TYPES, OlmoEvalInstance
-from .base import TaskKind, register, tupled
+from .base import Scorer, TaskKind, register, tupled
 from .multiple_choice import choice_answers, choice_batch, score_rows
 
 CODES = {name: code for code, name in enumerate(METRIC_TYPES)}  # the metric type in a batch
@@ -161,6 +161,17 @@ def metric_values(sums: Mapping[str, float | torch.Tensor], metric: str) -> dict
     return {**values, "n": int(n)}
 
 
+def metric_names(metric: str) -> tuple[str, ...]:
+    """The names :func:`metric_values` gives for a metric type, its :func:`primary_metric`
+    first (without `n`)."""
+    sums = dict.fromkeys(("count", "tp_v1", "fp_v1", "fn_v1", "tp_v2", "fp_v2", "fn_v2"), 1.0)
+    for form in ("v1", "v2"):
+        sums.update({f"{key}_{form}": 1.0 for key in ("ce", "bpb", "soft", "soft_log", "correct")})
+    names = [name for name in metric_values(sums, metric) if name != "n"]
+    primary = primary_metric(metric)
+    return (primary, *(name for name in names if name != primary))
+
+
 def primary_metric(metric: str) -> str:
     """The value a report shows for a metric type: its OLMES form (`_v2`)."""
     return f"{metric}_v2"
@@ -233,8 +244,11 @@ def batch_sums(scores: torch.Tensor, batch: Mapping[str, Any]) -> dict[str, floa
 
 class OlmoEval(TaskKind):
     name = "olmo_eval"
+    metrics_of_task = True  # its label's metric type
 
-    def check_settings(self, task, length, extra_metrics):
+    def check_settings(
+        self, task: Any, length: Callable[[], int | None], extra_metrics: Sequence[str] | None
+    ) -> None:
         if extra_metrics:
             raise ConfigurationError(
                 f"evaluate.extra_metrics: task '{task.name}' is an ai2-olmo-eval label, whose "
@@ -248,12 +262,20 @@ class OlmoEval(TaskKind):
         batch["olmo_eval"] = olmo
         return batch
 
-    def update(self, scorer, batch):
+    def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         outputs = scorer.forward({k: v for k, v in batch.items() if k != "olmo_eval"})
         return batch_sums(outputs["scores"], batch)
 
-    def compute(self, sums, instances):
-        result = metric_values(sums, instances[0].metric)
+    def validation_metrics(self, task):
+        """olmo_eval's metrics of the label's (or the instance's) metric type, its OLMES form
+        first."""
+        metric = task.metric if task is not None else "acc"
+        return metric_names(metric)
+
+    def compute(
+        self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
+    ) -> dict[str, float]:
+        result: dict[str, float] = dict(metric_values(sums, instances[0].metric))
         result["count"] = result.pop("n")
         return result
 
@@ -291,10 +313,10 @@ class OlmoEval(TaskKind):
             return result["primary_metric"]
         return next(f"{name}_v2" for name in METRIC_TYPES if f"{name}_v2" in result)
 
-    def lower_is_better(self, key):
-        return key.rsplit("_v", 1)[0] in LOWER_IS_BETTER
+    def lower_is_better(self, key: str) -> bool:
+        return key.rsplit("_v", 1)[0] in LOWER_IS_BETTER or key == "loss"
 
-    def decode(self, record, where):
+    def decode(self, record: Mapping[str, Any], where: str) -> Any:
         return OlmoEvalInstance(**tupled(record))
 
     def owns(self, result):

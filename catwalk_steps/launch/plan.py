@@ -27,7 +27,7 @@ from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..kinds import kind_of
-from ..scoring.tokenization import give_chat_tokenizer, load_tokenizer
+from ..scoring.tokenization import chat_tokenizer, load_tokenizer
 from ..settings import TrainSettings
 from ..training.callbacks import RunMetrics
 from ..training.job import Schedule, TrainingJob, task_name, training_split
@@ -109,8 +109,8 @@ def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str,
     loaded = {}
     tokenizer, field = in_loop_tokenizer(settings)
     for task in settings.evaluate_tasks or []:
-        give_chat_tokenizer(task, tokenizer, field)  # a chat template's prompts
-        instances = loaded[task.name] = task.evaluation_instances()
+        rendering = chat_tokenizer(task, tokenizer, field)  # a chat template's prompts
+        instances = loaded[task.name] = task.evaluation_instances(tokenizer=rendering)
         log.info("In-loop task %s: %d instances", task.name, len(instances))
         kind = kind_of(instances)
         what = f"train.evaluate_tasks: task '{task.name}'"

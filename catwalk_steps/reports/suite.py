@@ -106,6 +106,7 @@ def column_name(task: str, shown: str, metric: str, lower: bool) -> str:
 
 
 def scalars_and_parts(result: Mapping[str, Any]) -> dict[str, Any]:
-    """An evaluation result without the training history and the outputs it carries (the
-    outputs go to `generations.jsonl`)."""
-    return {k: v for k, v in result.items() if k not in ("training_history", "outputs")}
+    """An evaluation result as its kind keeps it in details (the outputs go apart, to
+    `generations.jsonl`), without the training history `catwalk::evaluate` passes on."""
+    details = kind_of_result(result).details(result)
+    return {key: value for key, value in details.items() if key != "training_history"}

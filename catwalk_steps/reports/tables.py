@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..kinds import kind_of_result
 from .run_card import run_cards_markdown
 
 LEADING_COLUMNS = ("acc", "acc_norm", "n")
@@ -280,17 +281,7 @@ def build_report(
     """A report from `{run name: {metric: value}}`; non-scalar values are left out, except what
     `catwalk::evaluate` passes on from a trained model: its history (the validation curve, mean
     tokens/s, peak memory) and its run card."""
-    rows = {
-        name: {
-            key: value
-            for key, value in run.items()
-            if isinstance(value, (int, float, str))
-            and not isinstance(value, bool)
-            # Which kind of task it was, which of its metrics is the main one: not figures.
-            and key not in ("kind", "primary_metric")
-        }
-        for name, run in metrics.items()
-    }
+    rows = {name: kind_of_result(run).figures(run) for name, run in metrics.items()}
     trained = {
         name: run["training_history"]
         for name, run in metrics.items()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..tasks import GenerationInstance
-from ..tasks.generative import prompt_room
+from ..tasks.generation import prompt_room
 from .decoding import Decoding, Step, shared_prefix
 from .sequences import CHARS_PER_TOKEN
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from tango.common.exceptions import ConfigurationError
 
 from ..remote import files_only, is_hub_name
+from ..tasks.base import ModelTokenizer
 from .causal_lm import cannot_load
 
 if TYPE_CHECKING:
@@ -98,8 +99,12 @@ def _cached_tokenizer(name_or_path: str, field: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def give_chat_tokenizer(task: Any, tokenizer_name: str, field: str) -> None:
-    """The model's tokenizer (`tokenizer_name`, given by `field`), loaded for a task whose
-    prompts its chat template renders; other tasks load nothing."""
-    if task.renders_chat:
-        task.render_with(load_tokenizer(tokenizer_name, field), tokenizer_name)
+def chat_tokenizer(task: Any, tokenizer_name: str, field: str) -> ModelTokenizer | None:
+    """The model's tokenizer (`tokenizer_name`, given by `field`) for a task whose prompts its
+    chat template renders, loaded and checked to render them (one line if it cannot): what
+    the task's `load` takes. None for other tasks, which load nothing."""
+    if not task.renders_chat:
+        return None
+    tokenizer = ModelTokenizer(load_tokenizer(tokenizer_name, field), tokenizer_name)
+    task.check_tokenizer(tokenizer)
+    return tokenizer

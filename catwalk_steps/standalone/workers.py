@@ -118,13 +118,13 @@ def engine_scores(job: EvaluationJob, mine: list[int], rank: int, local_rank: in
     stand_in = Padding(job.instances[mine[0] if mine else 0])
     items: list[Any] = [job.instances[i] for i in mine]
     items += [stand_in] * (per_rank - len(items))
-    widest = max(len(getattr(instance, "choices", ())) or 1 for instance in job.instances)
-    per_batch = max(1, job.batch_size // widest)
+    kind = kind_of(job.instances)
+    per_batch = max(1, job.batch_size // kind.widest(job.instances))
     # pmi_dc's unconditioned instances are among the instances (catwalk::evaluate).
     collate = MultipleChoiceCollator(job.tokenizer, job.max_length)
     collate.unconditioned_rows = False
     engine.model.eval()
-    kind, scorer = kind_of(job.instances), engine_scorer(engine, job.world_size > 1)
+    scorer = engine_scorer(engine, job.world_size > 1)
     answers: list[Any] = []
     for start in range(0, per_rank, per_batch):
         batch = items[start : start + per_batch]

@@ -17,7 +17,7 @@ from ..checks.evaluation import check_evaluate_step
 from ..kinds import ResultContext, kind_of
 from ..patching import check_tango
 from ..scoring.choices import max_length_of
-from ..scoring.tokenization import give_chat_tokenizer, load_tokenizer
+from ..scoring.tokenization import chat_tokenizer, load_tokenizer
 from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..standalone import (
     EvaluationSettings,
@@ -27,7 +27,7 @@ from ..standalone import (
     model_block,
     model_source,
 )
-from ..tasks import LOADED_SPLITS, Task
+from ..tasks import LOADED_SPLITS, ModelTokenizer, Task
 from ..workspace.formats import HFModelFormat, PlainJsonFormat
 from .load_task import LoadTask
 
@@ -96,7 +96,7 @@ class Evaluate(Step[dict]):
         configured = configured_model_of(kwargs.get("model"))
         check_evaluate_step(kwargs, configured, splits)
         if kwargs.get("task") is not None and configured is not None:
-            give_chat_tokenizer(kwargs["task"], configured.tokenizer_name(), MODEL_TOKENIZER)
+            chat_tokenizer(kwargs["task"], configured.tokenizer_name(), MODEL_TOKENIZER)  # checked
         return kwargs
 
     @property
@@ -142,9 +142,10 @@ class Evaluate(Step[dict]):
         extra_metrics: list[str] | None = None,
     ) -> dict[str, Any]:
         source = model_source(model)
+        rendering = None
         if task is not None:  # a chat template's prompts: the model's tokenizer renders them
-            give_chat_tokenizer(task, source.tokenizer_name(), MODEL_TOKENIZER)
-        instances, about = evaluation_data(task, dataset_dict, split)
+            rendering = chat_tokenizer(task, source.tokenizer_name(), MODEL_TOKENIZER)
+        instances, about = evaluation_data(task, dataset_dict, split, rendering)
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine
         )
@@ -207,17 +208,21 @@ def said_when_stopped() -> Iterator[None]:
 
 
 def evaluation_data(
-    task: Task | None, dataset_dict: DatasetDict | None, split: str | None
+    task: Task | None,
+    dataset_dict: DatasetDict | None,
+    split: str | None,
+    tokenizer: ModelTokenizer | None = None,
 ) -> tuple[list, dict[str, Any]]:
-    """The instances to score, and what they are (task, split, few-shot) for the result."""
+    """The instances to score, and what they are (task, split, few-shot) for the result
+    (`tokenizer`: the model's, for a task whose chat template renders its prompts)."""
     if (task is None) == (dataset_dict is None):
         raise ConfigurationError("evaluate: give exactly one of 'task' or 'dataset_dict'")
     if task is not None:
         chosen = split or task.evaluation_split()
         about: dict[str, Any] = {"task": task.name, "split": chosen}
-        if hasattr(task, "num_fewshot"):
+        if task.num_fewshot is not None:
             about["num_fewshot"] = task.num_fewshot
-        return task.evaluation_instances(chosen), about
+        return task.evaluation_instances(chosen, tokenizer), about
     assert dataset_dict is not None
     chosen = split or "validation"
     if chosen not in dataset_dict:

@@ -8,7 +8,7 @@ from tango import Step
 from tango.common import DatasetDict
 from tango.common.exceptions import ConfigurationError
 
-from ..scoring.tokenization import give_chat_tokenizer
+from ..scoring.tokenization import chat_tokenizer
 from ..tasks import LOADED_SPLITS, Task
 from ..workspace.formats import InstancesFormat
 
@@ -24,7 +24,8 @@ class LoadTask(Step[DatasetDict]):
         non-empty.
     :param max_instances: keep only the first N instances of each split (quick runs).
     :param tokenizer: the model's, for a task with `apply_chat_template` (its chat template
-        renders the prompts, as evaluation renders them); other tasks need none.
+        renders the prompts, as evaluation renders them); other tasks need none, and the step
+        leaves it out (its identity, its cached result stay those of the task alone).
     """
 
     VERSION = "002"  # 002: stored as JSON (InstancesFormat), no longer a pickle; instances may
@@ -47,7 +48,9 @@ class LoadTask(Step[DatasetDict]):
                 )
             task.check_splits(kwargs.get("splits") or LOADED_SPLITS, "load_task.splits")
             if task.renders_chat:
-                give_chat_tokenizer(task, kwargs["tokenizer"], "load_task.tokenizer")
+                chat_tokenizer(task, kwargs["tokenizer"], "load_task.tokenizer")  # checked
+            else:  # the task asks for none: as if not given
+                kwargs = {key: value for key, value in kwargs.items() if key != "tokenizer"}
         return kwargs
 
     def run(  # type: ignore[override]
@@ -57,9 +60,8 @@ class LoadTask(Step[DatasetDict]):
         max_instances: int | None = None,
         tokenizer: str | None = None,
     ) -> DatasetDict:
-        if tokenizer is not None:
-            give_chat_tokenizer(task, tokenizer, "load_task.tokenizer")
-        loaded = task.load(splits or LOADED_SPLITS)
+        rendering = chat_tokenizer(task, tokenizer, "load_task.tokenizer") if tokenizer else None
+        loaded = task.load(splits or LOADED_SPLITS, rendering)
         if max_instances is not None:
             loaded = {name: instances[:max_instances] for name, instances in loaded.items()}
         for name, instances in loaded.items():

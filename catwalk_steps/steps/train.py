@@ -21,7 +21,7 @@ from ..checkpoints import (
     model_from_checkpoint,
 )
 from ..checks.trackers import split_trackers
-from ..checks.training import check_train_step, default_val_metric
+from ..checks.training import check_train_step, default_validation
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
@@ -101,7 +101,9 @@ class TrainRankClassifier(Step[RankClassifier]):
         if kwargs.get("evaluate_tasks"):
             kwargs = {**kwargs, "evaluate_tasks": [Task.built(t) for t in kwargs["evaluate_tasks"]]}
         if kwargs.get("val_metric_name") is None:
-            kwargs = {**kwargs, "val_metric_name": default_val_metric(kwargs.get("dataset_dict"))}
+            defaults = default_validation(kwargs.get("dataset_dict"))
+            kwargs = {**kwargs, "val_metric_name": defaults.pop("val_metric_name")}
+            kwargs = {**kwargs, **{k: v for k, v in defaults.items() if k not in kwargs}}
         check_train_step(TrainSettings(**kwargs))  # typed, with the keys' one set of defaults
         return split_trackers(kwargs)
 

@@ -13,13 +13,15 @@ the file or row and the field.
 
 from .base import (
     LOADED_SPLITS,
+    ModelTokenizer,
     MultipleChoiceInstance,
     Task,
     TaskDataError,
     dataset_fingerprint,
 )
 from .catalog import BUILTIN_TASKS
-from .generative import GenerationInstance, GenerativeTask
+from .generation import GenerationInstance
+from .generative import GenerativeTask
 from .olmo_eval_labels import OlmoEvalInstance, OlmoEvalTask
 from .piqa import PiqaTask, piqa_instance, read_piqa_files
 from .synthetic import SyntheticTask
@@ -29,6 +31,7 @@ __all__ = [
     "BUILTIN_TASKS",
     "GenerationInstance",
     "LOADED_SPLITS",
+    "ModelTokenizer",
     "GenerativeTask",
     "MultipleChoiceInstance",
     "OlmoEvalInstance",

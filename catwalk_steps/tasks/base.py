@@ -31,6 +31,15 @@ def joined_choice_chars(continuation: str) -> int:
 
 
 @dataclass(frozen=True)
+class ModelTokenizer:
+    """The model's tokenizer, loaded, and the name it was loaded by: what renders the prompts
+    of a task with a chat template, passed to :meth:`Task.load` by the step that loads it."""
+
+    tokenizer: Any
+    name: str
+
+
+@dataclass(frozen=True)
 class MultipleChoiceInstance:
     """One question: its context, the candidate continuations, and the index of the right one.
 
@@ -153,6 +162,9 @@ class Task(Registrable):
         depend on it before any instance is loaded."""
 
     kind: ClassVar[str] = "multiple_choice"
+    # Solved examples shown before each question, where the task shows them (the evaluate
+    # step's result names how many); None where it has no such setting.
+    num_fewshot: int | None = None
 
     @classmethod
     def built(cls, task: Any) -> Task:
@@ -189,17 +201,23 @@ class Task(Registrable):
         """What reports call the task."""
         return type(self).__name__
 
-    def load(self, splits: Sequence[str]) -> dict[str, list[MultipleChoiceInstance]]:
-        """Returns each requested split, in order; an unknown or empty split is an error."""
+    def load(
+        self, splits: Sequence[str], tokenizer: ModelTokenizer | None = None
+    ) -> dict[str, list[MultipleChoiceInstance]]:
+        """Returns each requested split, in order; an unknown or empty split is an error.
+        `tokenizer`: the model's, for a task whose prompts its chat template renders
+        (:attr:`renders_chat`); other tasks take none."""
         result = {}
         for split in splits:
-            instances = self.load_split(split)
+            instances = self.load_split(split, tokenizer)
             if not instances:
                 raise TaskDataError(f"{self.describe(split)}: split '{split}' is empty")
             result[split] = instances
         return result
 
-    def load_split(self, split: str) -> list[MultipleChoiceInstance]:
+    def load_split(
+        self, split: str, tokenizer: ModelTokenizer | None = None
+    ) -> list[MultipleChoiceInstance]:
         raise NotImplementedError
 
     def check_splits(self, splits: Sequence[str], field: str) -> None:
@@ -211,10 +229,13 @@ class Task(Registrable):
         """The split scored when none is named."""
         return "validation"
 
-    def evaluation_instances(self, split: str | None = None) -> list[MultipleChoiceInstance]:
-        """The instances an evaluation scores: `split`, or :meth:`evaluation_split`."""
+    def evaluation_instances(
+        self, split: str | None = None, tokenizer: ModelTokenizer | None = None
+    ) -> list[MultipleChoiceInstance]:
+        """The instances an evaluation scores: `split`, or :meth:`evaluation_split` (`tokenizer`:
+        as :meth:`load`)."""
         split = split or self.evaluation_split()
-        return self.load([split])[split]
+        return self.load([split], tokenizer)[split]
 
     def describe(self, split: str) -> str:
         """Where a split comes from, for error messages."""
@@ -223,11 +244,12 @@ class Task(Registrable):
     @property
     def renders_chat(self) -> bool:
         """Whether the model's tokenizer renders its prompts (a chat template: :mod:`.chat`);
-        the step that scores or loads the task then gives it (`render_with`)."""
+        the step that scores or loads the task then passes it to `load` (a `ModelTokenizer`)."""
         return False
 
-    def render_with(self, tokenizer: Any, tokenizer_name: str) -> None:
-        """The tokenizer whose chat template renders the prompts."""
+    def check_tokenizer(self, tokenizer: ModelTokenizer) -> None:
+        """When the step graph is built: the model's tokenizer renders this task's prompts (one
+        line naming the tokenizer when it cannot)."""
 
 
 def dataset_fingerprint(splits: Mapping[str, Sequence[MultipleChoiceInstance]]) -> str:

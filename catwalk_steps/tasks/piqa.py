@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..remote import require_hub
-from .base import MultipleChoiceInstance, Task, TaskDataError
+from .base import ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError
 from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, read_jsonl, read_labels
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,9 @@ class PiqaTask(Task):
             return f"{self.hub_name} (hub)"
         return str(self.data_dir / f"{self.file_stems.get(split, split)}.jsonl")
 
-    def load_split(self, split: str) -> list[MultipleChoiceInstance]:
+    def load_split(
+        self, split: str, tokenizer: ModelTokenizer | None = None
+    ) -> list[MultipleChoiceInstance]:
         if self.data_dir is not None:
             if not self.data_dir.is_dir():
                 raise TaskDataError(f"{self.data_dir}: PIQA data directory not found")

@@ -10,8 +10,9 @@ from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
 from .answers import AnswerScoring
-from .base import MultipleChoiceInstance, Task, TaskDataError
-from .generative import WHITESPACE, GenerationInstance, answer_text
+from .base import ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError
+from .generation import GenerationInstance, answer_text
+from .generative import WHITESPACE
 
 
 @Task.register("catwalk::synthetic")
@@ -60,7 +61,9 @@ class SyntheticTask(Task):
     def describe(self, split: str) -> str:
         return f"synthetic task (seed {self.seed})"
 
-    def load_split(self, split: str) -> list[MultipleChoiceInstance]:
+    def load_split(
+        self, split: str, tokenizer: ModelTokenizer | None = None
+    ) -> list[MultipleChoiceInstance]:
         if split not in self.sizes:
             raise TaskDataError(
                 f"synthetic task: unknown split '{split}' (known: {', '.join(sorted(self.sizes))})"

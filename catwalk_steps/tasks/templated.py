@@ -16,7 +16,7 @@ from typing import Any, cast
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
-from .base import TASK_TYPE, MultipleChoiceInstance, Task, TaskDataError
+from .base import TASK_TYPE, ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError
 from .catalog import BUILTIN_TASKS
 from .chat import ChatFormat, ChatRenderer, Example, prompt_of
 from .fewshot import (
@@ -92,7 +92,6 @@ class TemplatedTask(Task):
             given.pop("system_instruction"),
             f"task '{name}'",
         )
-        self.chat_tokenizer: ChatRenderer | None = None  # the model's: the step's render_with
         self.options = {
             k: given.pop(k)
             for k in (
@@ -122,11 +121,21 @@ class TemplatedTask(Task):
     def renders_chat(self) -> bool:
         return self.chat.apply_chat_template
 
-    def render_with(self, tokenizer: Any, tokenizer_name: str) -> None:
-        """The tokenizer whose chat template renders the prompts (the model's), checked to have
-        one that renders a question."""
+    def check_tokenizer(self, tokenizer: ModelTokenizer) -> None:
+        self.renderer(tokenizer)
+
+    def renderer(self, tokenizer: ModelTokenizer | None) -> ChatRenderer | None:
+        """What renders the prompts with the model's tokenizer's chat template, checked to have
+        one that renders a question; None for plain prompts."""
+        if not self.chat.apply_chat_template:
+            return None
+        if tokenizer is None:
+            raise ConfigurationError(
+                f"task '{self.name}'.apply_chat_template: no tokenizer to render with (the step "
+                "that loads it gives the model's)"
+            )
         system = bool(self.chat.system_instruction or self.spec.description)
-        self.chat_tokenizer = ChatRenderer.checked(tokenizer, tokenizer_name, self.name, system)
+        return ChatRenderer.checked(tokenizer.tokenizer, tokenizer.name, self.name, system)
 
     def parts(self) -> list[str | None]:
         return list(self.spec.subtasks) or [None]
@@ -202,15 +211,13 @@ class TemplatedTask(Task):
     def describe(self, split: str) -> str:
         return f"task '{self.name}' ({next(iter(self.sources.values())).describe(split)})"
 
-    def load_split(self, split: str) -> list[MultipleChoiceInstance]:
-        if self.chat.apply_chat_template and self.chat_tokenizer is None:
-            raise ConfigurationError(
-                f"task '{self.name}'.apply_chat_template: no tokenizer to render with (the step "
-                "that loads it gives the model's)"
-            )
+    def load_split(
+        self, split: str, tokenizer: ModelTokenizer | None = None
+    ) -> list[MultipleChoiceInstance]:
+        renderer = self.renderer(tokenizer)
         instances = []
         for part, source in self.sources.items():
-            instances += self.builder(self, source, part).build(split)
+            instances += self.builder(self, source, part, renderer).build(split)
         return instances
 
     @property
@@ -230,8 +237,15 @@ class InstanceBuilder:
     """One (sub)task's rows made instances: templates applied, examples drawn, contexts
     joined, labels checked."""
 
-    def __init__(self, task: TemplatedTask, source: RowSource, subtask: str | None):
+    def __init__(
+        self,
+        task: TemplatedTask,
+        source: RowSource,
+        subtask: str | None,
+        renderer: ChatRenderer | None = None,
+    ):
         self.task, self.spec, self.source, self.subtask = task, task.spec, source, subtask
+        self.renderer = renderer  # the model's chat template, for a task that applies one
         self.templates = task.spec.templates()
         self.extra = {"subtask": subtask} if subtask else {}
 
@@ -254,7 +268,7 @@ class InstanceBuilder:
                     text = self.example(example)
                     examples[i] = Example(example_question(example), example_answer(example), text)
                 shots.append(examples[i])
-            prompt = prompt_of(task.chat, task.chat_tokenizer, description, shots, delimiter)
+            prompt = prompt_of(task.chat, self.renderer, description, shots, delimiter)
             instances.append(self.instance(doc, prompt))
         return instances
 

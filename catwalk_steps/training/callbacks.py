@@ -1,4 +1,4 @@
-"""Exact validation metrics inside Tango's training loop, and the run's metric history.
+"""The run's metric history, and exact validation metrics handed to it.
 
 Each logged step's entry holds the loss, the learning rate the step used, and the throughput and
 memory of the steps since the last one (:mod:`catwalk_steps.engines.throughput`); trackers
@@ -6,9 +6,9 @@ memory of the steps since the last one (:mod:`catwalk_steps.engines.throughput`)
 metric reaches W&B and TensorBoard without changes there.
 
 Tango averages the validation metric over batches and ranks, which is only exact when every
-batch holds the same number of instances. This callback keeps running sums of right answers,
-instance counts and loss across batches and ranks instead, and hands Tango the exact global
-value after each batch. Every rank joins the all-reduce, as every rank runs every batch.
+batch holds the same number of instances. The loop instead has the split's kind sum each
+batch's counts (`update`), adds the sums over batches and ranks, and computes the metrics once
+(`compute`, :func:`~catwalk_steps.training.in_loop.kind_metrics`); this callback records them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainCallback
 
 from ..engines.throughput import Throughput
@@ -29,10 +28,11 @@ HISTORY_FILE = "metrics_history.json"
 
 @TrainCallback.register("catwalk::run_metrics")
 class RunMetrics(TrainCallback):
-    """Turns per-batch counts into exact `acc`, `acc_norm` and `loss` over the whole split, and
-    keeps the history of the run: at every logged step the training loss (averaged over ranks),
-    learning rate, tokens/s, seconds per step and each rank's peak memory; the metrics of every
-    validation; and each in-loop task's (`tasks`: `{task: [{step, acc, acc_norm, count}]}`,
+    """Keeps the history of the run: at every logged step the training loss (averaged over
+    ranks), learning rate, tokens/s, seconds per step and each rank's peak memory; the metrics
+    of every validation (its kind's: `acc`, `acc_norm`, `loss` for multiple choice, handed over
+    by the loop through :meth:`record_validation`); and each in-loop task's (`tasks`: `{task:
+    [{step, acc, acc_norm, loss, count}]}`,
     handed over by the loop through :meth:`record_task_metrics`). The main process writes the
     history to `metrics_history.json` in the step's work directory after each validation and at
     the end; checkpoints keep it (the callbacks' state).
@@ -40,7 +40,6 @@ class RunMetrics(TrainCallback):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.totals: dict[str, float] | None = None
         self.given: dict[str, Any] | None = None
         self.history: dict[str, Any] = {"train": [], "validation": []}
         device = torch.device(getattr(self.train_config, "device", "cpu"))
@@ -72,51 +71,18 @@ class RunMetrics(TrainCallback):
 
     def pre_val_batch(self, step: int, val_step: int, epoch: int, val_batch: Any) -> None:
         if val_step == 0:
-            self.totals = None
             self.given = None
             self.throughput.pause()
 
     def record_validation(self, metrics: dict[str, Any]) -> None:
-        """A validation split scored by its answers (generation: `exact_match,...`, `count`),
-        exact over all ranks, for this validation's history entry."""
+        """A validation's metrics, as the split's kind computes them (exact over all batches
+        and ranks: :meth:`~catwalk_steps.kinds.TaskKind.compute`), for its history entry."""
         self.given = dict(metrics)
-
-    def post_val_batch(self, step: int, val_step: int, epoch: int, val_batch_outputs: dict) -> None:
-        missing = {"correct", "correct_norm", "count", "loss"} - val_batch_outputs.keys()
-        if missing:
-            raise ConfigurationError(
-                f"catwalk::train: the model's forward returned no {sorted(missing)}; "
-                "use a catwalk::rank_classifier model"
-            )
-        count = val_batch_outputs["count"].detach().float()
-        batch = {
-            "correct": val_batch_outputs["correct"].detach().float(),
-            "correct_norm": val_batch_outputs["correct_norm"].detach().float(),
-            "count": count,
-            "loss_sum": val_batch_outputs["loss"].detach().float() * count,
-        }
-        batch = summed_over_ranks(batch) if self.train_config.is_distributed else batch
-        totals = self.totals or dict.fromkeys(batch, 0.0)
-        self.totals = {name: totals[name] + float(value) for name, value in batch.items()}
-        for name, value in self.metrics().items():
-            val_batch_outputs[name] = torch.tensor(value)
-
-    def metrics(self) -> dict[str, float]:
-        """Exact metrics over the batches validated so far."""
-        assert self.totals is not None
-        sums = self.totals
-        count = max(sums["count"], 1.0)
-        return {
-            "acc": sums["correct"] / count,
-            "acc_norm": sums["correct_norm"] / count,
-            "loss": sums["loss_sum"] / count,
-            "count": sums["count"],
-        }
 
     def post_val_loop(
         self, step: int, epoch: int, val_metric: float, best_val_metric: float
     ) -> None:
-        entry = {"step": step + 1, **(self.given or self.metrics())}
+        entry = {"step": step + 1, **(self.given or {"count": 0})}
         entry["count"] = int(entry["count"])
         self.record("validation", entry)
         self.write_history()

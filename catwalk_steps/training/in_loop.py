@@ -18,7 +18,7 @@ from tango.common import Lazy, Tqdm
 from tango.integrations.torch import DataLoader, TrainingEngine
 
 from ..engines.scorer import engine_scorer
-from ..kinds import TaskKind, kind_of
+from ..kinds import Scorer, TaskKind, kind_of
 from .callbacks import summed_over_ranks
 
 
@@ -74,20 +74,22 @@ class InLoopTasks:
 
 def kind_metrics(
     kind: TaskKind,
-    scorer: Any,
+    scorer: Scorer,
     batches: Iterable[Any],
     instances: Sequence[Any],
     device: torch.device,
     distributed: bool,
+    validating: bool = False,
 ) -> dict[str, Any]:
     """A kind's metrics over `instances`, of which `batches` are this rank's share: each
-    batch's sums (`update`) added over batches, then over ranks, then `compute`. Collective."""
+    batch's sums (`update`) added over batches, then over ranks, then `compute` (`validating`:
+    a training run's validation split). Collective."""
     sums: dict[str, float] = {}
     for batch in batches:
         for key, value in kind.update(scorer, batch).items():
             sums[key] = sums.get(key, 0.0) + value
     assert sums, "no batch to score"
-    return kind.compute(over_ranks(sums, device, distributed), instances)
+    return kind.compute(over_ranks(sums, device, distributed), instances, validating)
 
 
 def over_ranks(sums: dict[str, float], device: torch.device, distributed: bool) -> dict[str, float]:

@@ -36,13 +36,12 @@ from tango.integrations.torch import DataLoader, StopEarly, TrainCallback, Train
 from torch.utils.data import DistributedSampler
 
 from ..distributed.groups import barrier, distributed_position
-from ..engines.scorer import engine_scorer
 from ..engines.train_config import NodeAwareTrainConfig
-from ..kinds import kind_of
 from .checkpointing import Checkpointer
-from .in_loop import InLoopTasks, kind_metrics
+from .in_loop import InLoopTasks
 from .job import TrainerState, TrainingJob, training_split
 from .trackers import connect_trackers
+from .validation import Validation
 
 logger = logging.getLogger(__name__)
 
@@ -137,14 +136,14 @@ class Trainer:
             )
             self.schedule = replace(self.schedule, train_steps=steps)
             config.train_steps = steps
-        self.validation_steps = self.schedule.validation_steps
-        if self.validation_loader is not None and self.validation_steps is None:
-            self.validation_steps = len(self.validation_loader)
+        self.validation = None
+        if self.validation_loader is not None:
+            split, steps = data[self.schedule.validation_split], self.schedule.validation_steps
+            self.validation = Validation(
+                self.validation_loader, split, steps, self.device, self.world_size
+            )
         loader = job.validation_dataloader or job.train_dataloader
         self.tasks = InLoopTasks(job.evaluate_tasks, loader, self.world_size > 1)
-        split = cast(str, self.schedule.validation_split)  # read only with a validation loader
-        validation = data[split] if self.validation_loader else []
-        self.validation_kind = kind_of(list(validation[:1]))
 
     @property
     def main(self) -> bool:
@@ -256,12 +255,11 @@ class Trainer:
     def validate(self, step: int) -> None:
         """Every rank runs every validation batch (sharded engines need it); the metric is exact
         over the whole split and all ranks. Then the in-loop tasks, then the history entry."""
-        assert self.validation_loader is not None
         self.engine.model.eval()
-        if self.validation_kind.validated_by_forward:
-            metric = self.validate_by_forward()
-        else:
-            metric = self.validate_by_answers()
+        assert self.validation is not None
+        at, main = (self.state.step - 1, self.state.epoch), self.main
+        metrics = self.validation.metrics(self.engine, self.callbacks, at, main)
+        metric = float(metrics[self.schedule.val_metric_name])
         self.engine.model.train()
         self.state.val_metric = metric
         if self.schedule.better(metric, self.state.best_val_metric):
@@ -272,60 +270,3 @@ class Trainer:
             best = cast(float, self.state.best_val_metric)  # set above: better(x, None) is True
             callback.post_val_loop(step, self.state.epoch, metric, best)
         self.engine.model.train()  # again, in case a callback changed it
-
-    def validation_batches(self) -> Any:
-        assert self.validation_loader is not None
-        batches = islice(self.validation_loader, self.validation_steps)
-        return Tqdm.tqdm(
-            batches,
-            desc="Validating",
-            total=self.validation_steps,
-            leave=False,
-            disable=not self.main,
-        )
-
-    def validate_by_forward(self) -> float:
-        """Multiple choice: the callbacks (`RunMetrics`) sum each batch's counts and loss from
-        the model's forward over batches and ranks."""
-        metric: float | None = None
-        step, epoch = self.state.step - 1, self.state.epoch
-        with self.validation_batches() as progress:
-            for val_step, batch in enumerate(progress):
-                for callback in self.callbacks:
-                    callback.pre_val_batch(step, val_step, epoch, batch)
-                outputs = self.engine.forward_eval(batch)
-                for callback in self.callbacks:
-                    callback.post_val_batch(step, val_step, epoch, outputs)
-                value = outputs[self.schedule.val_metric_name]
-                metric = float(value.item() if torch.is_tensor(value) else value)
-        assert metric is not None, "the validation loader yielded no batch"
-        return metric
-
-    def validate_by_answers(self) -> float:
-        """Generation: the model answers each request (every decoding step a forward through the
-        engine, on every rank) and the kind scores the answers, as in-loop tasks are scored; the
-        callbacks that keep the history receive the metrics (`record_validation`)."""
-        step, epoch = self.state.step - 1, self.state.epoch
-
-        def announced(progress: Any) -> Iterator[Any]:
-            for val_step, batch in enumerate(progress):
-                for callback in self.callbacks:
-                    callback.pre_val_batch(step, val_step, epoch, batch)
-                yield batch
-
-        scorer = engine_scorer(self.engine, self.world_size > 1)
-        validation = self.job.dataset_dict[cast(str, self.schedule.validation_split)]  # validates
-        with self.validation_batches() as progress:
-            metrics = kind_metrics(
-                self.validation_kind,
-                scorer,
-                announced(progress),
-                validation,
-                self.device,
-                self.world_size > 1,
-            )
-        for callback in self.callbacks:
-            record = getattr(callback, "record_validation", None)
-            if record is not None:
-                record(metrics)
-        return float(metrics[self.schedule.val_metric_name])

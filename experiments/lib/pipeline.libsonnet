@@ -177,10 +177,10 @@ local cells(grid) = std.foldl(
     local data = prefix + 'data',
 
     steps: {
-      // A task with a chat template renders its prompts with the model's tokenizer.
-      [data]: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'] }
-              + (if std.isObject(task) && std.objectHas(task, 'apply_chat_template') && task.apply_chat_template
-                 then { tokenizer: models.tokenizer(model) } else {}),
+      // The model's tokenizer: a task with a chat template renders its prompts with it (the
+      // step keeps it only for such a task).
+      [data]: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'],
+                tokenizer: models.tokenizer(model) },
       [prefix + 'trained']: train_step(model, engine, t, data, callbacks),
       [prefix + 'eval_untrained']: eval_step(model, t, data),
       [prefix + 'eval_trained']: eval_step(ref(prefix + 'trained'), t, data),
