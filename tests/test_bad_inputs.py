@@ -402,7 +402,7 @@ CASES = [
     ),
     (
         DEMO,
-        {"steps.data.task": {**NQ, "apply_chat_template": True}},
+        {"steps.data.task": {**NQ, "apply_chat_template": True}, "steps.data.tokenizer": None},
         "ConfigurationError: load_task.tokenizer: task 'nq_open' applies a chat template; give the "
         "model's tokenizer, whose template renders its prompts",
     ),

