@@ -27,6 +27,7 @@ from typing import Any
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import first_line
+from .base import ModelTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,21 @@ class ChatFormat:
                 "become turns of a chat only in a chat template)"
             )
         return cls(apply, apply if multiturn is None else multiturn, system_instruction)
+
+    def renderer(
+        self, tokenizer: ModelTokenizer | None, task: str, system: bool
+    ) -> ChatRenderer | None:
+        """What renders task `task`'s prompts with the model's tokenizer's chat template (its
+        `system` turn too), checked to have one that renders a question; None for plain
+        prompts."""
+        if not self.apply_chat_template:
+            return None
+        if tokenizer is None:
+            raise ConfigurationError(
+                f"task '{task}'.apply_chat_template: no tokenizer to render with (the step "
+                "that loads it gives the model's)"
+            )
+        return ChatRenderer.checked(tokenizer.tokenizer, tokenizer.name, task, system)
 
     @property
     def plain(self) -> bool:

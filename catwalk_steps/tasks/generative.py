@@ -132,10 +132,8 @@ class GenerationBuilder(InstanceBuilder):
     Texts and targets are read as lm-evaluation-harness reads them without choices: a field's
     value as it is, a template's text (digits stay text) or, when it renders a list, the list."""
 
-    def __init__(
-        self, task: TemplatedTask, source: Any, subtask: str | None, renderer: Any = None
-    ) -> None:
-        super().__init__(task, source, subtask, renderer)
+    def __init__(self, task: TemplatedTask, source: Any, subtask: str | None) -> None:
+        super().__init__(task, source, subtask)
         self.templates = {**self.templates, **prompt_templates(task.spec)}
 
     def render(self, row: Mapping[str, Any], where: str) -> Rendered:

@@ -125,17 +125,8 @@ class TemplatedTask(Task):
         self.renderer(tokenizer)
 
     def renderer(self, tokenizer: ModelTokenizer | None) -> ChatRenderer | None:
-        """What renders the prompts with the model's tokenizer's chat template, checked to have
-        one that renders a question; None for plain prompts."""
-        if not self.chat.apply_chat_template:
-            return None
-        if tokenizer is None:
-            raise ConfigurationError(
-                f"task '{self.name}'.apply_chat_template: no tokenizer to render with (the step "
-                "that loads it gives the model's)"
-            )
         system = bool(self.chat.system_instruction or self.spec.description)
-        return ChatRenderer.checked(tokenizer.tokenizer, tokenizer.name, self.name, system)
+        return self.chat.renderer(tokenizer, self.name, system)
 
     def parts(self) -> list[str | None]:
         return list(self.spec.subtasks) or [None]
@@ -217,7 +208,7 @@ class TemplatedTask(Task):
         renderer = self.renderer(tokenizer)
         instances = []
         for part, source in self.sources.items():
-            instances += self.builder(self, source, part, renderer).build(split)
+            instances += self.builder(self, source, part).build(split, renderer)
         return instances
 
     @property
@@ -237,19 +228,13 @@ class InstanceBuilder:
     """One (sub)task's rows made instances: templates applied, examples drawn, contexts
     joined, labels checked."""
 
-    def __init__(
-        self,
-        task: TemplatedTask,
-        source: RowSource,
-        subtask: str | None,
-        renderer: ChatRenderer | None = None,
-    ):
+    def __init__(self, task: TemplatedTask, source: RowSource, subtask: str | None):
         self.task, self.spec, self.source, self.subtask = task, task.spec, source, subtask
-        self.renderer = renderer  # the model's chat template, for a task that applies one
         self.templates = task.spec.templates()
         self.extra = {"subtask": subtask} if subtask else {}
 
-    def build(self, split: str) -> list[MultipleChoiceInstance]:
+    def build(self, split: str, renderer: ChatRenderer | None) -> list[MultipleChoiceInstance]:
+        """The split's instances; `renderer`: the model's chat template, for a task with one."""
         rows = self.source.rows(split, self.task.max_instances)
         if not rows:
             raise TaskDataError(f"{self.source.describe(split)}: split '{split}' is empty")
@@ -268,7 +253,7 @@ class InstanceBuilder:
                     text = self.example(example)
                     examples[i] = Example(example_question(example), example_answer(example), text)
                 shots.append(examples[i])
-            prompt = prompt_of(task.chat, self.renderer, description, shots, delimiter)
+            prompt = prompt_of(task.chat, renderer, description, shots, delimiter)
             instances.append(self.instance(doc, prompt))
         return instances
 
