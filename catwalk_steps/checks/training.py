@@ -82,19 +82,11 @@ def loaded_task(dataset_dict: Any) -> Any:
 
 
 def default_validation(dataset_dict: Any) -> dict[str, Any]:
-    """`val_metric_name` left out: the first its task's kind validates by (`acc` for multiple
-    choice, as it always was: such a step's id stays as it was), and `minimize_val_metric` true
-    where the kind says that metric is better lower (a label's `ce_loss`); `val_metric_name`
-    None while the task is not known (the data's kind decides when it is)."""
+    """`val_metric_name` left out: its task's kind's default (`acc` for multiple choice, as it
+    always was: such a step's id stays as it was); None while the task is not known (the data's
+    kind decides when it is)."""
     task = loaded_task(dataset_dict)
-    if task is None:
-        return {"val_metric_name": None}
-    kind = kind_of_task(task)
-    name = kind.validation_metrics(task)[0]
-    return {
-        "val_metric_name": name,
-        **({"minimize_val_metric": True} if kind.lower_is_better(name) else {}),
-    }
+    return {"val_metric_name": None} if task is None else kind_of_task(task).defaults(task)
 
 
 def check_val_metric(settings: TrainSettings, kind: Any, task: Any, what: str) -> str:

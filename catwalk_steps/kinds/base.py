@@ -91,6 +91,14 @@ class TaskKind:
         instance of it) validates; the first is the default."""
         return ("acc", "acc_norm", "loss")
 
+    def defaults(self, task: Any) -> dict[str, Any]:
+        """A training step's validation settings left out: `val_metric_name`, the first of
+        :meth:`validation_metrics`, and `minimize_val_metric` true where that one is better
+        lower (a label's `ce_loss`)."""
+        name = self.validation_metrics(task)[0]
+        lower = {"minimize_val_metric": True} if self.lower_is_better(name) else {}
+        return {"val_metric_name": name, **lower}
+
     # --- Batches: the data loaders' collate, the in-loop evaluation ---------------------------
 
     def training_instances(self, instances: list, where: str) -> list:
