@@ -8,10 +8,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "catwalk_steps"
 FILE_LINES, FUNCTION_LINES, CLASS_LINES = 350, 60, 200
+
+
 # Being split in another branch; the lead removes each name when it lands.
-PENDING = {"catwalk_steps/training/loop.py:Trainer", "catwalk_steps/tasks/generative.py"}
-
-
 def offenders(package: Path = PACKAGE) -> list[str]:
     """`path` (a file over the limit) or `path:name` (a function or class), with its lines."""
     found = []
@@ -31,7 +30,7 @@ def offenders(package: Path = PACKAGE) -> list[str]:
             lines = node.end_lineno - node.lineno + 1 if limit else 0
             if limit and lines > limit:
                 found.append((f"{name}:{node.name}", lines))
-    return [f"{where} ({lines} lines)" for where, lines in found if where not in PENDING]
+    return [f"{where} ({lines} lines)" for where, lines in found]
 
 
 def test_no_file_function_or_class_over_the_limits():

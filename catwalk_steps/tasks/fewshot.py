@@ -28,7 +28,7 @@ class Rendered:
 
     text: str | int
     choices: tuple[str, ...]
-    target: int | str
+    target: int | str | None  # None: a generative row whose target list is empty
 
     @property
     def contexts_per_choice(self) -> bool:

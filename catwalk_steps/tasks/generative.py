@@ -121,6 +121,7 @@ class RenderedRequest(Rendered):
     None for an empty list), `listed` whether the row's target is a list, `null` whether it was
     read from a null field (lm-eval's text "None": nothing to train on), `where` the row."""
 
+    target: str | None
     targets: tuple[str, ...] = ()
     listed: bool = False
     null: bool = False

@@ -20,7 +20,14 @@ from typing import Any, ClassVar
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
-from .base import NAMED_TASK_TYPES, ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError
+from .base import (
+    NAMED_TASK_TYPES,
+    ModelTokenizer,
+    MultipleChoiceInstance,
+    Task,
+    TaskDataError,
+    TaskInstance,
+)
 from .catalog import BUILTIN_TASKS
 
 TASK_TYPE = "catwalk::olmo_eval"
@@ -150,9 +157,7 @@ class OlmoEvalTask(Task):
         """A label fixes its split: test for the `_test_` sets, else validation."""
         return label_split(self.label)
 
-    def load_split(
-        self, split: str, tokenizer: ModelTokenizer | None = None
-    ) -> list[MultipleChoiceInstance]:
+    def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[TaskInstance]:
         if split != self.evaluation_split():
             raise TaskDataError(
                 f"task '{self.name}': an olmo_eval label has one split, "

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..remote import require_hub
-from .base import ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError
+from .base import ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError, TaskInstance
 from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, read_jsonl, read_labels
 
 logger = logging.getLogger(__name__)
@@ -102,9 +102,7 @@ class PiqaTask(Task):
             return f"{self.hub_name} (hub)"
         return str(self.data_dir / f"{self.file_stems.get(split, split)}.jsonl")
 
-    def load_split(
-        self, split: str, tokenizer: ModelTokenizer | None = None
-    ) -> list[MultipleChoiceInstance]:
+    def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[TaskInstance]:
         if self.data_dir is not None:
             if not self.data_dir.is_dir():
                 raise TaskDataError(f"{self.data_dir}: PIQA data directory not found")
@@ -113,10 +111,10 @@ class PiqaTask(Task):
                     f"{self.data_dir}: unknown split '{split}' "
                     f"(known: {', '.join(sorted(self.file_stems))})"
                 )
-            return read_piqa_files(self.data_dir, self.file_stems[split])
+            return [*read_piqa_files(self.data_dir, self.file_stems[split])]
         return self._load_hub_split(split)
 
-    def _load_hub_split(self, split: str) -> list[MultipleChoiceInstance]:
+    def _load_hub_split(self, split: str) -> list[TaskInstance]:
         if split not in self.HUB_SPLITS:
             raise TaskDataError(
                 f"{self.hub_name}: unknown split '{split}' (known: {', '.join(self.HUB_SPLITS)})"

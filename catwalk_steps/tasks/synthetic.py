@@ -10,7 +10,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
 from .answers import AnswerScoring
-from .base import ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError
+from .base import ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError, TaskInstance
 from .generation import GenerationInstance, answer_text
 from .generative import WHITESPACE
 
@@ -61,9 +61,7 @@ class SyntheticTask(Task):
     def describe(self, split: str) -> str:
         return f"synthetic task (seed {self.seed})"
 
-    def load_split(
-        self, split: str, tokenizer: ModelTokenizer | None = None
-    ) -> list[MultipleChoiceInstance]:
+    def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[TaskInstance]:
         if split not in self.sizes:
             raise TaskDataError(
                 f"synthetic task: unknown split '{split}' (known: {', '.join(sorted(self.sizes))})"
@@ -74,7 +72,7 @@ class SyntheticTask(Task):
     def question(self, key: str) -> str:
         return f"Question: What goes with {key}?\nAnswer:"
 
-    def _instance(self, rng: random.Random) -> MultipleChoiceInstance:
+    def _instance(self, rng: random.Random) -> TaskInstance:
         key = rng.choice(self.keys)
         right = self.answer[key]
         wrong = rng.sample(

@@ -16,6 +16,7 @@ from typing import Any, cast
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
+from . import base
 from .base import TASK_TYPE, ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError
 from .catalog import BUILTIN_TASKS
 from .chat import ChatFormat, ChatRenderer, Example, prompt_of
@@ -52,6 +53,7 @@ class TemplatedTask(Task):
     The other keys are :class:`~.spec.TaskSpec`'s (templates, delimiters, splits, ...).
     """
 
+    num_fewshot: int  # given, 0 by default (a Task's is None unless set)
     registered_as = TASK_TYPE  # in the cache identity
     catalog = BUILTIN_TASKS  # the tasks known by name
     required = ("doc_to_text", "doc_to_choice")  # the templates of a task of one's own
@@ -204,7 +206,7 @@ class TemplatedTask(Task):
 
     def load_split(
         self, split: str, tokenizer: ModelTokenizer | None = None
-    ) -> list[MultipleChoiceInstance]:
+    ) -> list[base.TaskInstance]:
         renderer = self.renderer(tokenizer)
         instances = []
         for part, source in self.sources.items():
@@ -233,7 +235,7 @@ class InstanceBuilder:
         self.templates = task.spec.templates()
         self.extra = {"subtask": subtask} if subtask else {}
 
-    def build(self, split: str, renderer: ChatRenderer | None) -> list[MultipleChoiceInstance]:
+    def build(self, split: str, renderer: ChatRenderer | None) -> list[base.TaskInstance]:
         """The split's instances; `renderer`: the model's chat template, for a task with one."""
         rows = self.source.rows(split, self.task.max_instances)
         if not rows:
@@ -309,7 +311,7 @@ class InstanceBuilder:
         check_answer(doc, f"task '{self.task.name}': {where}")
         return doc
 
-    def instance(self, doc: Rendered, prompt: Callable[[str], str]) -> MultipleChoiceInstance:
+    def instance(self, doc: Rendered, prompt: Callable[[str], str]) -> base.TaskInstance:
         delimiter = self.target_delimiter
         if doc.contexts_per_choice:
             continuation = delimiter + str(doc.target)

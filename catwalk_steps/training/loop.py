@@ -138,9 +138,13 @@ class Trainer:
             config.train_steps = steps
         self.validation = None
         if self.validation_loader is not None:
-            split, steps = data[self.schedule.validation_split], self.schedule.validation_steps
+            split = data[cast(str, self.schedule.validation_split)]  # set where it validates
             self.validation = Validation(
-                self.validation_loader, split, steps, self.device, self.world_size
+                self.validation_loader,
+                split,
+                self.schedule.validation_steps,
+                self.device,
+                self.world_size,
             )
         loader = job.validation_dataloader or job.train_dataloader
         self.tasks = InLoopTasks(job.evaluate_tasks, loader, self.world_size > 1)
