@@ -12,11 +12,24 @@ signal). The command leaves the server's loop and ends as `python -c "sys.exit(m
 interpreter shutdown runs `atexit`, prints an uncaught error, and re-raises SIGINT after a
 KeyboardInterrupt.
 
+A command's fork server (the one its training workers fork from) is served too: started from
+an interpreter that has imported nothing, it spent 6-8 s of CPU importing its preload for every
+`tango run` that starts workers. In a served command, :func:`serve_fork_servers` makes
+multiprocessing ask this server for it instead: the command forks a stand-in (the pid
+multiprocessing watches) that sends a JSON line (the server's preload, the command's
+environment, working directory and network namespace) with the server's descriptors (its
+socket, the "alive" pipe, the command's stdin, stdout and stderr) and exits as the served fork
+server does. It starts as Python's does (`multiprocessing.forkserver.main`), after the module
+that ends it with the command (`catwalk_startup.exit_with_parent`) has run again. A command
+with `CATWALK_TEST_FORKSERVER=exec` in its environment starts the real one (the tests of what
+a fork server leaves behind, or of the process tree).
+
 The server stops when its standard input closes (the test process is gone).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
@@ -24,6 +37,7 @@ import select
 import signal
 import socket
 import sys
+import tempfile
 from typing import Any
 
 COMMAND_MODULES = (
@@ -34,6 +48,9 @@ COMMAND_MODULES = (
     "catwalk_steps.commands.clear_step",
     "tests.exit_cases",
 )
+FORKSERVER_ENV = "CATWALK_TEST_FORKSERVER"  # "exec": the command starts the real fork server
+FORKSERVER_MAIN = "from multiprocessing.forkserver import main"
+SERVER_PATH = ""  # this server's socket, for the commands it forks
 
 
 def preload() -> None:
@@ -46,6 +63,8 @@ def preload() -> None:
 def serve(path: str) -> dict[str, Any]:
     """Accepts requests until stdin closes (then exits); returns only in a forked command, with
     its request."""
+    global SERVER_PATH
+    SERVER_PATH = path
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -67,11 +86,16 @@ def serve(path: str) -> dict[str, Any]:
 def handle(connection: socket.socket) -> dict[str, Any]:
     """In the handler: reads the request, forks the command, reports its pid and exit code."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    request = json.loads(connection.makefile("r").readline())
+    data, fds, _, _ = socket.recv_fds(connection, 1 << 16, 8)
+    while data and not data.endswith(b"\n"):
+        data += connection.recv(1 << 16)
+    request = json.loads(data)
     pid = os.fork()
     if pid == 0:
         connection.close()
-        return request
+        return {**request, "fds": fds}
+    for fd in fds:
+        os.close(fd)
     connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
     _, status = os.waitpid(pid, 0)
     connection.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
@@ -99,8 +123,91 @@ def become(request: dict[str, Any]) -> Any:
         import torch
 
         torch.set_num_threads(int(request["env"]["OMP_NUM_THREADS"]))
+    if request["env"].get(FORKSERVER_ENV) != "exec":
+        serve_fork_servers(request.get("netns"))
     module, _, function = request["target"].partition(":")
     return getattr(importlib.import_module(module), function)
+
+
+def serve_fork_servers(netns: str | None) -> None:
+    """In a command: multiprocessing's fork server, when the command starts one, is forked by
+    this server (see the module's docstring); any other program starts as before."""
+    import multiprocessing.util
+
+    spawn = multiprocessing.util.spawnv_passfds
+
+    def spawnv_passfds(path: str, args: list[str], passfds: list[int]) -> int:
+        if not args[-1].startswith(FORKSERVER_MAIN):
+            return spawn(path, args, passfds)
+        call = ast.parse(args[-1]).body[1].value
+        listener, alive, preload = (ast.literal_eval(a) for a in call.args)
+        request = {
+            "forkserver": {"preload": preload, **ast.literal_eval(call.keywords[0].value)},
+            "env": dict(os.environ),
+            "cwd": os.getcwd(),
+            "netns": netns,
+        }
+        line = json.dumps(request).encode() + b"\n"
+        pid = os.fork()
+        if pid == 0:
+            stand_in(line, [0, 1, 2, listener, alive])
+        return pid
+
+    multiprocessing.util.spawnv_passfds = spawnv_passfds
+
+
+def stand_in(line: bytes, fds: list[int]) -> None:
+    """The pid multiprocessing knows as its fork server's: sends the request, holds no other
+    descriptor (not the "alive" pipe's other end), exits with the served server's code."""
+    code = 1
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(SERVER_PATH)
+            socket.send_fds(connection, [line], fds)
+            os.closerange(3, connection.fileno())
+            os.closerange(connection.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
+            received = b""
+            while chunk := connection.recv(4096):
+                received += chunk
+            code = json.loads(received.splitlines()[-1])["returncode"]
+    finally:
+        os._exit(code if code >= 0 else 128 - code)
+
+
+def fork_server(request: dict[str, Any]) -> None:
+    """A command's fork server, as `python -c "from multiprocessing.forkserver import main;
+    main(...)"` runs it, with the command's streams, environment and directory; never returns."""
+    stdin, stdout, stderr, listener, alive = request["fds"]
+    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    if request.get("netns"):
+        enter_network_namespace(request["netns"])
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None  # from the command's $TMPDIR, as a new interpreter's
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if "OMP_NUM_THREADS" in request["env"]:
+        import torch
+
+        torch.set_num_threads(int(request["env"]["OMP_NUM_THREADS"]))
+    import multiprocessing.forkserver
+
+    import catwalk_startup.exit_with_parent
+
+    importlib.reload(catwalk_startup.exit_with_parent)  # reads the command's variable again
+    code = 0
+    try:
+        multiprocessing.forkserver.main(listener, alive, **request["forkserver"])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0
+    except BaseException:
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def enter_network_namespace(name: str) -> None:
@@ -119,5 +226,8 @@ def enter_network_namespace(name: str) -> None:
 
 if __name__ == "__main__":
     preload()
-    main = become(serve(sys.argv[1]))
+    request = serve(sys.argv[1])
+    if "forkserver" in request:
+        fork_server(request)
+    main = become(request)
     sys.exit(main())

@@ -5,8 +5,9 @@ working directory, output files, exit code and signals. The process is forked fr
 server (tests/command_server.py), an ordinary interpreter this process starts once with
 `subprocess`, which has imported torch, transformers, Tango and this package: a fresh
 interpreter spent 6-8 s of CPU importing them for every `tango run`, about a third of the whole
-suite. The command calls the console script's entry point and ends as the interpreter would:
-`sys.exit`'s code, an uncaught error printed, killed by SIGINT after a KeyboardInterrupt.
+suite. The fork server a command's training workers fork from is served the same way (6-8 s of
+CPU each again). The command calls the console script's entry point and ends as the interpreter
+would: `sys.exit`'s code, an uncaught error printed, killed by SIGINT after a KeyboardInterrupt.
 
 `CATWALK_TEST_COMMANDS=exec` runs every command as a fresh interpreter instead; the demo fixture
 (`main_job_run`) and the console-script tests always do, so the installed scripts stay tested.
@@ -31,6 +32,10 @@ from pathlib import Path
 from .conftest import REPO, TANGO_ENV
 
 EXEC = os.environ.get("CATWALK_TEST_COMMANDS") == "exec"
+# A served command's training workers fork from a fork server that the command server forks
+# too (tests/command_server.py); with this environment the command starts Python's own, a new
+# interpreter below it (for tests of the process tree a command makes).
+EXEC_FORK_SERVER_ENV = {**TANGO_ENV, "CATWALK_TEST_FORKSERVER": "exec"}
 
 
 def entry_point(script: str) -> str | None:

@@ -311,7 +311,8 @@ def test_a_killed_evaluation_worker_says_the_evaluation_starts_over(tmp_path):
     import os
     import signal
 
-    command = commands.start(long_evaluation(tmp_path, device_count=2), tmp_path / "out.txt")
+    argv, env = long_evaluation(tmp_path, device_count=2), commands.EXEC_FORK_SERVER_ENV
+    command = commands.start(argv, tmp_path / "out.txt", env=env)  # a fork server below it
     # Rank 0 scores once both workers have joined the group (a worker killed while the
     # workers start is a test of its own: tests/test_loop.py).
     started_scoring(command, "Scoring:")
