@@ -174,6 +174,23 @@ def stand_in(line: bytes, fds: list[int]) -> None:
         os._exit(code if code >= 0 else 128 - code)
 
 
+def tango_logging_from_environment() -> None:
+    """Tango's logging module reads its settings from the environment as it is imported: the
+    log server's port, the level, the prefix, which `tango run` sets for its workers. Read
+    again, as a new interpreter's import reads them."""
+    import tango.common.logging as tango_logging
+
+    names, env = tango_logging.EnvVarNames, os.environ
+    as_bool, as_int = tango_logging._parse_bool, tango_logging._parse_optional_int
+    tango_logging.FILE_FRIENDLY_LOGGING = as_bool(env.get(names.FILE_FRIENDLY_LOGGING.value, False))
+    tango_logging.TANGO_LOG_LEVEL = env.get(names.LOG_LEVEL.value, None)
+    tango_logging.TANGO_CONSOLE_WIDTH = as_int(env.get(names.CONSOLE_WIDTH.value, None))
+    tango_logging.TANGO_CLI_LOGGER_ENABLED = as_bool(env.get(names.CLI_LOGGER_ENABLED.value, False))
+    tango_logging._LOGGING_PREFIX = env.get(names.LOGGING_PREFIX.value, "")
+    tango_logging._LOGGING_HOST = env.get(names.LOGGING_HOST.value, "localhost")
+    tango_logging._LOGGING_PORT = as_int(env.get(names.LOGGING_PORT.value, None))
+
+
 def fork_server(request: dict[str, Any]) -> None:
     """A command's fork server, as `python -c "from multiprocessing.forkserver import main;
     main(...)"` runs it, with the command's streams, environment and directory; never returns."""
@@ -197,6 +214,7 @@ def fork_server(request: dict[str, Any]) -> None:
     import catwalk_startup.exit_with_parent
 
     importlib.reload(catwalk_startup.exit_with_parent)  # reads the command's variable again
+    tango_logging_from_environment()
     code = 0
     try:
         multiprocessing.forkserver.main(listener, alive, **request["forkserver"])
