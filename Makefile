@@ -11,7 +11,7 @@ VENV_FLAGS ?=
 MAIN_EXPERIMENT ?= experiments/demo_fsdp.jsonnet
 STAMP := $(VENV)/.catwalk-installed
 
-.PHONY: setup run test test-fast lint typecheck format bench clean
+.PHONY: setup run test test-fast lint typecheck format docs docs-build keys bench clean
 
 setup: $(STAMP)
 
@@ -38,11 +38,25 @@ format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# Everything CI runs: lint, then the whole suite (unit, tango-run integration, 2-process gloo),
+# The documentation site (docs/, mkdocs.yml): served with live reload at http://127.0.0.1:8000.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# Built as CI builds it: --strict, so a broken link, a page missing from the nav or an API
+# reference that does not resolve fails; the site goes to site/ (git-ignored).
+docs-build: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The configuration-keys page (docs/reference/keys.md), generated from the code; a test fails
+# when the committed page differs from what this writes.
+keys: setup
+	$(BIN)/python docs/gen_keys.py
+
+# Everything CI runs: lint, the documentation site, then the whole suite (unit, tango-run integration, 2-process gloo),
 # in TEST_WORKERS pytest-xdist workers, a file's tests in one worker (their module fixtures are
 # made once; session fixtures once per session: conftest.py).
 TEST_WORKERS ?= 2
-test: lint typecheck
+test: lint typecheck docs-build
 	$(BIN)/pytest -ra -n $(TEST_WORKERS) --dist loadfile
 
 # Unit tests only: no multi-process or training runs.
@@ -53,4 +67,4 @@ bench: setup
 	$(BIN)/python bench/scoring.py
 
 clean:
-	rm -rf workspace .pytest_cache .ruff_cache .mypy_cache
+	rm -rf workspace site .pytest_cache .ruff_cache .mypy_cache
