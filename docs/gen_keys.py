@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import inspect
+import pkgutil
 import re
 import sys
 import typing
@@ -139,16 +141,48 @@ def is_block(cls: Any) -> bool:
 
 def dataclasses_in(annotation: Any) -> list[type]:
     """The block types a key's annotation names directly (or in a union), with their dataclass
-    subclasses: each is a block whose fields are keys too."""
+    subclasses, and for a Protocol of ours (an adapter's spec) the package's dataclasses that
+    implement it: each is a block whose fields are keys too."""
     found: list[type] = []
     for candidate in [annotation, *typing.get_args(annotation)]:
-        stack = [candidate] if is_block(candidate) else []
+        stack = [candidate] if is_block(candidate) else implementations(candidate)
         while stack:
             cls = stack.pop(0)
             if is_block(cls) and cls not in found:
                 found.append(cls)
             stack += sorted(cls.__subclasses__(), key=lambda c: c.__qualname__)
     return found
+
+
+def implementations(protocol: Any) -> list[type]:
+    """Our dataclasses that have every public member of `protocol`, when it is a Protocol of
+    this package (each adapter type's spec, behind `AdapterSpec`)."""
+    ours = isinstance(protocol, type) and (protocol.__module__ or "").startswith(PACKAGE + ".")
+    if not (ours and getattr(protocol, "_is_protocol", False)):
+        return []
+    members = [n for n in {*vars(protocol), *getattr(protocol, "__annotations__", {})}]
+    members = [n for n in members if not n.startswith("_")]
+    return [
+        cls
+        for cls in package_dataclasses()
+        if cls is not protocol and all(hasattr(cls, n) for n in members)
+    ]
+
+
+def package_dataclasses() -> list[type]:
+    """Every dataclass the package defines (every module imported), in a stable order."""
+    import catwalk_steps
+
+    for module in pkgutil.walk_packages(catwalk_steps.__path__, PACKAGE + "."):
+        importlib.import_module(module.name)
+    found = {
+        value
+        for name, module in list(sys.modules.items())
+        if name.startswith(PACKAGE + ".")
+        for value in vars(module).values()
+        if isinstance(value, type) and dataclasses.is_dataclass(value) and value.__module__ == name
+    }
+    return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
 
 
 def nested_keys(prefix: str, cls: type, depth: int = 0) -> list[Key]:

@@ -14,14 +14,13 @@ from .conftest import EXPERIMENTS, evaluate_library, experiment_params
 EXPERIMENT_FILES = sorted(EXPERIMENTS.glob("*.jsonnet"))
 
 
-def test_the_readme_lists_every_experiment_and_only_those():
+def test_the_docs_list_every_experiment_and_only_those():
     import re
 
     from .conftest import REPO
 
-    listed = set(
-        re.findall(r"^\| `experiments/(\w+\.jsonnet)` \|", (REPO / "README.md").read_text(), re.M)
-    )
+    page = (REPO / "docs" / "experiments.md").read_text()
+    listed = set(re.findall(r"^\| `experiments/(\w+\.jsonnet)` \|", page, re.M))
     assert listed == {path.name for path in EXPERIMENT_FILES}
 
 

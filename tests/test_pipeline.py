@@ -61,7 +61,7 @@ def test_demo_with_a_tiny_llama_wraps_its_blocks_and_trains(demo_run: Path, tmp_
     """demo_fsdp.jsonnet with the model block replaced by a Llama config and its GPT-2 regexes
     taken out (`modules_to_wrap: null`, as if left out): the Llama blocks become the FSDP units,
     the terminal says so, and it trains (20 steps here; the whole demo reaches 1.00 as GPT-2
-    does: README, Results)."""
+    does: docs/results.md)."""
     llama = evaluate_library(tmp_path, "lib.models.tiny_llama")
     short = {"train_steps": 20, "validate_every": 20, "checkpoint_every": 20, "log_every": 1}
     output = run_tango(

@@ -37,7 +37,7 @@ TEMPLATES = {
 
 
 def fruit(path: Path, **keys) -> dict:
-    """The README's "A task of your own", its data a validation file alone."""
+    """docs/evaluation/suite.md's "A task of your own", its data a validation file alone."""
     return {
         "name": "fruit",
         "source": "files",

@@ -1,0 +1,78 @@
+"""The documentation site says what the code is: every one-line error type is on the
+troubleshooting page, every sub-package on the architecture map, every path a page names exists,
+and the README stays a short front door whose links lead to pages that exist."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+
+from tango.common.exceptions import ConfigurationError
+
+import catwalk_steps
+from catwalk_steps import errors
+
+from .conftest import REPO
+
+DOCS = REPO / "docs"
+PATH = re.compile(r"`((?:catwalk_steps|catwalk_startup|tests|bench|experiments)/[\w./*-]+)`")
+
+
+def every_module() -> None:
+    for module in pkgutil.walk_packages(catwalk_steps.__path__, "catwalk_steps."):
+        importlib.import_module(module.name)
+
+
+def subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *subclasses(sub)]
+    return found
+
+
+def one_line_error_types() -> set[str]:
+    """What `tango run` shows as one line: the registered types (`one_line_error`), the
+    configuration errors of ours, and our KeyboardInterrupts (Tango prints those as one line)."""
+    every_module()
+    ours = {
+        sub
+        for base in (ConfigurationError, KeyboardInterrupt)
+        for sub in subclasses(base)
+        if sub.__module__.startswith(("catwalk_steps", "catwalk_startup"))
+    }
+    return {cls.__name__ for cls in {*errors._ONE_LINE, *ours}}
+
+
+def test_every_one_line_error_type_is_on_the_troubleshooting_page():
+    page = (DOCS / "troubleshooting.md").read_text()
+    table = page[page.index("## Every one-line error") : page.index("## The checks behind them")]
+    rows = set(re.findall(r"^\| `(\w+)` \|", table, re.M))
+    missing = one_line_error_types() - rows
+    assert not missing, f"docs/troubleshooting.md: add a row for {sorted(missing)}"
+
+
+def test_the_architecture_map_names_every_sub_package():
+    page = (DOCS / "architecture.md").read_text()
+    packages = [p.name for p in pkgutil.iter_modules(catwalk_steps.__path__) if p.ispkg]
+    missing = [p for p in packages if f"catwalk_steps/{p}/" not in page]
+    assert not missing, f"docs/architecture.md: the map lacks {missing}"
+
+
+def test_every_path_a_page_names_exists():
+    """A guide that names a file to touch names one that is there (a moved module fails here)."""
+    stale = []
+    for page in sorted(DOCS.rglob("*.md")):
+        for path in PATH.findall(page.read_text()):
+            if not list(REPO.glob(path.rstrip("/"))):
+                stale.append(f"{page.relative_to(REPO)}: {path}")
+    assert not stale, stale
+
+
+def test_the_readme_is_short_and_its_links_lead_to_pages():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", readme)
+    assert links, "the README links to the docs pages"
+    missing = [link for link in links if not (REPO / link).exists()]
+    assert not missing, missing
