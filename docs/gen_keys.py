@@ -247,11 +247,16 @@ def cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def code(text: str) -> str:
+    """A type inside backticks: the table keeps a pipe in a code span as it is (`str | None`)."""
+    return " ".join(text.split())
+
+
 def table(keys: tuple[Key, ...] | list[Key]) -> list[str]:
     lines = ["| key | type | default | what it is |", "|---|---|---|---|"]
     for key in keys:
         lines.append(
-            f"| `{key.name}` | `{cell(key.type)}` | {cell(key.default)} | {cell(key.text)} |"
+            f"| `{key.name}` | `{code(key.type)}` | {cell(key.default)} | {cell(key.text)} |"
         )
     return lines
 
