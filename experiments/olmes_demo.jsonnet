@@ -5,9 +5,9 @@
 // per byte and probability), a bpb set of a generative task (GSM8K's gold answers) and
 // LAMBADA's bpb; then the untrained and the trained model are scored on the same labels and the
 // report prints the task x run table (BPB columns: lower is better). Each label's values are
-// what olmo_eval's own `ICLMetric` computes (README, The evaluation suite). 1024 positions: a
+// what olmo_eval's own `ICLMetric` computes (docs/evaluation/olmo-labels.md). 1024 positions: a
 // label is scored on whole continuations, and the longest here (a GSM8K answer) is 598 bytes.
-// Needs no download; about 50 s on 2 CPU cores (README, Results).
+// Needs no download; about 50 s on 2 CPU cores (docs/results.md).
 local lib = import 'lib/pipeline.libsonnet';
 
 local model = lib.models.tiny_gpt2 { config+: { n_positions: 1024 }, context_length:: 1024 };

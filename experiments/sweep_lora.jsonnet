@@ -12,7 +12,7 @@ lib.sweep(
   grid={
     // alpha / r scales the adapter's update: r 4 with alpha 16 (4x) did not learn in 200
     // steps at this rate; r 8 and 16 (2x and 1x): 0.74 and 0.99 at step 200, both 1.00 from
-    // 300 on (untrained 0.24; README, Adapters).
+    // 300 on (untrained 0.24; docs/training/adapters.md).
     r: lib.ext_numbers('ranks', [8, 16]),
     alpha: lib.ext_numbers('alphas', [16]),
     lr: lib.ext_numbers('lrs', [1e-2]),

@@ -1,7 +1,7 @@
 // tango run experiments/sweep_piqa.jsonnet
 // GPT-2 on PIQA: DDP against FairScale FSDP (blocks wrapped), x learning rates x seeds, bf16,
 // 2 devices per cell. Each cell is cached on its own config; `--ext-var seeds=1,2,3,4` adds the
-// new seed's cells only. On a cluster, one job per cell (see the README, "Sweeps"):
+// new seed's cells only. On a cluster, one job per cell (docs/sweeps.md):
 //   tango run experiments/sweep_piqa.jsonnet --ext-var cell=$SLURM_ARRAY_TASK_ID
 //   tango run experiments/sweep_piqa.jsonnet          # afterwards: the report over all cells
 local lib = import 'lib/pipeline.libsonnet';

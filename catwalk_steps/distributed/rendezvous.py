@@ -32,7 +32,7 @@ class Rendezvous:
     On one node the store is a file in a directory only the run's user can enter (`file`):
     nothing listens, so no other user of the machine can reach it. Several nodes meet at node
     0's TCP store (`host`, `port`), which any process that reaches the port can read and write
-    (README, *Several nodes*)."""
+    (docs/nodes.md)."""
 
     host: str = "127.0.0.1"
     port: int = 0

@@ -137,7 +137,7 @@ def run_on_devices(job: Any, work: Work, node_rank: int) -> None:
         job = with_port(job, store.port)
         publish(store, job)
         logger.info(
-            "Waiting for %d more node(s) at port %d (catwalk-worker; see the README)",
+            "Waiting for %d more node(s) at port %d (catwalk-worker; see docs/nodes.md)",
             rendezvous.num_nodes - 1,
             store.port,
         )

@@ -32,7 +32,7 @@ from ..workspace.formats import HFModelFormat, PlainJsonFormat
 from .load_task import LoadTask
 
 # `Evaluate._replace_steps_with_results` overrides a private method of Tango's Step (no public
-# seam: README, What it does about the known walls); refused on a Tango it was not checked on.
+# seam: docs/walls.md); refused on a Tango it was not checked on.
 check_tango("Evaluate._replace_steps_with_results")
 
 

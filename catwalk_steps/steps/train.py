@@ -49,7 +49,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         even on a GPU machine), or left out: GPUs when there are at least `device_count`, else
         CPU processes, with one log line saying so (:mod:`~catwalk_steps.distributed.devices`).
     :param num_nodes: machines taking part; `device_count` processes on each. Node 0 runs
-        `tango run`; the others run `catwalk-worker` (see the README).
+        `tango run`; the others run `catwalk-worker` (docs/nodes.md).
     :param master_addr: node 0's address (default: `MASTER_ADDR` when `num_nodes` > 1, else
         127.0.0.1).
     :param master_port: the rendezvous port (default: `MASTER_PORT` when `num_nodes` > 1, else

@@ -15,7 +15,7 @@ local training_defaults = {
   eval_batch_size: 32,
   max_length: 128,  // tokens of context + choice; contexts are cut on the left; null: the
   // model preset's context length (lib.models)
-  train_steps: 200,  // the demo (make run): 0.77 at step 100, 1.00 at 200 (README, Results)
+  train_steps: 200,  // the demo (make run): 0.77 at step 100, 1.00 at 200 (docs/results.md)
   validate_every: 100,
   // Checkpoints are written when validating, so the best checkpoint (by validation accuracy)
   // is one that exists; `checkpoint_every` must divide `validate_every` or be a multiple of it.

@@ -7,7 +7,7 @@
   synthetic_generative: { type: 'catwalk::synthetic_generative', seed: 1 },
 
   // PIQA from the Hugging Face hub (parquet copy, as lm-evaluation-harness uses).
-  // PIQA's distribution files on disk instead: add data_dir (see the README).
+  // PIQA's distribution files on disk instead: add data_dir (docs/experiments.md).
   piqa: { type: 'catwalk::piqa' },
 
   // lm-evaluation-harness's default zero-shot multiple-choice tasks, by name.
