@@ -43,9 +43,10 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # Built as CI builds it: --strict, so a broken link, a page missing from the nav or an API
-# reference that does not resolve fails; the site goes to site/ (git-ignored).
+# reference that does not resolve fails (not --quiet: it hides the warnings --strict counts);
+# the site goes to site/ (git-ignored).
 docs-build: setup
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The configuration-keys page (docs/reference/keys.md), generated from the code; a test fails
 # when the committed page differs from what this writes.
