@@ -76,3 +76,10 @@ def test_the_readme_is_short_and_its_links_lead_to_pages():
     assert links, "the README links to the docs pages"
     missing = [link for link in links if not (REPO / link).exists()]
     assert not missing, missing
+
+
+def test_the_readme_shows_the_demo_experiment_as_it_is():
+    readme = (REPO / "README.md").read_text()
+    shown = re.search(r"```jsonnet\n(.*?)```", readme, re.S)
+    assert shown is not None
+    assert shown.group(1) == (REPO / "experiments" / "demo_fsdp.jsonnet").read_text()
