@@ -50,10 +50,18 @@ TITLES = {
     "Executor": "Executors (tango.yml)",
     "Format": "Result formats",
 }
-# Parameters the code passes when it builds the component (`Lazy.construct(...)`), never a key of
-# a config: the test checks that each is still a parameter of some component of its registry.
-SUPPLIED = {
-    "TrainingEngine": {"train_config", "model"},
+# Parameters the code passes when it builds a component, never a key of a config: the package's
+# own list (`catwalk_steps.components.SUPPLIED`, by config key, which its key checks use), by
+# registry, and what Tango's loop and CLI give callbacks and executors. The test checks that each
+# is still a parameter of some component of its registry.
+REGISTRY_OF_KEY = {
+    "training_engine": "TrainingEngine",
+    "optimizer": "Optimizer",
+    "lr_scheduler": "LRScheduler",
+    "train_dataloader": "DataLoader",
+    "validation_dataloader": "DataLoader",
+}
+TANGO_SUPPLIED = {
     "TrainCallback": {
         "workspace",
         "train_config",
@@ -62,10 +70,18 @@ SUPPLIED = {
         "train_dataloader",
         "validation_dataloader",
     },
-    "DataLoader": {"dataset"},
-    "Optimizer": {"params"},
     "Executor": {"workspace", "include_package", "parallelism"},
 }
+
+
+def supplied() -> dict[str, set[str]]:
+    """Registry name -> the parameters the code supplies to its components."""
+    from catwalk_steps.components import SUPPLIED
+
+    found = {base: set(names) for base, names in TANGO_SUPPLIED.items()}
+    for key, names in SUPPLIED.items():
+        found.setdefault(REGISTRY_OF_KEY.get(key, key), set()).update(names)
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +129,7 @@ def parameters(base: str, target: Any) -> dict[str, inspect.Parameter]:
         found = infer_constructor_params(target)
     else:  # a registered function
         found = dict(inspect.signature(target).parameters)
-    skipped = SUPPLIED.get(base, set()) | {"self"}
+    skipped = supplied().get(base, set()) | {"self"}
     return {
         name: p
         for name, p in found.items()
