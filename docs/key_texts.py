@@ -1,12 +1,14 @@
-"""What a key means and how a config writes its type and default, read from the code (for
-docs/gen_keys.py): `:param key:` / `:ivar key:` entries of docstrings, and the comment on (or right
-above) a dataclass field's line."""
+"""What a key means, how a config writes its type and default, and which keys are blocks of
+fields, read from the code (for docs/gen_keys.py): `:param key:` / `:ivar key:` entries of
+docstrings, the comment on (or right above) a dataclass field's line, dataclass blocks."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import inspect
+import pkgutil
 import re
 import sys
 import textwrap
@@ -116,3 +118,59 @@ def default_text(default: Any) -> str:
     if isinstance(default, str):
         return f"`'{default}'`"
     return f"`{default!r}`"
+
+
+def is_block(cls: Any) -> bool:
+    """A dataclass that a config writes as a block: one of ours (an adapter), or one Tango builds
+    from params (FairScale's `FSDPConfig`); not a step's result (`DatasetDict`)."""
+    from tango.common import FromParams
+
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        return False
+    return issubclass(cls, FromParams) or (cls.__module__ or "").startswith(PACKAGE + ".")
+
+
+def dataclasses_in(annotation: Any) -> list[type]:
+    """The block types a key's annotation names directly (or in a union), with their dataclass
+    subclasses, and for a Protocol of ours (an adapter's spec) the package's dataclasses that
+    implement it: each is a block whose fields are keys too."""
+    found: list[type] = []
+    for candidate in [annotation, *typing.get_args(annotation)]:
+        stack = [candidate] if is_block(candidate) else implementations(candidate)
+        while stack:
+            cls = stack.pop(0)
+            if is_block(cls) and cls not in found:
+                found.append(cls)
+            stack += sorted(cls.__subclasses__(), key=lambda c: c.__qualname__)
+    return found
+
+
+def implementations(protocol: Any) -> list[type]:
+    """Our dataclasses that have every public member of `protocol`, when it is a Protocol of
+    this package (each adapter type's spec, behind `AdapterSpec`)."""
+    ours = isinstance(protocol, type) and (protocol.__module__ or "").startswith(PACKAGE + ".")
+    if not (ours and getattr(protocol, "_is_protocol", False)):
+        return []
+    members = [n for n in {*vars(protocol), *getattr(protocol, "__annotations__", {})}]
+    members = [n for n in members if not n.startswith("_")]
+    return [
+        cls
+        for cls in package_dataclasses()
+        if cls is not protocol and all(hasattr(cls, n) for n in members)
+    ]
+
+
+def package_dataclasses() -> list[type]:
+    """Every dataclass the package defines (every module imported), in a stable order."""
+    import catwalk_steps
+
+    for module in pkgutil.walk_packages(catwalk_steps.__path__, PACKAGE + "."):
+        importlib.import_module(module.name)
+    found = {
+        value
+        for name, module in list(sys.modules.items())
+        if name.startswith(PACKAGE + ".")
+        for value in vars(module).values()
+        if isinstance(value, type) and dataclasses.is_dataclass(value) and value.__module__ == name
+    }
+    return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
