@@ -108,7 +108,9 @@ def registered() -> dict[str, dict[Any, list[str]]]:
     import catwalk_steps  # noqa: F401  (registers everything)
 
     found: dict[str, dict[Any, list[str]]] = {}
-    for base, names in Registrable._registry.items():  # Tango's registry (no public listing)
+    # Tango 1.3.2 lists a base class's names (`list_available`) but not the base classes: its
+    # registry, base -> {name: (class or function, constructor name)}, is read here alone.
+    for base, names in Registrable._registry.items():
         for name, (target, _constructor) in names.items():
             module = getattr(target, "__module__", "") or ""
             if name.startswith("catwalk::") or module.startswith(PACKAGE + "."):
