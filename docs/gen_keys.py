@@ -207,22 +207,33 @@ def cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def code(text: str) -> str:
-    """A type inside backticks: the table keeps a pipe in a code span as it is (`str | None`)."""
-    return " ".join(text.split())
+def code(key: Key) -> str:
+    """A key's type as code without a pipe, which GitHub's tables would split on: `| None` goes
+    when the default says `null`, other unions read "or"."""
+    text = " ".join(key.type.split())
+    if key.default == "`null`":
+        text = re.sub(r" \| None\b", "", text)
+    return text.replace(" | ", " or ")
 
 
-def table(keys: tuple[Key, ...] | list[Key]) -> list[str]:
+def table(keys: tuple[Key, ...] | list[Key], sections: set[str]) -> list[str]:
     lines = ["| key | type | default | what it is |", "|---|---|---|---|"]
     for key in keys:
-        lines.append(
-            f"| `{key.name}` | `{code(key.type)}` | {cell(key.default)} | {cell(key.text)} |"
-        )
+        kind = f"`{code(key)}`{see(key.type, sections)}"
+        lines.append(f"| `{key.name}` | {kind} | {cell(key.default)} | {cell(key.text)} |")
     return lines
 
 
-def anchor(name: str) -> str:
-    return re.sub(r"[^a-z0-9_]+", "-", name.lower()).strip("-")
+def see(type_name: str, sections: set[str]) -> str:
+    """A link to the section of the registry a key's block comes from (`Lazy[TrainingEngine]`:
+    the engines), when the page has one."""
+    named = [base for base in sections if re.search(rf"\b{base}\b", type_name)]
+    return "".join(f" ([{TITLES.get(b, b)}](#{anchor(TITLES.get(b, b))}))" for b in sorted(named))
+
+
+def anchor(title: str) -> str:
+    """The heading's id as Markdown's `toc` makes it."""
+    return re.sub(r"[\s-]+", "-", re.sub(r"[^\w\s-]", "", title.lower())).strip("-")
 
 
 def render() -> str:
@@ -239,6 +250,7 @@ def render() -> str:
         "",
     ]
     all_components = components()
+    sections = {c.base for c in all_components} - {"Step"}  # a step is never a block
     current = None
     for component in all_components:
         if component.base != current:
@@ -256,7 +268,7 @@ def render() -> str:
         lines += [f"### `{name}`", ""]
         also = f" Also named {', '.join(f'`{o}`' for o in others)}." if others else ""
         lines += [f"`{where}`.{also}", ""]
-        lines += table(component.keys) if component.keys else ["No keys."]
+        lines += table(component.keys, sections) if component.keys else ["No keys."]
         lines.append("")
     from tango import Step
 
@@ -266,7 +278,7 @@ def render() -> str:
         for n, p in step_common_keys().items()
     ]
     lines += ["## Every step also takes", "", "Tango's `Step` keys, for any step.", ""]
-    lines += table(common) + [""]
+    lines += table(common, sections) + [""]
     return "\n".join(lines)
 
 
