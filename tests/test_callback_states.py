@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from catwalk_steps.checkpoints.layout import checkpoint_dir
+from catwalk_steps.checkpoints.weights import checkpoint_history
 from catwalk_steps.launch.launcher import run_training
 from catwalk_steps.training.callback_states import callback_keys, restore_states, saved_states
 
@@ -54,6 +55,8 @@ def test_resume_from_a_run_with_other_callbacks(tmp_path):
         callbacks=[kill_at(99, 1, tmp_path / "faults")],  # never kills: a callback more
     )
     run_training(first)
+    # The model a step returns carries its checkpoint's history, found among the states by key.
+    assert checkpoint_history(checkpoint_dir(first.work_dir, 8)) == history(first.work_dir)
     resumed = job(
         tmp_path / "resumed", device_count=1, resume_from=checkpoint_dir(first.work_dir, 4)
     )

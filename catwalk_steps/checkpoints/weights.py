@@ -132,7 +132,8 @@ def write_model_files(model: torch.nn.Module, work_dir: Path) -> None:
 def checkpoint_history(checkpoint: Path) -> dict[str, Any] | None:
     """The metric history the run had recorded when it wrote this checkpoint."""
     trainer = load_file(Path(checkpoint) / TRAINER_FILE)
-    for state in trainer["ranks"][0]["callbacks"]:
+    states = trainer["ranks"][0]["callbacks"]  # by callback (older checkpoints: a list)
+    for state in states.values() if isinstance(states, dict) else states:
         if isinstance(state, dict) and "history" in state:
             return state["history"]
     return None
