@@ -8,8 +8,6 @@ scores what the run reported and what the merged model scores."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from catwalk_steps.checkpoints.weights import full_model_state
 from catwalk_steps.engines.wrapping import check_uniform_units
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 
+from .adapter_results import assert_scores_what_the_run_reported, scored_in_a_fresh_process
 from .conftest import REPO, TINY_GPT2, history, run_tango, step_result
 
 FIXTURE = REPO / "tests" / "fixtures" / "ia3.jsonnet"
@@ -147,55 +146,17 @@ def test_every_engine_trains_ia3_alike_with_the_base_unchanged(ia3_run):
     assert f"IA3: {counts['trainable_parameters']:,} of {counts['parameters']:,}" in report
 
 
-SCORE_IN_A_FRESH_PROCESS = """
-import json, sys
-import torch
-from peft import PeftModel
-from transformers import AutoModelForCausalLM
-from catwalk_steps.kinds.collate import MultipleChoiceCollator
-from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.workspace.formats import InstancesFormat
-
-result, data, base_spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-instances = InstancesFormat().read(data).splits["validation"]
-batch = MultipleChoiceCollator("catwalk::byte_level", max_length=128)(instances)
-scored = {}
-for how in ("merged", "peft"):
-    model = RankClassifier(**base_spec).eval()  # the scoring around the LM; the LM replaced
-    if how == "merged":
-        model.lm = AutoModelForCausalLM.from_pretrained(result).eval()
-    else:
-        model.lm = PeftModel.from_pretrained(model.lm, result + "/adapter").eval()
-    with torch.no_grad():
-        outputs = model(**batch)
-    scored[how] = {"acc": float(outputs["acc"]), "scores": outputs["scores"].tolist()}
-print(json.dumps(scored))
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("run", ["fairscale", "fsdp2"])
 def test_the_peft_directory_loads_in_peft_and_scores_what_the_run_reported(ia3_run, run):
     result = step_result(ia3_run, "ia3", run)
     info = json.loads((result / "catwalk_model.json").read_text())
-    files = work_dir(ia3_run, run) / "checkpoints" / "model_files" / "catwalk_model.json"
-    base_spec = json.loads(files.read_text())["base"]
-    data = step_result(ia3_run, "ia3", "data")
-    argv = [sys.executable, "-c", SCORE_IN_A_FRESH_PROCESS, str(result), str(data)]
-    done = subprocess.run(
-        [*argv, json.dumps(base_spec)], capture_output=True, text=True, timeout=300, cwd=REPO
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    scored = json.loads(done.stdout.strip().splitlines()[-1])
+    scored = scored_in_a_fresh_process(ia3_run, "ia3", run)
     # In the loop, adapter on: the result is the best checkpoint's model.
     reported = max(v["acc"] for v in info["metrics_history"]["validation"])
     evaluated = json.loads((step_result(ia3_run, "ia3", f"eval_{run}") / "data.json").read_text())
-    assert scored["merged"]["acc"] == scored["peft"]["acc"] == pytest.approx(reported, abs=1e-6)
-    assert reported == evaluated["acc"]
-    merged, peft = torch.tensor(scored["merged"]["scores"]), torch.tensor(scored["peft"]["scores"])
-    finite = torch.isfinite(peft)
-    assert torch.allclose(merged[finite], peft[finite], rtol=1e-5, atol=1e-5)
+    assert_scores_what_the_run_reported(scored, reported, evaluated["acc"])
     config = json.loads((result / "adapter" / "adapter_config.json").read_text())
     assert config["peft_type"] == "IA3" and len(config["target_modules"]) == 8
 
