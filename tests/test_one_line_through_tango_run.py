@@ -297,8 +297,8 @@ def test_a_stopped_evaluation_says_so_once_and_caches_nothing(tmp_path, sig):
     assert command.wait(60) != 0
     lines = error_lines(command.output())
     stopped = (
-        "EvaluationStopped: evaluation stopped; nothing of it was cached: run the same command "
-        "again to score it"
+        "EvaluationStopped: evaluation stopped; its result was not cached: run the same command "
+        "again, it scores only what the evaluation's records lack"
     )
     assert len(lines) == 1 and stopped in lines[0], lines or command.output()[-3000:]
     assert "KeyboardInterrupt:" not in command.output()
@@ -329,8 +329,8 @@ def test_a_killed_evaluation_worker_says_the_evaluation_starts_over(tmp_path):
     assert command.wait(60) == 1
     lines = error_lines(command.output())
     assert len(lines) == 1, lines or command.output()[-3000:]
-    assert "killed by SIGKILL; the other workers were stopped (run the step again: an " in lines[0]
-    assert "evaluation has no checkpoint, it scores everything again)" in lines[0]
+    assert "killed by SIGKILL; the other workers were stopped (run the step again: it " in lines[0]
+    assert "scores only what the evaluation's records lack)" in lines[0]
     assert "last checkpoint" not in lines[0]
     assert "Terminating process" not in command.output()  # torch's, for the worker it stopped
     assert not [p for p in workers if Path(f"/proc/{p}").exists() and not zombie(p)]

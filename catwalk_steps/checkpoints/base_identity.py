@@ -10,6 +10,8 @@ directory) fails in one line instead of training the adapter on top of other wei
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,18 @@ def weight_digests(directory: Path) -> dict[str, str]:
             stat = path.stat()
             digests[path.name] = _digest(str(path), stat.st_size, stat.st_mtime_ns)
     return digests
+
+
+def directory_digest(directory: Path) -> str:
+    """One SHA-256 over every file of a model directory (weights, config, tokenizer) by name
+    and content, each file hashed once per process while it is unchanged."""
+    files = {}
+    for path in sorted(Path(directory).rglob("*")):
+        if path.is_file() and not path.name.endswith(".tmp"):
+            stat = path.stat()
+            name = str(path.relative_to(directory))
+            files[name] = _digest(str(path), stat.st_size, stat.st_mtime_ns)
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
 def base_identity(model: torch.nn.Module) -> dict[str, Any] | None:

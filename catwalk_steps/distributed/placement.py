@@ -14,7 +14,8 @@ class PlacedJob:
 
     devices: DevicePlan
     rendezvous: Rendezvous
-    # What to do after a worker died (a training job resumes; an evaluation starts over).
+    # What to do after a worker died (a training job resumes from its checkpoint, an evaluation
+    # from its records).
     AFTER_FAILURE: ClassVar[str] = "run the step again to resume from its last checkpoint"
 
     @property

@@ -13,8 +13,9 @@ batch, then `compute`) and lm-evaluation-harness's task (`process_results`, `agg
 - :meth:`TaskKind.compute`: the metrics from sums added over batches and ranks (sums combine by
   addition, so padding that weighs 0 counts for nothing and every total is exact);
 - :meth:`TaskKind.answers` / :meth:`TaskKind.batch_answers`: each request's answer (its choices'
-  scores, or its text) on one device, or per batch under an engine; :meth:`TaskKind.result`:
-  the evaluate step's metrics from them;
+  scores, or its text) on one device, or per batch under an engine (:meth:`TaskKind.is_answer`
+  checks one read back from an evaluation's records); :meth:`TaskKind.result`: the evaluate
+  step's metrics from them;
 - :meth:`TaskKind.shown` and :meth:`TaskKind.lower_is_better`: what a report shows of a result;
 - :meth:`TaskKind.encode` / :meth:`TaskKind.decode`: its instances' stored form (data, JSON:
   a cached `catwalk::load_task`, read back as the instances it wrote);
@@ -157,6 +158,15 @@ class TaskKind:
     def batch_answers(self, scorer: Scorer, batch: Any, items: list) -> list:
         """Each item's answer in a batch run under an engine."""
         raise NotImplementedError
+
+    def is_answer(self, request: Any, answer: Any) -> bool:
+        """Whether `answer`, as read back from an evaluation's records (JSON), is one this kind
+        gives for `request`: a score per choice."""
+        return (
+            isinstance(answer, list)
+            and len(answer) == len(request.choices)
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in answer)
+        )
 
     def result(self, instances: list, answers: list, context: ResultContext) -> dict[str, Any]:
         """The evaluate step's metrics (with `kind`, `n`, and what :meth:`summary` shows)."""

@@ -202,6 +202,9 @@ class Generative(TaskKind):
     def batch_answers(self, scorer, batch, items):
         return lockstep_texts(scorer, batch)
 
+    def is_answer(self, request, answer):
+        return isinstance(answer, str)  # the generated text
+
     def result(self, instances, answers, context):
         outputs = generation_outputs(instances, answers)
         return {**generation_metrics(instances, outputs), "outputs": outputs, "kind": self.name}

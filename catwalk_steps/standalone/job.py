@@ -14,6 +14,7 @@ from ..distributed.devices import DevicePlan
 from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
 from ..settings import EvaluationSettings  # noqa: F401  (the job's settings, re-exported)
+from .journal import AnswerJournal
 
 
 @dataclass
@@ -21,7 +22,7 @@ class EvaluationJob(PlacedJob):
     """Everything a worker needs to score its share; pickled to each local worker process."""
 
     AFTER_FAILURE: ClassVar[str] = (
-        "run the step again: an evaluation has no checkpoint, it scores everything again"
+        "run the step again: it scores only what the evaluation's records lack"
     )
 
     step_id: str
@@ -35,5 +36,7 @@ class EvaluationJob(PlacedJob):
     tokenizer: str
     precision: str
     devices: DevicePlan
+    journal: AnswerJournal  # where each chunk's answers go, and which requests a chunk holds
+    todo: list[int]  # the chunks still to score
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     include_package: tuple[str, ...] = ()

@@ -23,6 +23,7 @@ from tango.common.det_hash import det_hash
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model
 
+from ..checkpoints.base_identity import directory_digest
 from ..checkpoints.weights import read_model_info
 from ..components import check_keys, lazy_params, resolve_config
 from ..model_files import check_model_directory
@@ -75,6 +76,15 @@ class ConfiguredModel:
     def info(self) -> dict[str, Any]:
         """What a saved model's `catwalk_model.json` says; nothing for a block."""
         return {}
+
+    def fingerprint(self) -> str | None:
+        """The model's content, for an evaluation's records (:mod:`.journal`): the block (a
+        config and seed build the same weights), with a local directory's files' SHA-256."""
+        pretrained = self.block.get("pretrained")
+        files = None
+        if pretrained and not is_hub_name(pretrained) and Path(pretrained).is_dir():
+            files = directory_digest(Path(pretrained))
+        return det_hash({"block": self.block, "files": files})
 
     def hf_config(self) -> Any:
         """Its Hugging Face config, without weights; None when it cannot be read here (a hub
@@ -129,6 +139,11 @@ class SavedModel:
         """`catwalk_model.json`: objective, metric history, run card (no weights read)."""
         return read_model_info(self.directory())
 
+    def fingerprint(self) -> str | None:
+        """The saved directory's files by content (a step cleared and run again may save
+        other weights under the same step id)."""
+        return directory_digest(self.directory())
+
     def lazy(self) -> Lazy[Model]:
         """The model as each worker builds it: from the directory."""
         block = {
@@ -163,6 +178,10 @@ class BuiltModel:
             "metrics_history": getattr(self.model, "metrics_history", None),
             "run_card": getattr(self.model, "run_card", None),
         }
+
+    def fingerprint(self) -> str | None:
+        """None: a model built in Python has no content to key records by (none are kept)."""
+        return None
 
     def lazy(self) -> Lazy[Model]:
         raise ConfigurationError(

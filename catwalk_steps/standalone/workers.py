@@ -1,19 +1,22 @@
-"""What each worker of an evaluation on several devices does: score its share of the instances
-and write the scores as JSON, for the process that launched it to put together.
+"""What each worker of an evaluation on several devices does: score its chunks of the requests
+and write each chunk's answers to the evaluation's records (:mod:`.journal`), for the process
+that launched it to put together.
 
-Shares: the instances sorted by size (characters of every context and choice), dealt out in
+Chunks: the requests sorted by size (characters of every context and choice) and cut every few
+batches, the same cut whatever the device count; the chunks still to score are dealt out in
 turn, so that every rank gets as many as the others (at most one fewer) and as long ones.
 
-- Without an engine block each worker scores its share on a whole copy of the model, batched by
-  length as on one device (`score_choices`); no collective runs, so ranks finish when they do.
+- Without an engine block each worker scores its chunks on a whole copy of the model, batched
+  by length as on one device (`score_choices`); no collective runs, so ranks finish when they do.
 - With one (FSDP2, FairScale FSDP, DDP) the engine builds the model and shards it, and every
   rank runs the same number of forwards through the engine's root wrapper, as sharded engines
-  need (each forward gathers parameters from every rank): shares are padded with zero-weight
-  stand-ins to the same length and batched by instance count. The scores are the model's
-  `scores` output, the same forward that training validates with.
+  need (each forward gathers parameters from every rank): chunks are padded with zero-weight
+  stand-ins to the same length, a rank short of a chunk scores one of stand-ins only, and
+  batches hold a fixed number of instances. The scores are the model's `scores` output, the
+  same forward that training validates with.
 
-Either way each instance is scored exactly once, on one rank, so the metrics computed from the
-merged scores are exact.
+Either way each request is scored exactly once, in one chunk on one rank, so the metrics
+computed from the records are exact.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tango.common import Lazy, Params
+from tango.common import Lazy, Params, Tqdm
 from tango.integrations.torch import Optimizer
 
 from ..engines.base import default_cpu_threads
@@ -36,6 +39,7 @@ from ..files import write_json_atomic
 from ..kinds import MultipleChoiceCollator, Padding, kind_of
 from ..settings import Precision
 from .job import EvaluationJob
+from .journal import as_data
 
 SCORES_DIR = "scores"
 # Tango's engines build an optimizer with the model; evaluation never steps it. SGD without
@@ -43,10 +47,9 @@ SCORES_DIR = "scores"
 NO_OPTIMIZER = Params({"type": "torch::SGD", "lr": 0.0})
 
 
-def share_of(instances: list[Any], rank: int, world_size: int) -> list[int]:
-    """The indices of the instances `rank` scores."""
-    order = sorted(range(len(instances)), key=lambda i: (-instance_size(instances[i]), i))
-    return order[rank::world_size]
+def size_order(instances: list[Any]) -> list[int]:
+    """The instances' indices, longest first (ties in input order): the order chunks are cut in."""
+    return sorted(range(len(instances)), key=lambda i: (-instance_size(instances[i]), i))
 
 
 def instance_size(instance: Any) -> int:
@@ -63,18 +66,18 @@ def clear_scores(work_dir: Path) -> None:
 
 
 def score_share(job: EvaluationJob, rank: int, local_rank: int) -> None:
-    """One worker's work: its share scored, written to its scores file."""
-    mine = share_of(job.instances, rank, job.world_size)
+    """One worker's work: its chunks scored, each written to the records as it is done; then
+    its memory figures to its own file."""
+    mine = job.todo[rank :: job.world_size]
     start = resident_mib()
     if job.engine is None:
-        scores = replica_scores(job, mine, job.devices.device(local_rank), show=rank == 0)
+        replica_scores(job, mine, job.devices.device(local_rank), show=rank == 0)
     else:
-        scores = engine_scores(job, mine, rank, local_rank)
+        engine_scores(job, mine, rank, local_rank)
     path = scores_file(job.work_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     share = {
-        "indices": mine,
-        "scores": scores,
+        "chunks": mine,
         "peak_memory_mib": peak_memory_mib(job.devices.device(local_rank)),
         "start_memory_mib": start,  # this process before the model (its imports, its data)
     }
@@ -91,33 +94,33 @@ def resident_mib() -> float:
     return int(line.split()[1]) / 1024
 
 
-def replica_scores(
-    job: EvaluationJob, mine: list[int], device: torch.device, show: bool
-) -> list[list[float]]:
-    """The share scored on this worker's own whole copy of the model."""
+def replica_scores(job: EvaluationJob, mine: list[int], device: torch.device, show: bool) -> None:
+    """This worker's chunks scored on its own whole copy of the model."""
     if device.type == "cpu":
         torch.set_num_threads(default_cpu_threads(job.local_world_size))
     model = job.model.construct()
     model.to(device)
     precision = Precision.parse(job.precision, "evaluate.precision")
-    instances = [job.instances[i] for i in mine]
     options = {"batch_size": job.batch_size, "max_length": job.max_length, "device": device}
-    options.update(precision=precision, progress=show)
-    return kind_of(job.instances).answers(model, instances, options)
+    options.update(precision=precision, progress=False)
+    kind = kind_of(job.instances)
+    for chunk in Tqdm.tqdm(mine, desc="Scoring", disable=not show):
+        instances = [job.instances[i] for i in job.journal.chunks[chunk]]
+        job.journal.write(chunk, as_data(kind.answers(model, instances, options)))
 
 
-def engine_scores(job: EvaluationJob, mine: list[int], rank: int, local_rank: int) -> list[Any]:
-    """The share scored through the engine's root forward, as many forwards as every rank."""
+def engine_scores(job: EvaluationJob, mine: list[int], rank: int, local_rank: int) -> None:
+    """This worker's chunks scored through the engine's root forward, as many forwards as
+    every rank: each chunk padded to the longest, and a chunk of stand-ins where a rank has
+    none left."""
     assert job.engine is not None
     engine = job.engine.construct(
         train_config=evaluation_config(job, rank, local_rank),
         model=job.model,
         optimizer=Lazy(Optimizer, NO_OPTIMIZER.duplicate()),
     )
-    per_rank = math.ceil(len(job.instances) / job.world_size)
-    stand_in = Padding(job.instances[mine[0] if mine else 0])
-    items: list[Any] = [job.instances[i] for i in mine]
-    items += [stand_in] * (per_rank - len(items))
+    chunks = job.journal.chunks
+    per_chunk = max(len(chunk) for chunk in chunks)
     kind = kind_of(job.instances)
     per_batch = max(1, job.batch_size // kind.widest(job.instances))
     # pmi_dc's unconditioned instances are among the instances (catwalk::evaluate).
@@ -125,15 +128,22 @@ def engine_scores(job: EvaluationJob, mine: list[int], rank: int, local_rank: in
     collate.unconditioned_rows = False
     engine.model.eval()
     scorer = engine_scorer(engine, job.world_size > 1)
-    answers: list[Any] = []
-    for start in range(0, per_rank, per_batch):
-        batch = items[start : start + per_batch]
-        instances = [item.instance if isinstance(item, Padding) else item for item in batch]
-        rows = kind.batch_answers(scorer, collate(batch), instances)
-        answers += [
-            row for item, row in zip(batch, rows, strict=True) if not isinstance(item, Padding)
-        ]
-    return answers
+    stand_in = Padding(job.instances[0])
+    rounds = math.ceil(len(job.todo) / job.world_size)
+    for turn in Tqdm.tqdm(range(rounds), desc="Scoring", disable=rank != 0):
+        chunk = mine[turn] if turn < len(mine) else None
+        items: list[Any] = [job.instances[i] for i in chunks[chunk]] if chunk is not None else []
+        items += [stand_in] * (per_chunk - len(items))
+        answers: list[Any] = []
+        for start in range(0, per_chunk, per_batch):
+            batch = items[start : start + per_batch]
+            instances = [item.instance if isinstance(item, Padding) else item for item in batch]
+            rows = kind.batch_answers(scorer, collate(batch), instances)
+            answers += [
+                row for item, row in zip(batch, rows, strict=True) if not isinstance(item, Padding)
+            ]
+        if chunk is not None:
+            job.journal.write(chunk, as_data(answers))
 
 
 def evaluation_config(job: EvaluationJob, rank: int, local_rank: int) -> NodeAwareTrainConfig:
@@ -141,19 +151,9 @@ def evaluation_config(job: EvaluationJob, rank: int, local_rank: int) -> NodeAwa
     return NodeAwareTrainConfig.of_worker(job, rank, local_rank)
 
 
-def merged_scores(job: EvaluationJob) -> tuple[list[list[float]], list[float]]:
-    """Every instance's scores, in input order, from the workers' files (each instance once),
-    and each rank's peak memory (MiB: the CUDA allocator's on a GPU, the process's on a CPU)."""
-    scores: list[list[float] | None] = [None] * len(job.instances)
-    peaks = []
-    for rank in range(job.world_size):
-        share = json.loads(scores_file(job.work_dir, rank).read_text())
-        peaks.append(share["peak_memory_mib"])
-        for index, row in zip(share["indices"], share["scores"], strict=True):
-            if scores[index] is not None:
-                raise RuntimeError(f"evaluation: instance {index} was scored twice")
-            scores[index] = row
-    missing = [i for i, row in enumerate(scores) if row is None]
-    if missing:
-        raise RuntimeError(f"evaluation: {len(missing)} instances were not scored ({missing[:5]})")
-    return scores, peaks  # type: ignore[return-value]
+def peak_memories(job: EvaluationJob) -> list[float]:
+    """Each rank's peak memory (MiB: the CUDA allocator's on a GPU, the process's on a CPU)."""
+    return [
+        json.loads(scores_file(job.work_dir, rank).read_text())["peak_memory_mib"]
+        for rank in range(job.world_size)
+    ]

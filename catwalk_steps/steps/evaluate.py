@@ -202,8 +202,8 @@ def said_when_stopped() -> Iterator[None]:
     except KeyboardInterrupt as e:
         how = f" by {e}" if str(e) else ""
         raise EvaluationStopped(
-            f"evaluation stopped{how}; nothing of it was cached: run the same command again to "
-            "score it"
+            f"evaluation stopped{how}; its result was not cached: run the same command again, it "
+            "scores only what the evaluation's records lack"
         ) from None
 
 

@@ -1,0 +1,153 @@
+"""An evaluation stopped halfway (SIGKILL, Ctrl-C, a killed worker) and run again scores only
+what its records lack, and ends with the uninterrupted run's result, byte for byte; records of
+other weights or other settings are never used, and a damaged or planted record costs its chunk
+and runs nothing. Through `tango run`, as a user would (catwalk_steps/standalone/journal.py)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+from . import commands
+from .commands import error_lines
+from .conftest import TANGO_ENV, TINY_MODEL, step_result, tango_command
+
+pytestmark = [pytest.mark.slow]
+
+# 96 requests of 4 choices scored 3 sequences a batch: a chunk is 16 requests, 6 chunks.
+TASK = {"type": "catwalk::synthetic", "seed": 1, "sizes": {"validation": 96}}
+CHUNKS = 6
+
+
+def experiment(tmp_path: Path, **settings) -> Path:
+    step = {"type": "catwalk::evaluate", "model": TINY_MODEL, "task": TASK, "batch_size": 3}
+    path = tmp_path / f"ev{len(list(tmp_path.glob('ev*.jsonnet')))}.jsonnet"
+    path.write_text(json.dumps({"steps": {"ev": {**step, **settings}}}))
+    return path
+
+
+def run(path: Path, workspace: Path, name: str, log: Path, **faults: str):
+    argv = tango_command(path, workspace, name, None, "-i", "tests.evaluation_faults")
+    env = {**TANGO_ENV, "CATWALK_TEST_CHUNKS_LOG": str(log), **faults}
+    done = commands.run(argv, 600, env=env)
+    return done.returncode, done.stdout + done.stderr
+
+
+def scored(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def records(workspace: Path) -> list[Path]:
+    return sorted(workspace.glob("cache/Evaluate-*/work/answers/*/chunk-*.json"))
+
+
+def result_bytes(workspace: Path, name: str) -> bytes:
+    return (step_result(workspace, name, "ev") / "data.json").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[str, bytes]:
+    """The result of each setting scored without a stop."""
+    tmp = tmp_path_factory.mktemp("whole")
+    results = {}
+    for label, settings in {"one": {}, "two": {"device_count": 2}}.items():
+        workspace, log = tmp / f"ws-{label}", tmp / f"{label}.log"
+        rc, output = run(experiment(tmp, **settings), workspace, "whole", log)
+        assert rc == 0, output[-3000:]
+        assert scored(log) == CHUNKS and not records(workspace)  # the records went with success
+        results[label] = result_bytes(workspace, "whole")
+    return results
+
+
+@pytest.mark.parametrize("signal", ["SIGKILL", "SIGINT"])
+def test_a_stopped_evaluation_scores_only_what_is_missing_and_ends_byte_for_byte(
+    tmp_path, uninterrupted, signal
+):
+    path, workspace = experiment(tmp_path), tmp_path / "ws"
+    first = tmp_path / "first.log"
+    stop = {"CATWALK_TEST_STOP_AFTER_CHUNKS": "2", "CATWALK_TEST_STOP_SIGNAL": signal}
+    rc, output = run(path, workspace, "stopped", first, **stop)
+    assert rc != 0 and scored(first) == 2, output[-3000:]
+    assert len(records(workspace)) == 2
+    if signal == "SIGINT":
+        lines = error_lines(output)
+        assert len(lines) == 1 and "EvaluationStopped" in lines[0], lines or output[-3000:]
+        assert "scores only what" in lines[0]
+    again = tmp_path / "again.log"
+    rc, output = run(path, workspace, "again", again)
+    assert rc == 0, output[-3000:]
+    assert scored(again) == CHUNKS - 2  # only the missing chunks
+    assert "32 of 96 requests were scored by an earlier attempt" in output
+    assert result_bytes(workspace, "again") == uninterrupted["one"]
+
+
+def test_a_killed_worker_s_rerun_scores_what_the_workers_had_not_recorded(tmp_path, uninterrupted):
+    path, workspace = experiment(tmp_path, device_count=2), tmp_path / "ws"
+    first = tmp_path / "first.log"
+    rc, output = run(path, workspace, "killed", first, CATWALK_TEST_STOP_AFTER_CHUNKS="1")
+    assert rc != 0, output[-3000:]
+    lines = error_lines(output)
+    assert len(lines) == 1 and "scores only what the evaluation's records lack" in lines[0]
+    kept = len(records(workspace))
+    assert 1 <= kept < CHUNKS
+    again = tmp_path / "again.log"
+    rc, output = run(path, workspace, "again", again)
+    assert rc == 0, output[-3000:]
+    assert scored(again) == CHUNKS - kept
+    assert result_bytes(workspace, "again") == uninterrupted["two"]
+
+
+def test_a_damaged_or_planted_record_costs_its_chunk_and_runs_nothing(tmp_path, uninterrupted):
+    path, workspace = experiment(tmp_path), tmp_path / "ws"
+    rc, output = run(
+        path,
+        workspace,
+        "stopped",
+        tmp_path / "first.log",
+        **{"CATWALK_TEST_STOP_AFTER_CHUNKS": "3"},
+    )
+    assert rc != 0 and len(records(workspace)) == 3, output[-3000:]
+    cut, planted, whole = records(workspace)
+    cut.write_bytes(cut.read_bytes()[:40])
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    planted.write_bytes(pickle.dumps(Payload()))
+    again = tmp_path / "again.log"
+    rc, output = run(path, workspace, "again", again)
+    assert rc == 0, output[-3000:]
+    assert not marker.exists()
+    assert scored(again) == CHUNKS - 1  # all but the whole record
+    for damaged in (cut, planted):
+        assert f"{damaged}: not read, scored again" in output
+    assert result_bytes(workspace, "again") == uninterrupted["one"]
+
+
+def test_records_of_other_weights_are_never_used(tmp_path):
+    """A local model directory whose weights change between the stop and the rerun (the same
+    step: its path did not change) is scored whole again."""
+    from catwalk_steps.scoring.rank_classifier import RankClassifier
+
+    from .conftest import TINY_GPT2
+
+    directory = tmp_path / "model"
+    spec = {"config": TINY_GPT2, "tokenizer": "catwalk::byte_level"}
+    RankClassifier(**spec, init_seed=1).save_pretrained(directory)
+    block = {"type": "catwalk::rank_classifier", "pretrained": str(directory)}
+    path, workspace = experiment(tmp_path, model=block), tmp_path / "ws"
+    stop = {"CATWALK_TEST_STOP_AFTER_CHUNKS": "2"}
+    rc, output = run(path, workspace, "stopped", tmp_path / "first.log", **stop)
+    assert rc != 0 and len(records(workspace)) == 2, output[-3000:]
+    shutil.rmtree(directory)
+    RankClassifier(**spec, init_seed=2).save_pretrained(directory)
+    again = tmp_path / "again.log"
+    rc, output = run(path, workspace, "again", again)
+    assert rc == 0, output[-3000:]
+    assert scored(again) == CHUNKS and "earlier attempt" not in output
