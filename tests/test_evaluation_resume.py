@@ -51,32 +51,60 @@ def result_bytes(workspace: Path, name: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict[str, bytes]:
-    """The result of each setting scored without a stop."""
+    """The result of each setting scored without a stop (one run, a step each)."""
     tmp = tmp_path_factory.mktemp("whole")
-    results = {}
-    for label, settings in {"one": {}, "two": {"device_count": 2}}.items():
-        workspace, log = tmp / f"ws-{label}", tmp / f"{label}.log"
-        rc, output = run(experiment(tmp, **settings), workspace, "whole", log)
-        assert rc == 0, output[-3000:]
-        assert scored(log) == CHUNKS and not records(workspace)  # the records went with success
-        results[label] = result_bytes(workspace, "whole")
-    return results
+    step = json.loads(experiment(tmp).read_text())["steps"]["ev"]
+    path = tmp / "both.jsonnet"
+    path.write_text(json.dumps({"steps": {"one": step, "two": {**step, "device_count": 2}}}))
+    workspace, log = tmp / "ws", tmp / "whole.log"
+    rc, output = run(path, workspace, "whole", log)
+    assert rc == 0, output[-3000:]
+    assert scored(log) == 2 * CHUNKS and not records(workspace)  # removed with success
+    return {
+        label: (step_result(workspace, "whole", label) / "data.json").read_bytes()
+        for label in ("one", "two")
+    }
 
 
-@pytest.mark.parametrize("signal", ["SIGKILL", "SIGINT"])
-def test_a_stopped_evaluation_scores_only_what_is_missing_and_ends_byte_for_byte(
-    tmp_path, uninterrupted, signal
+def test_a_killed_evaluation_scores_only_what_its_records_lack_and_ends_byte_for_byte(
+    tmp_path, uninterrupted
 ):
+    """Killed after 3 of 6 chunks; of those records one is cut and one replaced by a pickle:
+    each costs its chunk (one line names it), runs nothing, and the result is the
+    uninterrupted run's."""
+    path, workspace = experiment(tmp_path), tmp_path / "ws"
+    stop = {"CATWALK_TEST_STOP_AFTER_CHUNKS": "3"}
+    rc, output = run(path, workspace, "stopped", tmp_path / "first.log", **stop)
+    assert rc != 0 and len(records(workspace)) == 3, output[-3000:]
+    cut, planted, _ = records(workspace)
+    cut.write_bytes(cut.read_bytes()[:40])
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    planted.write_bytes(pickle.dumps(Payload()))
+    again = tmp_path / "again.log"
+    rc, output = run(path, workspace, "again", again)
+    assert rc == 0, output[-3000:]
+    assert not marker.exists()
+    assert scored(again) == CHUNKS - 1  # all but the one whole record
+    assert "16 of 96 requests were scored by an earlier attempt" in output
+    for damaged in (cut, planted):
+        assert f"{damaged}: not read, scored again" in output
+    assert result_bytes(workspace, "again") == uninterrupted["one"]
+
+
+def test_ctrl_c_says_the_rerun_resumes_and_it_does(tmp_path, uninterrupted):
     path, workspace = experiment(tmp_path), tmp_path / "ws"
     first = tmp_path / "first.log"
-    stop = {"CATWALK_TEST_STOP_AFTER_CHUNKS": "2", "CATWALK_TEST_STOP_SIGNAL": signal}
+    stop = {"CATWALK_TEST_STOP_AFTER_CHUNKS": "2", "CATWALK_TEST_STOP_SIGNAL": "SIGINT"}
     rc, output = run(path, workspace, "stopped", first, **stop)
-    assert rc != 0 and scored(first) == 2, output[-3000:]
-    assert len(records(workspace)) == 2
-    if signal == "SIGINT":
-        lines = error_lines(output)
-        assert len(lines) == 1 and "EvaluationStopped" in lines[0], lines or output[-3000:]
-        assert "scores only what" in lines[0]
+    assert rc != 0 and scored(first) == 2 and len(records(workspace)) == 2, output[-3000:]
+    lines = error_lines(output)
+    assert len(lines) == 1 and "EvaluationStopped" in lines[0], lines or output[-3000:]
+    assert "scores only what the evaluation's records lack" in lines[0]
     again = tmp_path / "again.log"
     rc, output = run(path, workspace, "again", again)
     assert rc == 0, output[-3000:]
@@ -99,35 +127,6 @@ def test_a_killed_worker_s_rerun_scores_what_the_workers_had_not_recorded(tmp_pa
     assert rc == 0, output[-3000:]
     assert scored(again) == CHUNKS - kept
     assert result_bytes(workspace, "again") == uninterrupted["two"]
-
-
-def test_a_damaged_or_planted_record_costs_its_chunk_and_runs_nothing(tmp_path, uninterrupted):
-    path, workspace = experiment(tmp_path), tmp_path / "ws"
-    rc, output = run(
-        path,
-        workspace,
-        "stopped",
-        tmp_path / "first.log",
-        **{"CATWALK_TEST_STOP_AFTER_CHUNKS": "3"},
-    )
-    assert rc != 0 and len(records(workspace)) == 3, output[-3000:]
-    cut, planted, whole = records(workspace)
-    cut.write_bytes(cut.read_bytes()[:40])
-    marker = tmp_path / "ran"
-
-    class Payload:
-        def __reduce__(self):
-            return (Path.touch, (marker,))
-
-    planted.write_bytes(pickle.dumps(Payload()))
-    again = tmp_path / "again.log"
-    rc, output = run(path, workspace, "again", again)
-    assert rc == 0, output[-3000:]
-    assert not marker.exists()
-    assert scored(again) == CHUNKS - 1  # all but the whole record
-    for damaged in (cut, planted):
-        assert f"{damaged}: not read, scored again" in output
-    assert result_bytes(workspace, "again") == uninterrupted["one"]
 
 
 def test_records_of_other_weights_are_never_used(tmp_path):
