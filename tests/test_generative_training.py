@@ -133,11 +133,15 @@ GENERATION_DEMO = EXPERIMENTS / "generation_demo.jsonnet"
 
 
 def demo_training(engine: str) -> dict:
-    """The generation demo's training, without its suite: 160 steps on 2 processes."""
+    """The generation demo's training, without its suite, on 2 processes: its task with 8 keys
+    (not 24) to learn and 32 questions to answer, at 3x the rate, 80 steps (DDP: exact match
+    0.84 at step 60, 1.00 at 80 and 100; the demo's 24 keys at the demo's rate: 160 steps)."""
     steps = experiment_params(GENERATION_DEMO)["steps"]
     trained = steps["trained"]
     trained["training_engine"]["type"] = engine
-    trained.update(train_steps=160, validate_every=80, checkpoint_every=80, evaluate_tasks=[])
+    trained["training_engine"]["optimizer"]["lr"] = 3e-3
+    trained.update(train_steps=80, validate_every=40, checkpoint_every=40, evaluate_tasks=[])
+    steps["data"]["task"].update(num_keys=8, sizes={"train": 2048, "validation": 32})
     return {"steps": {"data": steps["data"], "trained": trained}}
 
 
@@ -154,9 +158,9 @@ def test_the_generation_demo_learns_to_answer_under_the_sharded_engines(tmp_path
     model = step_result(workspace, "learn", "trained")
     history = json.loads((model / "catwalk_model.json").read_text())["metrics_history"]
     curve = [v["exact_match,remove_whitespace"] for v in history["validation"]]
-    assert [v["step"] for v in history["validation"]] == [80, 160]
+    assert [v["step"] for v in history["validation"]] == [40, 80]
     assert curve[-1] >= 0.9, curve
-    assert {v["count"] for v in history["validation"]} == {64}
+    assert {v["count"] for v in history["validation"]} == {32}
 
 
 @pytest.mark.slow
