@@ -24,34 +24,37 @@ from catwalk_steps.kinds.collate import MultipleChoiceCollator
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.workspace.formats import InstancesFormat
 
-result, data, base_spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-instances = InstancesFormat().read(data).splits["validation"]
-batch = MultipleChoiceCollator("catwalk::byte_level", max_length=128)(instances)
-scored = {}
-for how in ("merged", "peft"):
-    model = RankClassifier(**base_spec).eval()  # the scoring around the LM; the LM replaced
-    if how == "merged":
-        model.lm = AutoModelForCausalLM.from_pretrained(result).eval()
-    else:
-        model.lm = PeftModel.from_pretrained(model.lm, result + "/adapter").eval()
-    with torch.no_grad():
-        outputs = model(**batch)
-    scored[how] = {"acc": float(outputs["acc"]), "scores": outputs["scores"].tolist()}
-print(json.dumps(scored))
+every = {}
+for step, (result, data, base_spec) in json.loads(sys.argv[1]).items():
+    instances = InstancesFormat().read(data).splits["validation"]
+    batch = MultipleChoiceCollator("catwalk::byte_level", max_length=128)(instances)
+    scored = every[step] = {}
+    for how in ("merged", "peft"):
+        model = RankClassifier(**base_spec).eval()  # the scoring around the LM; the LM replaced
+        if how == "merged":
+            model.lm = AutoModelForCausalLM.from_pretrained(result).eval()
+        else:
+            model.lm = PeftModel.from_pretrained(model.lm, result + "/adapter").eval()
+        with torch.no_grad():
+            outputs = model(**batch)
+        scored[how] = {"acc": float(outputs["acc"]), "scores": outputs["scores"].tolist()}
+print(json.dumps(every))
 """
 
 
-def scored_in_a_fresh_process(workspace: Path, run_name: str, step: str) -> dict:
-    """`{merged: {acc, scores}, peft: {acc, scores}}` for the result of step `step` of the
-    `tango run` named `run_name`, on its data step's validation split."""
-    result = step_result(workspace, run_name, step)
-    files = result / "work" / "checkpoints" / "model_files" / "catwalk_model.json"
-    base_spec = json.loads(files.read_text())["base"]
-    data = step_result(workspace, run_name, "data")
-    argv = [sys.executable, "-c", SCORE_IN_A_FRESH_PROCESS, str(result), str(data)]
-    done = subprocess.run(
-        [*argv, json.dumps(base_spec)], capture_output=True, text=True, timeout=300, cwd=REPO
-    )
+def scored_in_a_fresh_process(workspace: Path, run_name: str, steps: list[str]) -> dict:
+    """`{step: {merged: {acc, scores}, peft: {acc, scores}}}` for the results of the steps
+    `steps` of the `tango run` named `run_name`, each on its data step's validation split: one
+    fresh process scores them all (its start-up, transformers and peft imported, is most of
+    the time)."""
+    data = str(step_result(workspace, run_name, "data"))
+    every = {}
+    for step in steps:
+        result = step_result(workspace, run_name, step)
+        files = result / "work" / "checkpoints" / "model_files" / "catwalk_model.json"
+        every[step] = (str(result), data, json.loads(files.read_text())["base"])
+    argv = [sys.executable, "-c", SCORE_IN_A_FRESH_PROCESS, json.dumps(every)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -118,6 +118,13 @@ def ia3_run(tmp_path_factory, request) -> Path:
     )
 
 
+@pytest.fixture(scope="module")
+def fresh_scores(ia3_run) -> dict:
+    """The FairScale and FSDP2 results scored as a user outside the package scores them, in one
+    fresh process: merged (transformers) and as the base with the peft adapter."""
+    return scored_in_a_fresh_process(ia3_run, "ia3", ["fairscale", "fsdp2"])
+
+
 def work_dir(workspace: Path, run: str) -> Path:
     return step_result(workspace, "ia3", run) / "work"
 
@@ -149,10 +156,12 @@ def test_every_engine_trains_ia3_alike_with_the_base_unchanged(ia3_run):
 @pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("run", ["fairscale", "fsdp2"])
-def test_the_peft_directory_loads_in_peft_and_scores_what_the_run_reported(ia3_run, run):
+def test_the_peft_directory_loads_in_peft_and_scores_what_the_run_reported(
+    ia3_run, fresh_scores, run
+):
     result = step_result(ia3_run, "ia3", run)
     info = json.loads((result / "catwalk_model.json").read_text())
-    scored = scored_in_a_fresh_process(ia3_run, "ia3", run)
+    scored = fresh_scores[run]
     # In the loop, adapter on: the result is the best checkpoint's model.
     reported = max(v["acc"] for v in info["metrics_history"]["validation"])
     evaluated = json.loads((step_result(ia3_run, "ia3", f"eval_{run}") / "data.json").read_text())

@@ -164,6 +164,13 @@ def lora_run(tmp_path_factory, request) -> Path:
     )
 
 
+@pytest.fixture(scope="module")
+def fresh_scores(lora_run) -> dict:
+    """The results of two runs scored as a user outside the package scores them, in one fresh
+    process: merged (transformers) and as the base with the peft adapter."""
+    return scored_in_a_fresh_process(lora_run, "lora", ["fairscale", "llama"])
+
+
 def work_dir(workspace: Path, run: str) -> Path:
     return step_result(workspace, "lora", run) / "work"
 
@@ -209,11 +216,11 @@ def test_checkpoints_hold_the_adapter_and_name_the_base(lora_run, run):
 @pytest.mark.distributed
 @pytest.mark.parametrize("run", ["fairscale", "llama"])
 def test_the_result_loads_with_transformers_and_peft_and_scores_what_the_run_reported(
-    lora_run, run
+    lora_run, fresh_scores, run
 ):
     result = step_result(lora_run, "lora", run)
     info = json.loads((result / "catwalk_model.json").read_text())
-    scored = scored_in_a_fresh_process(lora_run, "lora", run)
+    scored = fresh_scores[run]
     reported = info["metrics_history"]["validation"][-1]["acc"]  # in the loop, adapters on
     evaluated = json.loads((step_result(lora_run, "lora", f"eval_{run}") / "data.json").read_text())
     assert_scores_what_the_run_reported(scored, reported, evaluated["acc"])
