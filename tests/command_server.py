@@ -30,6 +30,7 @@ The server stops when its standard input closes (the test process is gone).
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
 import json
 import os
@@ -244,6 +245,10 @@ def enter_network_namespace(name: str) -> None:
 
 if __name__ == "__main__":
     preload()
+    # What the preload made lives as long as the server: out of the collector's sight, a
+    # command's interpreter shutdown no longer walks (and copies, page by page, from this
+    # process) all of it: 1.5-1.9 s of CPU per command, 0.4 s with it frozen.
+    gc.freeze()
     request = serve(sys.argv[1])
     if "forkserver" in request:
         fork_server(request)
