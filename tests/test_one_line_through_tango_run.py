@@ -6,6 +6,7 @@ tests/test_bad_inputs.py; model directories: tests/test_model_files.py.)"""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -308,11 +309,10 @@ def test_a_stopped_evaluation_says_so_once_and_caches_nothing(tmp_path, sig):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_a_killed_evaluation_worker_says_the_evaluation_starts_over(tmp_path):
-    import os
     import signal
 
-    argv, env = long_evaluation(tmp_path, device_count=2), commands.EXEC_FORK_SERVER_ENV
-    command = commands.start(argv, tmp_path / "out.txt", env=env)  # a fork server below it
+    out = tmp_path / "out.txt"
+    command = commands.start(long_evaluation(tmp_path, device_count=2), out)
     # Rank 0 scores once both workers have joined the group (a worker killed while the
     # workers start is a test of its own: tests/test_loop.py).
     started_scoring(command, "Scoring:")
@@ -320,11 +320,10 @@ def test_a_killed_evaluation_worker_says_the_evaluation_starts_over(tmp_path):
 
     deadline = time.monotonic() + 60
     workers: list[int] = []
-    while len(workers) < 2:  # the forkserver's children: the two workers
+    while len(workers) < 2:  # the fork server's children: the two workers
         assert time.monotonic() < deadline, command.output()[-3000:]
-        server = [p for p in descendants(command.pid) if b"forkserver" in cmdline(p)]
-        workers = [p for s in server for p in descendants(s)]
-        time.sleep(0.5)
+        workers = fork_server_children(command.pid, out)
+        time.sleep(0.2)
     os.kill(workers[-1], signal.SIGKILL)
     assert command.wait(60) == 1
     lines = error_lines(command.output())
@@ -336,11 +335,26 @@ def test_a_killed_evaluation_worker_says_the_evaluation_starts_over(tmp_path):
     assert not [p for p in workers if Path(f"/proc/{p}").exists() and not zombie(p)]
 
 
-def cmdline(pid: int) -> bytes:
+def fork_server_children(command: int, out: Path) -> list[int]:
+    """Every process below the fork server `command`'s workers fork from: the one that writes to
+    the command's output file (as the command and its workers do) though neither it nor its
+    parent is the command (the command server forks it: tests/command_server.py)."""
+    writers = set()
+    for fd in Path("/proc").glob("[0-9]*/fd/1"):
+        try:
+            if os.readlink(fd) == str(out):
+                writers.add(int(fd.parent.parent.name))
+        except OSError:
+            continue
+    servers = [p for p in writers - {command} if parent_of(p) not in writers | {command}]
+    return [p for server in servers for p in descendants(server)]
+
+
+def parent_of(pid: int) -> int | None:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError):
+        return None
 
 
 def zombie(pid: int) -> bool:
