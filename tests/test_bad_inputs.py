@@ -855,9 +855,9 @@ def test_a_read_only_workspace_is_one_line_naming_it(tmp_path):
 # --- Through `tango run` --------------------------------------------------------------------------
 
 TINY_RUN = {
-    "steps.data.task.sizes": {"train": 32, "validation": 16},
+    "steps.data.task.sizes": {"train": 16, "validation": 8},
     f"{T}.device_count": 1,
-    f"{T}.train_steps": 4,
+    f"{T}.train_steps": 2,
     f"{T}.validate_every": 2,
     f"{T}.checkpoint_every": 2,
 }
@@ -954,7 +954,7 @@ def swap_format_for_dill(path):
 
 WORKER_ALONE = {  # node 0 never starts: catwalk-worker waits rendezvous_timeout, no longer
     "steps.trained.num_nodes": 2,
-    "steps.trained.rendezvous_timeout": 5,
+    "steps.trained.rendezvous_timeout": 2,
     "steps.trained.master_addr": "127.0.0.1",
     "steps.trained.master_port": 9,
 }
@@ -999,7 +999,7 @@ WORKER_ALONE = {  # node 0 never starts: catwalk-worker waits rendezvous_timeout
         (
             "catwalk-worker",
             [str(DEMO), "--node-rank", "1", "-w", "{tmp}/ws", "-o", json.dumps(WORKER_ALONE)],
-            "catwalk-worker: RendezvousError: 127.0.0.1:9: node 0 did not answer within 5 s",
+            "catwalk-worker: RendezvousError: 127.0.0.1:9: node 0 did not answer within 2 s",
         ),
     ],
     ids=lambda v: str(v)[:50],
