@@ -138,24 +138,27 @@ def test_a_worker_lost_while_the_workers_start_stops_those_started_in_one_line(m
     assert started[0].exitcode == -signal.SIGTERM
 
 
-def test_a_worker_dies_with_its_launcher_even_when_the_launcher_is_killed_outright():
-    """A forked worker's parent is the fork server, so the worker watches the launcher itself."""
+def test_a_worker_dies_with_its_launcher_even_when_the_launcher_is_killed_outright(tmp_path):
+    """A forked worker's parent is the fork server, so the worker watches the launcher itself.
+    (The worker is forked from the tests' command server, as workers fork from a fork server.)"""
+    import contextlib
+    import os
     import signal
     import subprocess
-    import sys
+
+    from .conftest import TANGO_ENV
+    from .served import Served
 
     launcher = subprocess.Popen(["sleep", "60"])
-    watch = (
-        "import sys, time; from catwalk_steps.launch.worker_process import die_with; "
-        f"die_with({launcher.pid}); print('watching', flush=True); time.sleep(60)"
-    )
-    worker = subprocess.Popen([sys.executable, "-c", watch], stdout=subprocess.PIPE, text=True)
+    worker = Served("watch", [str(launcher.pid)], dict(TANGO_ENV), tmp_path / "worker")
     try:
-        assert worker.stdout.readline().strip() == "watching"
+        assert worker.first_line(worker.out) == "watching"
         launcher.kill()
         launcher.wait()
         assert worker.wait(timeout=10) == -signal.SIGKILL
     finally:
-        for process in (launcher, worker):
-            process.kill()
-            process.wait()
+        launcher.kill()
+        launcher.wait()
+        with contextlib.suppress(ProcessLookupError):
+            if worker.poll() is None:
+                os.kill(worker.pid, signal.SIGKILL)

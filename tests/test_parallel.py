@@ -4,37 +4,18 @@ the line that says a node is too small for N steps, and a sweep run by warm slot
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from .conftest import REPO, TANGO_ENV, run_tango
+from .served import Served
 
 pytestmark = [pytest.mark.slow]
-
-HOLDER = """
-import json, os, sys, time
-from catwalk_steps.distributed.lease import leased
-names = tuple(f"simulated-gpu-{i}" for i in range(int(sys.argv[1])))
-go = sys.argv[6] if len(sys.argv) > 6 else None
-with leased(int(sys.argv[2]), names, sys.argv[3]) as indices:
-    start = time.monotonic()
-    print("held", flush=True)
-    while go and not os.path.exists(go):  # held until the test says go
-        time.sleep(0.05)
-    time.sleep(float(sys.argv[4]))
-    end = time.monotonic()
-record = {"holder": sys.argv[3], "indices": indices, "start": start, "end": end}
-with open(sys.argv[5], "a") as log:
-    log.write(json.dumps(record) + "\\n")
-"""
 
 
 def holder(
@@ -45,27 +26,14 @@ def holder(
     hold_s: float,
     go: Path | None = None,
     output: Path | None = None,
-) -> subprocess.Popen:
+) -> Served:
     """A process that leases `count` of `total` simulated GPUs as `name` and holds them for
-    `hold_s` (after `go` exists, when given); its output on pipes, or in `output`.out/.err."""
+    `hold_s` (after `go` exists, when given); its output in `output`.out/.err."""
     env = {**TANGO_ENV, "CATWALK_LEASE_DIR": str(tmp_path / "leases")}
     argv = [str(total), str(count), name, str(hold_s), str(tmp_path / "held.jsonl")]
     if go is not None:
         argv.append(str(go))
-    with contextlib.ExitStack() as files:  # closed here once the holder has its own copy
-        out, err = (
-            [files.enter_context(open(output.with_suffix(s), "w")) for s in (".out", ".err")]
-            if output
-            else (subprocess.PIPE, subprocess.PIPE)
-        )
-        return subprocess.Popen(
-            [sys.executable, "-c", HOLDER, *argv],
-            env=env,
-            cwd=REPO,
-            stdout=out,
-            stderr=err,
-            text=True,
-        )
+    return Served("hold", argv, env, output or tmp_path / name.replace(" ", "_"))
 
 
 def test_concurrent_holders_never_share_a_gpu(tmp_path):
@@ -105,9 +73,9 @@ def test_concurrent_holders_never_share_a_gpu(tmp_path):
 
 def test_a_killed_holder_frees_its_gpus(tmp_path):
     first = holder(tmp_path, 2, 2, "step first", 600)
-    assert first.stdout.readline().strip() == "held"
+    assert first.first_line(first.out) == "held"
     second = holder(tmp_path, 2, 2, "step second", 0)
-    waiting = second.stderr.readline()  # once it waits for first's GPUs
+    waiting = second.first_line(second.err)  # once it waits for first's GPUs
     assert waiting.startswith(
         f"step second waits for 2 of this node's 2 GPUs (held: simulated-gpu-0 by pid {first.pid} "
         "step first; simulated-gpu-1"
@@ -115,9 +83,8 @@ def test_a_killed_holder_frees_its_gpus(tmp_path):
     time.sleep(0.5)
     assert second.poll() is None
     os.kill(first.pid, signal.SIGKILL)
-    first.wait()
-    out, _ = second.communicate(timeout=10)
-    assert second.returncode == 0 and out.strip() == "held"
+    assert first.wait(10) == -signal.SIGKILL
+    assert second.wait(10) == 0 and second.out.read_text().strip() == "held"
 
 
 def test_a_lease_directory_others_can_write_is_refused(tmp_path, monkeypatch):
@@ -211,20 +178,42 @@ def slot_processes(parent: int) -> list[int]:
     return found
 
 
+STEP_COUNTS = ("train_steps", "validate_every", "checkpoint_every")
+
+
+def held_cells(hold: Path, train_steps: int) -> dict:
+    """Overrides of sweep_slow_cells: each cell trains `train_steps` and holds in its step (test::
+    says) until `hold`/go exists, so a test can stop it mid-step however loaded the machine is."""
+    says = [{"type": "test::says", "text": "cell holds", "hold_dir": str(hold)}]
+    cells = [f"steps.trained,seed={seed}" for seed in (1, 2)]
+    return {
+        **{f"{cell}.callbacks": says for cell in cells},
+        **{f"{cell}.{key}": train_steps for cell in cells for key in STEP_COUNTS},
+    }
+
+
 def test_a_slot_killed_mid_step_fails_that_step_and_the_rest_go_on(tmp_path):
+    """Both cells hold in their training step (test::says) until the test has killed one's
+    slot: the kill lands mid-step, not left to how fast the cells train."""
     from . import commands
     from .conftest import tango_command
 
     fixture = REPO / "tests" / "fixtures" / "sweep_slow_cells.jsonnet"
-    argv = tango_command(fixture, tmp_path / "ws", "killed", None, "--parallelism", "2")
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    overrides = held_cells(hold, 4)
+    argv = tango_command(fixture, tmp_path / "ws", "killed", overrides, "--parallelism", "2")
     run = commands.start(argv, tmp_path / "out")
     deadline = time.monotonic() + 120
-    while run.output().count('Starting step "trained') < 2:
-        assert run.poll() is None and time.monotonic() < deadline, run.output()[-3000:]
-        time.sleep(0.2)
-    slots = slot_processes(run.pid)
-    assert len(slots) == 2
-    os.kill(slots[0], signal.SIGKILL)
+    try:
+        while run.output().count("cell holds") < 2:
+            assert run.poll() is None and time.monotonic() < deadline, run.output()[-3000:]
+            time.sleep(0.2)
+        slots = slot_processes(run.pid)
+        assert len(slots) == 2
+        os.kill(slots[0], signal.SIGKILL)
+    finally:
+        (hold / "go").touch()
     assert run.wait(300) != 0
     output = run.output()
     lost = [line for line in output.splitlines() if "its slot process ended" in line]
@@ -235,7 +224,7 @@ def test_a_slot_killed_mid_step_fails_that_step_and_the_rest_go_on(tmp_path):
     assert f'Finished step "eval_{survivor}"' in output
     assert 'Finished step "eval_untrained' in output  # run by the slot left or a new one
     # The killed step's lock died with it: the same command trains that cell alone.
-    again = run_tango(fixture, tmp_path / "ws", "again", extra=("--parallelism", "2"))
+    again = run_tango(fixture, tmp_path / "ws", "again", overrides, extra=("--parallelism", "2"))
     assert again.count('Starting step "trained') == 1
     assert f'Starting step "{killed}"' in again
 
