@@ -115,10 +115,14 @@ def test_a_pickle_sent_to_every_socket_of_a_run_runs_nothing(tmp_path):
     marker = tmp_path / "pwned"
     pickled = pickle.dumps(Payload(marker))
     framed = struct.pack(">L", len(pickled)) + pickled  # as a Tango log record travels
+    hold = tmp_path / "hold"  # the workers hold before their first step until hold/go exists
+    hold.mkdir()
+    says = {"type": "test::says", "text": "workers hold", "hold_dir": str(hold)}
     overrides = {
         "steps.data.task.sizes": {"train": 64, "validation": 16},
-        "steps.trained.train_steps": 400,
-        "steps.trained.validate_every": 200,
+        "steps.trained.train_steps": 4,
+        "steps.trained.validate_every": 2,
+        "steps.trained.callbacks": [says],
     }
     argv = tango_command(EXPERIMENTS / "demo.jsonnet", tmp_path / "ws", "listen", overrides)
     out = tmp_path / "out.txt"
@@ -126,7 +130,7 @@ def test_a_pickle_sent_to_every_socket_of_a_run_runs_nothing(tmp_path):
     tried: set[tuple[str, int]] = set()
     deadline = time.monotonic() + 240
     while run.poll() is None and time.monotonic() < deadline:
-        if "Training on" in out.read_text():
+        if (hold / "ready").exists():  # every worker has joined the group: all are listening
             tcp, unix = listening(run.pid)
             assert not [p for p in unix if reachable_by_others(p)], unix
             for host, port in tcp:
@@ -134,6 +138,7 @@ def test_a_pickle_sent_to_every_socket_of_a_run_runs_nothing(tmp_path):
                     send(host, port, framed)
                     send(host, port, pickled)
                     tried.add((host, port))
+            (hold / "go").touch()  # sent to each socket; on with training, sent to any new one
         time.sleep(0.5)
     assert run.wait(300) == 0, out.read_text()[-3000:]
     assert len(tried) >= 3, tried  # Tango's log receiver and each worker's gloo listener
