@@ -40,11 +40,12 @@ ENGINES = {
 
 
 def training(engine: str, **extra) -> dict:
-    """The demo, tiny: 20 steps, 2 processes a node (4 in all), float32."""
+    """The demo, tiny: 8 steps (checkpoints at 4 and 8), 2 processes a node (4 in all),
+    float32."""
     return {
         "steps.data.task.sizes": {"train": 64, "validation": 8},
-        f"{T}.train_steps": 20,
-        f"{T}.validate_every": 20,
+        f"{T}.train_steps": 8,
+        f"{T}.validate_every": 8,
         f"{T}.checkpoint_every": 4,
         f"{T}.log_every": 1,
         f"{T}.train_dataloader.batch_size": 2,
@@ -89,7 +90,7 @@ def hosts():
 
 @pytest.fixture(scope="module")
 def one_host(tmp_path_factory) -> dict[str, dict[str, torch.Tensor]]:
-    """Each engine's weights after the same 20 steps on one host with 4 processes."""
+    """Each engine's weights after the same 8 steps on one host with 4 processes."""
     found = {}
     for engine in ENGINES:
         workspace = tmp_path_factory.mktemp(f"one_{engine}") / "ws"
@@ -225,7 +226,11 @@ def test_a_worker_started_before_node_0_waits_and_joins(tmp_path, hosts):
 
     SharedLocalWorkspace(workspace)
     node1 = hosts.start(1, worker(overrides, workspace, "--timeout", "90"), tmp_path / "1")
-    time.sleep(8)  # node 1 is up and asking; nothing listens at node 0's address yet
+    deadline = time.monotonic() + 120
+    # node 1 is up and asking, refused twice: nothing listens at node 0's address yet
+    while refused_connects(hosts, 1, node1.pid) < 2:
+        assert time.monotonic() < deadline and node1.poll() is None, node1.output()
+        time.sleep(0.2)
     assert node1.poll() is None, node1.output()
     with socket.socket() as check:  # the worker's probes reach nothing from here either
         check.settimeout(1)
@@ -233,3 +238,18 @@ def test_a_worker_started_before_node_0_waits_and_joins(tmp_path, hosts):
     node0 = hosts.start(0, tango_command(DEMO, workspace, "late", overrides), tmp_path / "0")
     assert node0.wait(300) == 0, node0.output()[-3000:]
     assert node1.wait(120) == 0, node1.output()[-3000:]
+
+
+def refused_connects(hosts: Hosts, host: int, pid: int) -> int:
+    """The TCP connections refused so far on host `host` (its namespace's Tcp AttemptFails, as
+    process `pid` sees them; on host 1 only the worker connects anywhere); 0 until `pid` has
+    joined that host's namespace (a forked command enters it after it starts)."""
+    try:
+        theirs = os.stat(f"/var/run/netns/{hosts.names[host]}").st_ino
+        if os.stat(f"/proc/{pid}/ns/net").st_ino != theirs:
+            return 0
+        lines = [line.split() for line in Path(f"/proc/{pid}/net/snmp").read_text().splitlines()]
+    except OSError:
+        return 0
+    names, values = (line for line in lines if line[0] == "Tcp:")
+    return int(values[names.index("AttemptFails")])
