@@ -9,8 +9,9 @@ suite. The fork server a command's training workers fork from is served the same
 CPU each again). The command calls the console script's entry point and ends as the interpreter
 would: `sys.exit`'s code, an uncaught error printed, killed by SIGINT after a KeyboardInterrupt.
 
-`CATWALK_TEST_COMMANDS=exec` runs every command as a fresh interpreter instead; the demo fixture
-(`main_job_run`) and the console-script tests always do, so the installed scripts stay tested.
+`CATWALK_TEST_COMMANDS=exec` runs every command as a fresh interpreter instead; the console-script
+tests always do (one of them a training run: test_lease_directory), so the installed scripts stay
+tested.
 """
 
 from __future__ import annotations

@@ -144,9 +144,12 @@ PARITY = REPO / "tests" / "fixtures" / "engines_parity.jsonnet"
 @pytest.fixture(scope="session")
 def main_job_run(tmp_path_factory) -> Path:
     """`make run`'s experiment as shipped (demo_fsdp.jsonnet), run "first" in a workspace that
-    other tests add runs to."""
+    other tests add runs to. Forked from the command server as the other `tango run`s are (a
+    fresh interpreter and its fork server cost some 14 s of CPU); the installed scripts from a
+    fresh interpreter, training workers included, are the console-script tests' and
+    test_lease_directory's."""
     workspace = tmp_path_factory.mktemp("main") / "workspace"
-    run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "first", fresh=True)
+    run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "first")
     return workspace
 
 

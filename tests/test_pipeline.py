@@ -60,8 +60,8 @@ def test_demo_wraps_the_blocks_its_regexes_name_and_says_nothing_of_left_out_blo
 def test_demo_with_a_tiny_llama_wraps_its_blocks_and_trains(demo_run: Path, tmp_path: Path):
     """demo_fsdp.jsonnet with the model block replaced by a Llama config and its GPT-2 regexes
     taken out (`modules_to_wrap: null`, as if left out): the Llama blocks become the FSDP units,
-    the terminal says so, and it trains (20 steps here; the whole demo reaches 1.00 as GPT-2
-    does: docs/results.md)."""
+    the terminal says so, and it trains (20 steps here, the training step alone; the whole demo
+    reaches 1.00 as GPT-2 does: docs/results.md)."""
     llama = evaluate_library(tmp_path, "lib.models.tiny_llama")
     short = {"train_steps": 20, "validate_every": 20, "checkpoint_every": 20, "log_every": 1}
     output = run_tango(
@@ -74,6 +74,7 @@ def test_demo_with_a_tiny_llama_wraps_its_blocks_and_trains(demo_run: Path, tmp_
             "steps.eval_untrained.model": llama,
             **{f"steps.trained.{key}": value for key, value in short.items()},
         },
+        extra=("-s", "trained"),
     )
     assert (
         "training_engine.modules_to_wrap: left out, so the model's blocks (its "
