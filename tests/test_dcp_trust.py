@@ -40,38 +40,40 @@ from .training import TINY_GPT2
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
-DEMO = {  # the demo, tiny: FSDP2 on 2 processes, checkpoints at steps 10, 20 and 30
+EARLIER, PLANTED = 4, 8  # the two checkpoints the killed run leaves
+DEMO = {  # the demo, tiny: FSDP2 on 2 processes, checkpoints at steps 4, 8 and 12
     "steps.data.task.sizes": {"train": 96, "validation": 24},
     "steps.trained.model.config": TINY_GPT2,
     "steps.eval_untrained.model.config": TINY_GPT2,
     "steps.trained.training_engine.type": "catwalk::torch_fsdp",
-    "steps.trained.train_steps": 30,
-    "steps.trained.validate_every": 10,
-    "steps.trained.checkpoint_every": 10,
+    "steps.trained.train_steps": 12,
+    "steps.trained.validate_every": 4,
+    "steps.trained.checkpoint_every": 4,
     "steps.trained.train_dataloader.batch_size": 4,
 }
 WEIGHT = "lm.transformer.wte.weight"
 
 
 def tango(workspace: Path, overrides: dict, name: str) -> commands.Finished:
-    """`tango run` of the demo."""
-    command = tango_command(EXPERIMENTS / "demo.jsonnet", workspace, name, overrides)
+    """`tango run` of the demo's training step (the evaluations after it read no checkpoint)."""
+    command = tango_command(
+        EXPERIMENTS / "demo.jsonnet", workspace, name, overrides, "-s", "trained"
+    )
     return commands.run(command, timeout=600)
 
 
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory) -> tuple[Path, dict]:
-    """A workspace whose FSDP2 run was killed after step 21 (checkpoints at 10 and 20), and the
+    """A workspace whose FSDP2 run was killed after step 9 (checkpoints at 4 and 8), and the
     overrides that run it again."""
     root = tmp_path_factory.mktemp("dcp_trust")
-    faults = {"type": "test::faults", "pid_dir": str(root / "pids"), "kill_step": 21}
+    faults = {"type": "test::faults", "pid_dir": str(root / "pids"), "kill_step": 9}
     overrides = {**DEMO, "steps.trained.callbacks": [faults]}
-    command = tango_command(EXPERIMENTS / "demo.jsonnet", root / "ws", "first", overrides)
-    done = commands.run(command, timeout=600)
+    done = tango(root / "ws", overrides, "first")
     assert done.returncode != 0, done.stdout[-4000:]
     work_dir = work_dir_in(root / "ws")
-    assert (checkpoint_dir(work_dir, 20) / COMPLETE).is_file()
-    assert (checkpoint_dir(work_dir, 10) / COMPLETE).is_file()
+    assert (checkpoint_dir(work_dir, PLANTED) / COMPLETE).is_file()
+    assert (checkpoint_dir(work_dir, EARLIER) / COMPLETE).is_file()
     return root / "ws", overrides
 
 
@@ -150,7 +152,7 @@ def test_a_pickle_planted_in_an_fsdp2_checkpoints_data_never_runs(stopped, tmp_p
     copy = copy_of(workspace, tmp_path)
     work_dir = work_dir_in(copy)
     marker = tmp_path / "pwned"
-    planted = plant(checkpoint_dir(work_dir, 20), vector, marker)
+    planted = plant(checkpoint_dir(work_dir, PLANTED), vector, marker)
     if how == "rerun":  # the same command again: the failed step resumes
         done = tango(copy, overrides, "rerun")
     else:  # another run resuming from the planted one's work directory
@@ -160,14 +162,14 @@ def test_a_pickle_planted_in_an_fsdp2_checkpoints_data_never_runs(stopped, tmp_p
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
     one_skip_naming(output, planted)
-    assert f"Resumed from {checkpoint_dir(work_dir, 10)} at step 10" in output
+    assert f"Resumed from {checkpoint_dir(work_dir, EARLIER)} at step {EARLIER}" in output
 
 
 def test_catwalk_export_refuses_a_model_weight_stored_as_bytes(stopped, tmp_path):
     workspace, _ = stopped
     copy = copy_of(workspace, tmp_path)
     marker = tmp_path / "pwned"
-    checkpoint = checkpoint_dir(work_dir_in(copy), 20)
+    checkpoint = checkpoint_dir(work_dir_in(copy), PLANTED)
     planted = plant(checkpoint, "model weight as bytes", marker)
     export = str(Path(sys.executable).with_name("catwalk-export"))
     done = commands.run([export, str(checkpoint), str(tmp_path / "out")])
@@ -186,7 +188,7 @@ def test_every_entry_stored_as_bytes_is_read_as_data_before_any_rank_loads(
     from catwalk_steps.checkpoints.layout import CheckpointError
 
     workspace, _ = stopped
-    checkpoint = shutil.copytree(checkpoint_dir(work_dir_in(workspace), 20), tmp_path / "c")
+    checkpoint = shutil.copytree(checkpoint_dir(work_dir_in(workspace), PLANTED), tmp_path / "c")
     directory = checkpoint / DCP_OPTIMIZER_DIR
     marker = tmp_path / "pwned"
     index = MetadataIndex("param_groups.0.lr")
@@ -217,7 +219,7 @@ def test_an_entry_stored_as_bytes_where_the_state_has_a_tensor_is_refused(stoppe
     from catwalk_steps.checkpoints.layout import CheckpointError
 
     workspace, _ = stopped
-    directory = checkpoint_dir(work_dir_in(workspace), 20) / DCP_OPTIMIZER_DIR
+    directory = checkpoint_dir(work_dir_in(workspace), PLANTED) / DCP_OPTIMIZER_DIR
     with pytest.raises(CheckpointError) as error:
         load_as_data({"param_groups.0.lr": torch.zeros(())}, directory, no_dist=True)
     assert str(error.value) == (
