@@ -141,12 +141,18 @@ def test_a_killed_run_resumes_from_its_sharded_checkpoint_bitwise(tmp_path):
 # --- Through `tango run`: the workspace, the parent process and its signals ---------------------
 
 
-def tango(workspace: Path, overrides: dict, name: str) -> commands.Command:
+def tango(workspace: Path, overrides: dict, name: str, *extra: str) -> commands.Command:
     """`tango run` as a terminal's foreground job starts it: with SIGINT at its default, even
     when these tests run in a background job (tests/commands.py), its output in a file beside
     the workspace."""
-    command = tango_command(EXPERIMENTS / "demo.jsonnet", workspace, name, overrides)
+    command = tango_command(EXPERIMENTS / "demo.jsonnet", workspace, name, overrides, *extra)
     return commands.start(command, workspace.parent / f"{name}.log")
+
+
+def train(workspace: Path, overrides: dict, name: str) -> commands.Command:
+    """`tango` of the demo's training step alone (`-s trained`, and the data it reads): the
+    tests here are about that step; the evaluations and the report after it are not."""
+    return tango(workspace, overrides, name, "-s", "trained")
 
 
 def since_the_kill(fault_dir: Path) -> float:
@@ -192,7 +198,7 @@ def alive(pid: int) -> bool:
 def test_a_killed_worker_fails_the_step_and_the_rerun_resumes(tmp_path):
     pids = tmp_path / "pids"
     overrides = faulty_demo(pids, kill_step=6)  # rank 1, after checkpoint 4, before 8
-    first = tango(tmp_path / "ws", overrides, "first")
+    first = train(tmp_path / "ws", overrides, "first")
     output, _ = first.communicate(timeout=120)
     assert first.returncode != 0, output
     assert since_the_kill(pids) < 30, output  # noticed, not left to the collective timeout
@@ -200,7 +206,7 @@ def test_a_killed_worker_fails_the_step_and_the_rerun_resumes(tmp_path):
     assert "Traceback" not in output  # the survivor's traceback is in the run's log only
     assert step_state(tmp_path / "ws") == "failed"  # never shown completed
     assert not any(alive(int(p.read_text())) for p in pids.glob("rank*"))
-    rerun = tango(tmp_path / "ws", overrides, "rerun")
+    rerun = train(tmp_path / "ws", overrides, "rerun")
     output, _ = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, output
     assert "Resumed from" in output and "at step 4" in output
@@ -219,7 +225,7 @@ def test_a_killed_fsdp2_worker_is_one_line_on_the_terminal(tmp_path):
         **faulty_demo(pids, kill_step=6),
         "steps.trained.training_engine.type": "catwalk::torch_fsdp",
     }
-    first = tango(tmp_path / "ws", overrides, "first")
+    first = train(tmp_path / "ws", overrides, "first")
     output, _ = first.communicate(timeout=120)
     assert first.returncode != 0, output
     errors = [line for line in output.splitlines() if " ERROR " in line]
@@ -232,7 +238,7 @@ def test_a_killed_fsdp2_worker_is_one_line_on_the_terminal(tmp_path):
 def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path):
     pids = tmp_path / "pids"
     overrides = faulty_demo(pids, hold_step=5)  # rank 1 held after checkpoint 4
-    first = tango(tmp_path / "ws", overrides, "first")
+    first = train(tmp_path / "ws", overrides, "first")
     deadline = time.monotonic() + 120
     while not (pids / "held").exists():  # rank 1 is held after checkpoint 4 (test::faults)
         assert time.monotonic() < deadline and first.poll() is None, "no checkpoint was written"
@@ -252,7 +258,7 @@ def test_sigint_to_tango_alone_stops_its_workers_and_the_rerun_resumes(tmp_path)
     assert stopped + str(tmp_path / "ws") in output and "/checkpoints/step000000004" in output
     assert output.count(stopped) == 1  # said once (it was logged, then logged by Tango)
     assert step_state(tmp_path / "ws") == "failed"
-    rerun = tango(tmp_path / "ws", overrides, "rerun")
+    rerun = train(tmp_path / "ws", overrides, "rerun")
     output, _ = rerun.communicate(timeout=120)
     assert rerun.returncode == 0, output
     assert "Resumed from" in output
@@ -272,7 +278,7 @@ def test_resume_from_another_run_older_or_finished_ends_where_an_uninterrupted_r
         "steps.trained.validate_every": 8,
         "steps.trained.training_engine.optimizer.lr": 0.1,
     }
-    first = tango(tmp_path / "a", overrides, "whole")
+    first = train(tmp_path / "a", overrides, "whole")
     assert first.wait(300) == 0, first.output()
     whole = step_result(tmp_path / "a", "whole", "trained")
     work_dir = next((tmp_path / "a" / "cache").glob("TrainRankClassifier-*/work"))
@@ -284,7 +290,7 @@ def test_resume_from_another_run_older_or_finished_ends_where_an_uninterrupted_r
     started = {}
     for name, (source, _) in resumes.items():
         settings = {**overrides, "steps.trained.resume_from": str(source)}
-        started[name] = tango(tmp_path / name, settings, name)
+        started[name] = train(tmp_path / name, settings, name)
     for name, command in started.items():
         assert command.wait(300) == 0, (name, command.output()[-4000:])
         output = command.output()
