@@ -200,6 +200,31 @@ local cells(grid) = std.foldl(
     steps+: suite_steps(tasks, models, defaults, metric, title, prefix, batch_size, max_length, configs),
   },
 
+  // Every chosen checkpoint of a run scored on `tasks` (names or blocks, each with `defaults`
+  // under its own keys), one cached `catwalk::evaluate` per (checkpoint, task) identified by
+  // the checkpoint's content, a step x task table, `checkpoint_curves.png` and TensorBoard
+  // scalars at the checkpoints' steps (catwalk::checkpoints).
+  //   run: ref('trained') (it must keep the checkpoints chosen: `keep_last_checkpoints`), or a
+  //        run's work directory on disk (another workspace's).
+  //   every: steps that are multiples of it; last: the newest n; steps: a list. Any of them
+  //        chooses (none given: every checkpoint); they are scored coarse to fine.
+  checkpoints(run, tasks, every=null, last=null, steps=null, defaults={}, metric='acc', title='Checkpoints', name='checkpoints', batch_size=32, max_length=null, tensorboard=true):: {
+    steps+: {
+      [name]: {
+        type: 'catwalk::checkpoints',
+        run: run,
+        tasks: [task_block(task, defaults) for task in tasks],
+        metric: metric,
+        title: title,
+        batch_size: batch_size,
+        tensorboard: tensorboard,
+      } + (if every != null then { every: every } else {})
+      + (if last != null then { last: last } else {})
+      + (if steps != null then { steps: steps } else {})
+      + (if max_length != null then { max_length: max_length } else {}),
+    },
+  },
+
   // A grid of pipelines sharing their data: one train + evaluate pair per cell, and one report.
   //   grid: {seed: [1, 2], lr: [1e-3, 3e-3], engine: ['ddp', 'fsdp'], precision: [...],
   //          model: [...], r / alpha / dropout (the model's adapter), or any training key}:
