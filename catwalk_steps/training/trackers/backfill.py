@@ -2,10 +2,12 @@
 checkpoint (`checkpoints/<task>/<metric>`, and `..._stderr` where there is one), beside what
 the run logged live.
 
-A ledger beside the event files (`checkpoint_scalars.json`, data) says which points are
-written, so a run whose checkpoints are evaluated again, or trained further and evaluated,
-adds only its new points: TensorBoard shows every point once. A point whose value changed (a
-directory trained again) is written again, and the newer event file shows it.
+Every point written so far is kept beside the event files (`checkpoint_scalars.json`, data),
+and the one event file of checkpoint scores (`*.checkpoints`) is written again whole, in step
+order, each time points are added: TensorBoard drops a tag's points after one that comes with a
+lower step (its "orphaned data"), which finer checkpoints scored later would otherwise cause,
+and every point appears once. A point whose value changed (a directory trained again) shows its
+newest value.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ...files import write_json_atomic
-from .tensorboard import check_writable
+from .tensorboard import EVENT_FILES, check_writable
 
 LEDGER = "checkpoint_scalars.json"
+SUFFIX = ".checkpoints"
 PREFIX = "checkpoints"
 
 
@@ -40,22 +43,26 @@ def scalars_of(curves: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, 
 
 
 def backfill(curves: Mapping[str, Mapping[str, Any]], log_dir: Path) -> int:
-    """Writes the points of `curves` (:func:`~catwalk_steps.reports.checkpoint_curves.
-    curves_of`) not yet in `log_dir`; returns how many were written."""
+    """Adds the points of `curves` (:func:`~catwalk_steps.reports.checkpoint_curves.
+    curves_of`) to `log_dir`'s checkpoint scores; returns how many were new or changed."""
     log_dir = Path(log_dir)
     check_writable(log_dir, "checkpoints.log_dir")
     ledger_path = log_dir / LEDGER
     ledger = json.loads(ledger_path.read_text()) if ledger_path.is_file() else {}
-    new = {key: s for key, s in scalars_of(curves).items() if ledger.get(key) != s[2]}
+    new = {key: list(s) for key, s in scalars_of(curves).items() if ledger.get(key) != list(s)}
     if not new:
         return 0
+    ledger = {**ledger, **new}
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(str(log_dir), filename_suffix=".checkpoints")
+    earlier = list(log_dir.glob(f"{EVENT_FILES}{SUFFIX}"))
+    writer = SummaryWriter(str(log_dir), filename_suffix=SUFFIX)
     try:
-        for tag, step, value in sorted(new.values(), key=lambda s: (s[1], s[0])):
+        for tag, step, value in sorted(ledger.values(), key=lambda s: (s[1], s[0])):
             writer.add_scalar(tag, value, global_step=step)
     finally:
         writer.close()
-    write_json_atomic(ledger_path, {**ledger, **{key: s[2] for key, s in new.items()}})
+    write_json_atomic(ledger_path, ledger)
+    for path in earlier:
+        path.unlink(missing_ok=True)
     return len(new)
