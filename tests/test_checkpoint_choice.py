@@ -127,3 +127,53 @@ def test_tensorboard_gets_each_point_once_in_step_order_also_when_finer_ones_com
     assert [step for step, _ in scalars["checkpoints/arc/acc_stderr"]] == [100, 200]
     assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
     assert len(json.loads((tmp_path / "checkpoint_scalars.json").read_text())) == 5
+
+
+def test_wandb_gets_the_scores_after_the_runs_steps_against_their_own_step_metric(
+    tmp_path, monkeypatch
+):
+    import wandb
+
+    from catwalk_steps.training.trackers.wandb_backfill import STEP_METRIC, backfill_wandb
+
+    from .test_trackers import wandb_history
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    settings = {"project": "p", "mode": "offline"}
+    run = wandb.init(id="trainrun", dir=str(tmp_path), mode="offline", project="p")
+    for step in range(1, 201):  # the training run's own rows
+        run.log({"train/loss": 1.0}, step=step)
+    run.finish()
+    (tmp_path / "wandb_run.json").write_text('{"id": "trainrun"}')
+    assert backfill_wandb({"arc": curve((100, 0.5, 0.1), (200, 0.6, 0.1))}, tmp_path, settings) == 2
+    wandb.teardown()
+    assert backfill_wandb({"arc": curve((100, 0.5, 0.1), (200, 0.6, 0.1))}, tmp_path, settings) == 0
+    assert backfill_wandb({"arc": curve((50, 0.4, None))}, tmp_path, settings) == 1
+    wandb.teardown()
+    rows = [(step, row) for _, step, row in wandb_history(tmp_path) if STEP_METRIC in row]
+    assert [step for step, _ in rows] == [201, 202, 203]  # after the run's: its order holds
+    assert [(row[STEP_METRIC], row["checkpoints/arc/acc"]) for _, row in rows] == [
+        (100, 0.5),
+        (200, 0.6),
+        (50, 0.4),
+    ]
+    assert rows[0][1]["checkpoints/arc/acc_stderr"] == 0.1
+    assert ("checkpoints/*", STEP_METRIC) in wandb_metric_definitions(tmp_path)
+
+
+def wandb_metric_definitions(work_dir: Path) -> set[tuple[str, str]]:
+    """(metric or glob, its step metric) of every offline segment's `define_metric`."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    found = set()
+    for path in sorted((work_dir / "wandb").glob("offline-run-*/run-*.wandb")):
+        store = datastore.DataStore()
+        store.open_for_scan(str(path))
+        while (data := store.scan_data()) is not None:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            if record.WhichOneof("record_type") == "metric":
+                metric = record.metric
+                found.add((metric.glob_name or metric.name, metric.step_metric))
+    return found

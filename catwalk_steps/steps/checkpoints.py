@@ -31,6 +31,7 @@ from ..standalone import release_model
 from ..tasks import Task
 from ..training.trackers.backfill import backfill
 from ..training.trackers.tensorboard import TENSORBOARD_DIR
+from ..training.trackers.wandb_backfill import backfill_wandb
 from ..workspace.formats import HFModelFormat
 from .evaluate import Evaluate
 
@@ -76,6 +77,8 @@ class EvaluateCheckpoints(Step[Report]):
     :param metric: the score shown ("acc", "acc_norm"; a label's or generative task's own).
     :param tensorboard: write `checkpoints/<task>/<metric>` scalars at each checkpoint's step
         into `log_dir` (default: the run's `tensorboard/`), each point once.
+    :param wandb: `{project, entity, mode}`: log the scores into the training run's W&B run,
+        against `checkpoint/step` (:mod:`~catwalk_steps.training.trackers.wandb_backfill`).
     """
 
     VERSION = "001"
@@ -110,6 +113,7 @@ class EvaluateCheckpoints(Step[Report]):
         title: str = "Checkpoints",
         tensorboard: bool = True,
         log_dir: str | None = None,
+        wandb: dict[str, Any] | None = None,
     ) -> Report:
         work_dir = self.workspace.work_dir(run) if isinstance(run, Step) else Path(run)
         resumed_from = run.kwargs.get("resume_from") if isinstance(run, Step) else None
@@ -132,9 +136,11 @@ class EvaluateCheckpoints(Step[Report]):
         )
         report = report_step.result(self.workspace, needed_by=self)
         print_report(report, self.workspace.step_info(report_step).result_location)
+        curves = report.details["checkpoints"]
         if tensorboard:
-            curves = report.details["checkpoints"]
             backfill(curves, Path(log_dir) if log_dir else work_dir / TENSORBOARD_DIR)
+        if wandb is not None:
+            backfill_wandb(curves, work_dir, wandb)
         return report
 
     def evaluations(

@@ -208,7 +208,9 @@ local cells(grid) = std.foldl(
   //        run's work directory on disk (another workspace's).
   //   every: steps that are multiples of it; last: the newest n; steps: a list. Any of them
   //        chooses (none given: every checkpoint); they are scored coarse to fine.
-  checkpoints(run, tasks, every=null, last=null, steps=null, defaults={}, metric='acc', title='Checkpoints', name='checkpoints', batch_size=32, max_length=null, tensorboard=true):: {
+  //   wandb: {project: ..., mode: 'offline'}: the scores also in the training run's W&B run,
+  //        against a step metric of their own (`checkpoint/step`).
+  checkpoints(run, tasks, every=null, last=null, steps=null, defaults={}, metric='acc', title='Checkpoints', name='checkpoints', batch_size=32, max_length=null, tensorboard=true, wandb=null):: {
     steps+: {
       [name]: {
         type: 'catwalk::checkpoints',
@@ -221,7 +223,8 @@ local cells(grid) = std.foldl(
       } + (if every != null then { every: every } else {})
       + (if last != null then { last: last } else {})
       + (if steps != null then { steps: steps } else {})
-      + (if max_length != null then { max_length: max_length } else {}),
+      + (if max_length != null then { max_length: max_length } else {})
+      + (if wandb != null then { wandb: wandb } else {}),
     },
   },
 

@@ -114,6 +114,19 @@ def offline_steps_on_disk(wandb_dir: Path, run_id: str) -> int:
     return last
 
 
+def run_id_of(work_dir: Path) -> str:
+    """A training step's W&B run: the one it started before, else a new one (kept from now
+    on, also for the checkpoint scores logged into it later: :mod:`.wandb_backfill`)."""
+    import wandb
+
+    path = Path(work_dir) / RUN_ID_FILE
+    if path.is_file():
+        return json.loads(path.read_text())["id"]
+    run_id = wandb.util.generate_id()
+    write_json_atomic(path, {"id": run_id})
+    return run_id
+
+
 @TrainCallback.register("catwalk::wandb")
 class WandbTracker(Tracker):
     """Logs the run's metric history to Weights & Biases from rank 0 (see the module docstring).
@@ -184,15 +197,7 @@ class WandbTracker(Tracker):
         return max(0, int(self.run.starting_step) - 1)
 
     def run_id(self, work_dir: Path) -> str:
-        """This step's W&B run: the one it started before, else a new one (kept from now on)."""
-        import wandb
-
-        path = work_dir / RUN_ID_FILE
-        if path.is_file():
-            return json.loads(path.read_text())["id"]
-        run_id = wandb.util.generate_id()
-        write_json_atomic(path, {"id": run_id})
-        return run_id
+        return run_id_of(work_dir)
 
     def config(self) -> dict[str, Any]:
         card_path = Path(self.work_dir) / RUN_CARD_FILE
