@@ -177,3 +177,28 @@ def wandb_metric_definitions(work_dir: Path) -> set[tuple[str, str]]:
                 metric = record.metric
                 found.add((metric.glob_name or metric.name, metric.step_metric))
     return found
+
+
+def test_the_curves_carry_each_tasks_standard_error_and_the_plot_draws_its_band(tmp_path):
+    from catwalk_steps.reports.checkpoint_curves import (
+        build_checkpoint_report,
+        plot_checkpoint_curves,
+    )
+
+    def result(acc, stderr=None):
+        scored = {"acc": acc, "acc_norm": acc, "n": 10, "task": "arc_easy"}
+        return scored if stderr is None else {**scored, "acc_stderr": stderr}
+
+    report = build_checkpoint_report(
+        {200: {"arc_easy": result(0.6, 0.02)}, 100: {"arc_easy": result(0.5, 0.03)}}, "acc", "T"
+    )
+    assert list(report.rows) == ["step 100", "step 200"]
+    [curve] = report.details["checkpoints"].values()
+    assert curve["points"] == [
+        {"step": 100, "value": 0.5, "stderr": 0.03},
+        {"step": 200, "value": 0.6, "stderr": 0.02},
+    ]
+    path = tmp_path / "curves.png"
+    assert plot_checkpoint_curves(report.details["checkpoints"], "T", path) and path.is_file()
+    without = build_checkpoint_report({100: {"arc_easy": result(0.5)}}, "acc", "T")
+    assert without.details["checkpoints"]["arc_easy"]["points"][0]["stderr"] is None
