@@ -202,3 +202,25 @@ def test_the_curves_carry_each_tasks_standard_error_and_the_plot_draws_its_band(
     assert plot_checkpoint_curves(report.details["checkpoints"], "T", path) and path.is_file()
     without = build_checkpoint_report({100: {"arc_easy": result(0.5)}}, "acc", "T")
     assert without.details["checkpoints"]["arc_easy"]["points"][0]["stderr"] is None
+
+
+def test_the_same_tensors_saved_twice_are_the_same_content(tmp_path):
+    import torch
+
+    from catwalk_steps.checkpoints.manifest import read_manifest
+
+    tensors = {"w": torch.arange(6.0)}
+    ids = []
+    for run, values in (("a", tensors), ("b", tensors), ("c", {"w": torch.arange(6.0) + 1})):
+        directory = checkpoint_dir(tmp_path / run, 25)
+        directory.mkdir(parents=True)
+        temporary = directory / f".model.pt.{run}.tmp"  # as written: its name in the archive
+        torch.save(values, temporary)
+        temporary.rename(directory / "model.pt")
+        mark_complete(directory, {"step": 25})
+        ids.append((read_manifest(directory)["files"]["model.pt"], weights_content(directory)))
+    (a, content_a), (b, content_b), (_, content_c) = ids
+    assert a["sha256"] != b["sha256"]  # the temporary file's name (and, in another process,
+    # torch.save's random serialization id)
+    assert a["tensors"] == b["tensors"] and content_a == content_b
+    assert content_c != content_a

@@ -9,13 +9,12 @@ loading a weight. So the same checkpoint seen from two runs (a run trained furth
 it are the earlier run's) is scored once, and a directory trained again scores its new
 weights, whatever its path.
 
-The hashes are of the files: `torch.save` writes a random serialization id (and the name of
-its temporary file) into each one, so the same tensors saved twice (a run trained again from
-step 0, bit for bit) hash differently and are scored again: never a stale score, at worst a
-repeated one.
-
-The optimizer, scheduler and loop state are left out: they do not change a score, and they
-differ between a run and the same run trained further (the loop state holds its history).
+For `model.pt` the hash is of the tensors it holds (the manifest's `tensors`): `torch.save`
+writes a random serialization id and the name of its temporary file into every file, so the
+same tensors saved twice (a run trained again from step 0, bit for bit, as on CPU in float32)
+differ as files; their scores are reused. Elsewhere (FSDP2's `dcp_model/`, a manifest written
+before `tensors` was recorded) the hash is the file's: never a stale score, at worst one
+computed again.
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ def weights_content(checkpoint: Path) -> dict[str, Any]:
     checkpoint = Path(checkpoint)
     manifest = read_manifest(checkpoint)
     weights = {
-        name: entry.get("sha256")
+        name: entry.get("tensors") or entry.get("sha256")
         for name, entry in sorted(manifest["files"].items())
         if is_weight_file(name) and isinstance(entry, dict)
     }

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from pathlib import Path
 
 from ..errors import first_line
 from ..files import write_json_atomic
-from .layout import COMPLETE, CheckpointError
+from .layout import COMPLETE, MODEL_FILE, CheckpointError
 
 CHUNK = 1 << 20
+SERIALIZATION_ID = ".data/serialization_id"  # random, written by every torch.save
 
 
 def sha256_of(path: Path) -> str:
@@ -29,12 +31,40 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def saved_tensors_digest(path: Path) -> str | None:
+    """SHA-256 of what a `torch.save` file holds, leaving out what two saves of the same
+    tensors differ in: the random serialization id and the archive's folder name (the name of
+    the temporary file it was written to). None for a file that is not such an archive. What
+    identifies a checkpoint's weights (:mod:`.content`): a run trained again bit for bit has
+    the same digests, and other files."""
+    if not zipfile.is_zipfile(path):
+        return None
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(path) as archive:
+        for name, entry in sorted((e.filename.split("/", 1)[-1], e) for e in archive.infolist()):
+            if name == SERIALIZATION_ID:
+                continue
+            digest.update(f"{name}\0{entry.file_size}\0".encode())
+            with archive.open(entry) as f:
+                while chunk := f.read(CHUNK):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_entry(path: Path) -> dict:
+    """A file's manifest entry: its size and SHA-256; for the model's weights, also the digest
+    of the tensors it holds (`tensors`)."""
+    entry = {"size": path.stat().st_size, "sha256": sha256_of(path)}
+    tensors = saved_tensors_digest(path) if path.name == MODEL_FILE else None
+    return entry if tensors is None else {**entry, "tensors": tensors}
+
+
 def mark_complete(directory: Path, info: dict) -> None:
     """Rank 0, after every rank has written its part: the manifest (each file, its size and its
     SHA-256) goes in last, so a directory without it is never loaded."""
     directory = Path(directory)
     files = {
-        str(path.relative_to(directory)): {"size": path.stat().st_size, "sha256": sha256_of(path)}
+        str(path.relative_to(directory)): file_entry(path)
         for path in sorted(directory.rglob("*"))
         if path.is_file() and path.name != COMPLETE and not path.name.endswith(".tmp")
     }
