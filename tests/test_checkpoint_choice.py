@@ -224,3 +224,10 @@ def test_the_same_tensors_saved_twice_are_the_same_content(tmp_path):
     # torch.save's random serialization id)
     assert a["tensors"] == b["tensors"] and content_a == content_b
     assert content_c != content_a
+
+
+def test_a_filtered_metrics_standard_error_is_found_under_lm_evals_key():
+    from catwalk_steps.reports.checkpoint_curves import stderr_key
+
+    assert stderr_key("acc") == "acc_stderr"
+    assert stderr_key("exact_match,remove_whitespace") == "exact_match_stderr,remove_whitespace"

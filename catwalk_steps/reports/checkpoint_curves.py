@@ -60,7 +60,7 @@ def curves_of(
                 task,
                 {"metric": shown, "lower_is_better": lower_is_better(result, shown), "points": []},
             )
-            stderr = result.get(f"{shown}_stderr")
+            stderr = result.get(stderr_key(shown))
             curve["points"].append(
                 {
                     "step": step,
@@ -69,6 +69,13 @@ def curves_of(
                 }
             )
     return curves
+
+
+def stderr_key(metric: str) -> str:
+    """The key of a metric's standard error in a result, as lm-evaluation-harness names it:
+    `acc_stderr`; for a `<metric>,<filter>` key, `<metric>_stderr,<filter>`."""
+    name, comma, rest = metric.partition(",")
+    return f"{name}_stderr{comma}{rest}"
 
 
 def plot_checkpoint_curves(curves: Mapping[str, Mapping[str, Any]], title: str, path: Path) -> bool:
