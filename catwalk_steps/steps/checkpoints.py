@@ -71,12 +71,17 @@ class EvaluateCheckpoints(Step[Report]):
     :param run: a `catwalk::train` step (`lib.ref('trained')`: it must keep the checkpoints
         chosen, `keep_last_checkpoints`) or a run's work directory on disk.
     :param tasks: the tasks, by name or block, as `catwalk::evaluate`'s `task`.
-    :param every: checkpoints whose step is a multiple of it; `last`: the newest n;
-        `steps`: these steps. Any checkpoint one of them chooses; none given: every one.
-    :param batch_size: / `max_length`: as `catwalk::evaluate`'s.
+    :param every: the checkpoints whose step is a multiple of it. `every`, `last` and
+        `steps` together choose any checkpoint one of them chooses; none given: every one.
+    :param last: the newest n checkpoints.
+    :param steps: these checkpoints, by training step (each must be one the run writes).
+    :param batch_size: as `catwalk::evaluate`'s.
+    :param max_length: as `catwalk::evaluate`'s (the training's, to score as the loop does).
     :param metric: the score shown ("acc", "acc_norm"; a label's or generative task's own).
+    :param title: the report's title.
     :param tensorboard: write `checkpoints/<task>/<metric>` scalars at each checkpoint's step
-        into `log_dir` (default: the run's `tensorboard/`), each point once.
+        into `log_dir`, each point once.
+    :param log_dir: where TensorBoard's files go; default: the run's `tensorboard/`.
     :param wandb: `{project, entity, mode}`: log the scores into the training run's W&B run,
         against `checkpoint/step` (:mod:`~catwalk_steps.training.trackers.wandb_backfill`).
     """
@@ -166,6 +171,8 @@ class CheckpointReport(Step[Report]):
     identity is theirs (the checkpoints' content), so it is made again only when one changed.
 
     :param results: `{training step: {task: evaluate step}}`.
+    :param metric: the score shown, as `catwalk::checkpoints`'s.
+    :param title: the report's title.
     """
 
     VERSION = "001"
