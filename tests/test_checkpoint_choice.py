@@ -224,6 +224,15 @@ def test_the_same_tensors_saved_twice_are_the_same_content(tmp_path):
     # torch.save's random serialization id)
     assert a["tensors"] == b["tensors"] and content_a == content_b
     assert content_c != content_a
+    # A manifest whose digest names other tensors is refused when the checkpoint is scored.
+    from catwalk_steps.checkpoints.content import tensors_problem
+
+    directory = checkpoint_dir(tmp_path / "a", 25)
+    assert tensors_problem(directory) is None
+    manifest = read_manifest(directory)
+    manifest["files"]["model.pt"]["tensors"] = ids[2][0]["tensors"]
+    (directory / "COMPLETE.json").write_text(json.dumps(manifest))
+    assert "its tensors differ from its manifest's digest" in tensors_problem(directory)
 
 
 def test_a_filtered_metrics_standard_error_is_found_under_lm_evals_key():

@@ -32,7 +32,7 @@ from .layout import (
     checkpoint_step,
     is_checkpoint_dir,
 )
-from .manifest import read_manifest, sha256_of
+from .manifest import read_manifest, saved_tensors_digest, sha256_of
 
 
 def run_checkpoints(work_dir: Path) -> dict[int, Path]:
@@ -82,6 +82,17 @@ def weights_content(checkpoint: Path) -> dict[str, Any]:
         if path.is_file()
     }
     return {"weights": weights, "model": manifest.get("model"), "model_files": model_files}
+
+
+def tensors_problem(checkpoint: Path) -> str | None:
+    """Why `model.pt` does not hold the tensors its manifest's digest says (the digest is the
+    identity its scores are cached under), or None. Read when a checkpoint is scored."""
+    entry = read_manifest(checkpoint)["files"].get(MODEL_FILE)
+    if not isinstance(entry, dict) or "tensors" not in entry:
+        return None
+    if saved_tensors_digest(Path(checkpoint) / MODEL_FILE) != entry["tensors"]:
+        return f"{Path(checkpoint) / MODEL_FILE}: its tensors differ from its manifest's digest"
+    return None
 
 
 def is_weight_file(name: str) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 from tango import Step
 
 from ..checkpoints import CheckpointError, model_from_checkpoint, problem_with
-from ..checkpoints.content import coarse_to_fine, weights_content
+from ..checkpoints.content import coarse_to_fine, tensors_problem, weights_content
 from ..checks.checkpoints import check_checkpoints_step, chosen_of_directory
 from ..reports import Report, print_report
 from ..reports.checkpoint_curves import CheckpointReportFormat, build_checkpoint_report
@@ -54,7 +54,7 @@ class CheckpointModel(Step[RankClassifier]):
 
     def run(self, checkpoint: str, content: dict[str, Any]) -> RankClassifier:  # type: ignore[override]
         directory = Path(checkpoint)
-        problem = problem_with(directory)  # every file against its SHA-256
+        problem = problem_with(directory) or tensors_problem(directory)  # every file checked
         if problem is None and weights_content(directory) != content:
             problem = f"{directory}: changed since it was chosen (run the command again)"
         if problem is not None:
