@@ -142,12 +142,22 @@ BAD = [
 
 
 def test_a_bad_choice_is_one_line_before_anything_runs(tmp_path):
+    damaged = tmp_path / "run" / "checkpoints" / "step000000002"
+    damaged.mkdir(parents=True)
+    (damaged / "COMPLETE.json").write_text("{not json")
+    cases = [
+        *BAD,
+        (
+            {"steps.checkpoints.run": str(tmp_path / "run")},
+            f"checkpoints.run: {damaged / 'COMPLETE.json'}: unreadable (",
+        ),
+    ]
     started_commands = []
-    for index, (overrides, _) in enumerate(BAD):
+    for index, (overrides, _) in enumerate(cases):
         argv = tango_command(DEMO, tmp_path / "ws", f"bad{index}", {**SHRUNK, **overrides})
         out = tmp_path / f"out{index}.txt"
         started_commands.append((commands.start(argv, out), out))
-    for (command, out), (_, message) in zip(started_commands, BAD, strict=True):
+    for (command, out), (_, message) in zip(started_commands, cases, strict=True):
         assert command.wait(300) != 0
         lines = commands.error_lines(out.read_text())
         assert len(lines) == 1 and f"ConfigurationError: {message}" in lines[0], lines
