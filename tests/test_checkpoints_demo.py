@@ -128,6 +128,10 @@ def rewrite_manifest(checkpoint: Path) -> None:
 
 
 BAD = [
+    (
+        {"steps.checkpoints.tasks": [TASKS[1], {**TASKS[1], "num_fewshot": 1}]},
+        "checkpoints.tasks: 'arc_easy' is given twice",
+    ),
     ({"steps.checkpoints.run": "/no/such/run"}, "checkpoints.run: /no/such/run does not exist"),
     (
         {"steps.trained.keep_last_checkpoints": 1},

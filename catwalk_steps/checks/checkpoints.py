@@ -22,6 +22,13 @@ def check_checkpoints_step(kwargs: dict[str, Any]) -> None:
     or no task."""
     if not kwargs.get("tasks"):
         raise ConfigurationError(f"{KEY}.tasks: give at least one task")
+    names = [task.name for task in kwargs["tasks"]]
+    twice = next((name for index, name in enumerate(names) if name in names[:index]), None)
+    if twice is not None:
+        raise ConfigurationError(
+            f"{KEY}.tasks: '{twice}' is given twice (a checkpoint's scores are kept by task "
+            "name); score the other setting in a second lib.checkpoints with another name"
+        )
     whole(kwargs.get("every"), f"{KEY}.every", optional=True)
     whole(kwargs.get("last"), f"{KEY}.last", optional=True)
     for step in kwargs.get("steps") or []:
