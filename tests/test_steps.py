@@ -35,8 +35,11 @@ def test_load_task_keeps_the_first_instances_when_asked():
 
 
 def test_evaluate_returns_the_three_metrics(data, model):
+    """With their standard errors and the per-document records they come from."""
     metrics = Evaluate(model=model, dataset_dict=data, batch_size=5).result()
-    assert set(metrics) == {"acc", "acc_norm", "n", "kind"} and metrics["n"] == 12
+    errors = {"acc_stderr", "acc_norm_stderr"}
+    assert set(metrics) == {"acc", "acc_norm", "n", "kind", "records", *errors}
+    assert metrics["n"] == len(metrics["records"]) == 12
     assert metrics["kind"] == "multiple_choice"
 
 

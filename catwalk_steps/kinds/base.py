@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 from ..scoring.generation import Ranks
 from ..tasks.base import instance_record
+from .records import RECORDS
 
 
 @dataclass(frozen=True)
@@ -168,8 +169,15 @@ class TaskKind:
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in answer)
         )
 
+    def records(self, instances: list, answers: list, context: ResultContext) -> list[dict]:
+        """One record per document (:mod:`.records`): the request, the model's answer, the
+        gold, and each metric's value on that document."""
+        raise NotImplementedError
+
     def result(self, instances: list, answers: list, context: ResultContext) -> dict[str, Any]:
-        """The evaluate step's metrics (with `kind`, `n`, and what :meth:`summary` shows)."""
+        """The evaluate step's metrics (with `kind`, `n`, and what :meth:`summary` shows), each
+        with its standard error (`<metric>_stderr`), and the :meth:`records` they come from
+        (`records`)."""
         raise NotImplementedError
 
     def summary(self, result: Mapping[str, Any]) -> tuple[str, ...]:
@@ -211,9 +219,9 @@ class TaskKind:
         }
 
     def details(self, result: Mapping[str, Any]) -> dict[str, Any]:
-        """A result as a report's details keep it: all of it but what :meth:`outputs` gives
-        apart."""
-        return dict(result)
+        """A result as a report's details keep it: all of it but its per-document records
+        (the evaluate step's result keeps them) and what :meth:`outputs` gives apart."""
+        return {key: value for key, value in result.items() if key != RECORDS}
 
     def outputs(self, result: Mapping[str, Any]) -> list | None:
         """What the model said, per instance, when the result keeps it (for `generations.jsonl`)."""

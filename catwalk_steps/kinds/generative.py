@@ -27,6 +27,7 @@ from ..tasks.answers import AnswerScoring
 from ..tasks.base import TaskDataError
 from ..tasks.generation import GenerationInstance, prompt_room
 from .base import Scorer, TaskKind, register, tupled
+from .records import RECORDS, stderrs
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,21 @@ def generation_metrics(
     }
     metrics.update(primary_metric=scoring.primary(), n=len(outputs))
     return metrics
+
+
+def generation_records(outputs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each instance's record (:mod:`.records`) from its output: the prompt, the generated
+    text and its filtered answers, the targets, and each `<metric>,<filter>` score."""
+    return [
+        {
+            "doc": output["index"],
+            "request": {"context": output["context"]},
+            "answer": {"generation": output["generation"], "filtered": output["filtered"]},
+            "gold": output["targets"],
+            "metrics": dict(output["scores"]),
+        }
+        for output in outputs
+    ]
 
 
 # lm-evaluation-harness's result keys: `<metric>,<filter>`.
@@ -205,9 +221,14 @@ class Generative(TaskKind):
     def is_answer(self, request, answer):
         return isinstance(answer, str)  # the generated text
 
+    def records(self, instances, answers, context):
+        return generation_records(generation_outputs(instances, answers))
+
     def result(self, instances, answers, context):
         outputs = generation_outputs(instances, answers)
-        return {**generation_metrics(instances, outputs), "outputs": outputs, "kind": self.name}
+        records = generation_records(outputs)
+        metrics = {**generation_metrics(instances, outputs), **stderrs(records)}
+        return {**metrics, "outputs": outputs, "kind": self.name, RECORDS: records}
 
     def summary(self, result):
         names = [key for key in result if KEY_SEPARATOR in key]
@@ -228,7 +249,7 @@ class Generative(TaskKind):
         )
 
     def details(self, result):
-        return {key: value for key, value in result.items() if key != "outputs"}  # apart
+        return {k: v for k, v in super().details(result).items() if k != "outputs"}  # apart
 
     def outputs(self, result):
         return list(result["outputs"]) if isinstance(result.get("outputs"), list) else None

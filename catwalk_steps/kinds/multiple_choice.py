@@ -17,8 +17,23 @@ from ..scoring.sequences import SequenceEncoder, pad_sequences
 from ..scoring.tokenization import load_tokenizer
 from ..tasks.base import MultipleChoiceInstance, joined_choice_text
 from .base import ResultContext, Scorer, TaskKind, register, tupled
+from .records import RECORDS, grouped_stderrs, mean_of, stderrs
 
 COUNTS = ("correct", "correct_norm", "count")  # summed from the model's forward, with the loss
+
+
+def choice_tensors(
+    instances: Sequence[MultipleChoiceInstance], scores: Sequence[Sequence[float]]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Scores [instances, choices] (float64, -inf where an instance has fewer), the characters
+    `acc_norm` divides each by, and the labels."""
+    width = max(len(instance.choices) for instance in instances)
+    padded = torch.full((len(instances), width), float("-inf"), dtype=torch.float64)
+    chars = torch.ones((len(instances), width), dtype=torch.float64)
+    for i, (instance, row) in enumerate(zip(instances, scores, strict=True)):
+        padded[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
+        chars[i, : len(row)] = torch.tensor(instance.norm_chars(), dtype=torch.float64)
+    return padded, chars, torch.tensor([instance.label for instance in instances])
 
 
 def metrics_from_scores(
@@ -26,13 +41,7 @@ def metrics_from_scores(
 ) -> dict[str, float | int]:
     """`acc`, `acc_norm` (score per character of the choice text, lm-evaluation-harness's
     definitions; ties go to the first choice, as its `np.argmax`) and `n` over all instances."""
-    width = max(len(instance.choices) for instance in instances)
-    padded = torch.full((len(instances), width), float("-inf"), dtype=torch.float64)
-    chars = torch.ones((len(instances), width), dtype=torch.float64)
-    for i, (instance, row) in enumerate(zip(instances, scores, strict=True)):
-        padded[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
-        chars[i, : len(row)] = torch.tensor(instance.norm_chars(), dtype=torch.float64)
-    labels = torch.tensor([instance.label for instance in instances])
+    padded, chars, labels = choice_tensors(instances, scores)
     counts = choice_metrics(padded, labels, chars, torch.ones(len(instances), dtype=torch.float64))
     n = int(counts["count"])
     return {
@@ -40,6 +49,34 @@ def metrics_from_scores(
         "acc_norm": float(counts["correct_norm"]) / n,
         "n": n,
     }
+
+
+def choice_records(
+    instances: Sequence[MultipleChoiceInstance], scores: Sequence[Sequence[float]]
+) -> list[dict[str, Any]]:
+    """Each instance's record (:mod:`.records`): its context and choices, their summed
+    log-likelihoods, the pick by score and by score per character (as :func:`choice_metrics`
+    picks), the gold, and `acc`, `acc_norm` of the one instance."""
+    padded, chars, labels = choice_tensors(instances, scores)
+    picks = padded.argmax(dim=1).tolist()
+    picks_norm = (padded / chars.clamp(min=1)).argmax(dim=1).tolist()
+    records = []
+    for i, (instance, row) in enumerate(zip(instances, scores, strict=True)):
+        context = instance.context if isinstance(instance.context, str) else list(instance.context)
+        record: dict[str, Any] = {
+            "doc": i,
+            "request": {"context": context, "choices": list(instance.choices)},
+            "answer": {"logprobs": list(row), "pick": picks[i], "pick_norm": picks_norm[i]},
+            "gold": instance.label,
+            "metrics": {
+                "acc": float(picks[i] == instance.label),
+                "acc_norm": float(picks_norm[i] == instance.label),
+            },
+        }
+        if instance.subtask is not None:
+            record["subtask"] = instance.subtask
+        records.append(record)
+    return records
 
 
 def task_metrics(
@@ -82,22 +119,30 @@ def extra_metrics_of(
     wanted: Sequence[str],
 ) -> dict[str, float]:
     """The per-byte and per-token forms asked for (:data:`EXTRA_METRICS`), over all instances:
-    `acc_bytes` (lm-evaluation-harness's: the highest score per UTF-8 byte of the choice text,
-    without the space that joins it), `acc_per_token` (per token of the continuation), and
-    `bits_per_byte` (the right continuation's `-score / bytes * log2(e)`, its joining space
-    counted, as OLMES counts it)."""
-    right_bytes = right_tokens = bits = 0.0
+    the means of :func:`extra_values`."""
+    totals = dict.fromkeys(wanted, 0.0)
     for instance, row, tokens in zip(instances, scores, token_counts, strict=True):
-        texts = [joined_choice_text(choice) for choice in instance.choices]
-        per_byte = [s / max(len(t.encode("utf-8")), 1) for s, t in zip(row, texts, strict=True)]
-        per_token = [s / max(n, 1) for s, n in zip(row, tokens, strict=True)]
-        right_bytes += max(range(len(row)), key=per_byte.__getitem__) == instance.label
-        right_tokens += max(range(len(row)), key=per_token.__getitem__) == instance.label
-        gold = instance.choices[instance.label]
-        bits += -row[instance.label] / max(len(gold.encode("utf-8")), 1) * LOG_2_OF_E
-    n = len(instances)
-    values = {"acc_bytes": right_bytes / n, "acc_per_token": right_tokens / n}
-    values["bits_per_byte"] = bits / n
+        for name, value in extra_values(instance, row, tokens, wanted).items():
+            totals[name] += value
+    return {name: total / len(instances) for name, total in totals.items()}
+
+
+def extra_values(
+    instance: MultipleChoiceInstance, row: Sequence[float], tokens: Sequence[int], wanted: Any
+) -> dict[str, float]:
+    """One instance's per-byte and per-token forms asked for: `acc_bytes` (lm-evaluation-
+    harness's: the highest score per UTF-8 byte of the choice text, without the space that
+    joins it), `acc_per_token` (per token of the continuation), and `bits_per_byte` (the right
+    continuation's `-score / bytes * log2(e)`, its joining space counted, as OLMES counts it)."""
+    texts = [joined_choice_text(choice) for choice in instance.choices]
+    per_byte = [s / max(len(t.encode("utf-8")), 1) for s, t in zip(row, texts, strict=True)]
+    per_token = [s / max(n, 1) for s, n in zip(row, tokens, strict=True)]
+    gold = instance.choices[instance.label]
+    values = {
+        "acc_bytes": float(max(range(len(row)), key=per_byte.__getitem__) == instance.label),
+        "acc_per_token": float(max(range(len(row)), key=per_token.__getitem__) == instance.label),
+        "bits_per_byte": -row[instance.label] / max(len(gold.encode("utf-8")), 1) * LOG_2_OF_E,
+    }
     return {name: values[name] for name in wanted}
 
 
@@ -190,15 +235,30 @@ class MultipleChoice(TaskKind):
     def batch_answers(self, scorer, batch, items):
         return score_rows(scorer, batch, items)
 
-    def result(self, instances: list, answers: list, context: ResultContext) -> dict[str, Any]:
-        groups = getattr(getattr(context.task, "spec", None), "subtask_groups", None)
-        metrics = task_metrics(instances, answers, groups)
+    def records(self, instances, answers, context):
+        records = choice_records(instances, answers)
         wanted = [name for name in context.extra_metrics or () if name in EXTRA_METRICS]
         if wanted:
             assert context.tokenizer is not None
             tokens = continuation_tokens(context.tokenizer, context.max_length, instances)
-            metrics.update(extra_metrics_of(instances, answers, tokens, wanted))
-        return {**metrics, "kind": self.name}
+            for record, instance, row, counts in zip(
+                records, instances, answers, tokens, strict=True
+            ):
+                record["metrics"].update(extra_values(instance, row, counts, wanted))
+        return records
+
+    def result(self, instances: list, answers: list, context: ResultContext) -> dict[str, Any]:
+        groups = getattr(getattr(context.task, "spec", None), "subtask_groups", None)
+        metrics = task_metrics(instances, answers, groups)
+        records = self.records(instances, answers, context)
+        wanted = [name for name in context.extra_metrics or () if name in EXTRA_METRICS]
+        if wanted:
+            metrics.update({name: mean_of(records, name) for name in wanted})
+        if "subtasks" in metrics:
+            grouped_stderrs(metrics, records, groups)
+        else:
+            metrics.update(stderrs(records))
+        return {**metrics, "kind": self.name, RECORDS: records}
 
     def summary(self, result):
         return ("acc", "acc_norm", "n")

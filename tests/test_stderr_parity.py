@@ -1,0 +1,167 @@
+"""Standard errors equal lm-evaluation-harness 0.4.13's `*_stderr` (to 1e-6) on per-document
+values whose standard errors lm-eval itself computed (tests/fixtures/lm_eval_stderr.json, made
+by tests/fixtures/make_stderr_fixture.py in a throwaway venv): mean metrics (acc, acc_norm,
+exact match, a per-document loss), a bootstrapped F1, and MMLU's pooled groups; and an
+ai2-olmo-eval label's, computed from its records, against a direct computation."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from catwalk_steps.kinds import ResultContext, kind_named
+from catwalk_steps.kinds.multiple_choice import task_metrics
+from catwalk_steps.kinds.records import grouped_stderrs, mean_of, stderr_key, stderrs
+from catwalk_steps.kinds.stderr import bootstrap_stderr, f1_of_resamples, resample_indices
+from catwalk_steps.tasks import MultipleChoiceInstance
+from catwalk_steps.tasks.olmo_eval_labels import OlmoEvalInstance
+
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "lm_eval_stderr.json").read_text())
+
+
+def records_of(**values: list) -> list[dict]:
+    """Records with these per-document values (one list per metric)."""
+    n = len(next(iter(values.values())))
+    return [{"doc": i, "metrics": {k: v[i] for k, v in values.items()}} for i in range(n)]
+
+
+@pytest.mark.parametrize("metric", ["acc", "acc_norm", "exact_match", "ce_loss"])
+def test_a_mean_metrics_stderr_is_lm_evals(metric):
+    values = FIXTURE["mean"]["values"][metric]
+    ours = stderrs(records_of(**{metric: values}))
+    assert ours[f"{metric}_stderr"] == pytest.approx(FIXTURE["mean"]["stderr"][metric], abs=1e-6)
+
+
+def test_a_filtered_metrics_stderr_is_named_as_lm_eval_names_it():
+    values = FIXTURE["mean"]["values"]["exact_match"]
+    ours = stderrs(records_of(**{"exact_match,none": values}))
+    assert list(ours) == ["exact_match_stderr,none"] == [stderr_key("exact_match,none")]
+    assert ours["exact_match_stderr,none"] == pytest.approx(
+        FIXTURE["mean"]["stderr"]["exact_match"], abs=1e-6
+    )
+
+
+def test_a_bootstrapped_f1s_stderr_is_lm_evals():
+    """Same resamples as lm-eval's `random.Random(i).choices` chunks (the fixture's five; ours
+    default to lm-eval's hundred)."""
+    pairs = np.asarray(FIXTURE["f1"]["pairs"])
+    assert f1_of_resamples(pairs[None])[0] == pytest.approx(FIXTURE["f1"]["value"], abs=1e-12)
+    ours = bootstrap_stderr(f1_of_resamples, pairs, FIXTURE["f1"]["iters"])
+    assert ours == pytest.approx(FIXTURE["f1"]["stderr"], abs=1e-6)
+
+
+def test_the_bootstrap_draws_what_pythons_random_draws():
+    rows = np.arange(23)[resample_indices(7, 23, 4)]
+    draw = random.Random(7)
+    assert rows.tolist() == [draw.choices(list(range(23)), k=23) for _ in range(4)]
+
+
+def mmlu_result() -> tuple[dict, dict[str, str]]:
+    """MMLU-shaped: the fixture's subjects as instances whose first choice is right where the
+    document's acc is 1, through the multiple-choice kind's result."""
+    subjects = FIXTURE["mmlu"]["subjects"]
+    instances, scores = [], []
+    for name, subject in subjects.items():
+        for right in subject["acc"]:
+            instances.append(MultipleChoiceInstance("q", (" a", " b"), 0, subtask=name))
+            scores.append([-1.0, -2.0] if right else [-2.0, -1.0])
+    groups = {name: subject["category"] for name, subject in subjects.items()}
+    task = type("Spec", (), {"spec": type("S", (), {"subtask_groups": groups})})()
+    result = kind_named("multiple_choice").result(instances, scores, ResultContext(task=task))
+    return result, groups
+
+
+def test_mmlus_subjects_categories_and_whole_have_lm_evals_pooled_stderr():
+    result, _ = mmlu_result()
+    expected = FIXTURE["mmlu"]
+    for name, stderr in expected["subject_stderr"].items():
+        assert result["subtasks"][name]["acc_stderr"] == pytest.approx(stderr, abs=1e-6), name
+    for name, stderr in expected["category_stderr"].items():
+        assert result["groups"][name]["acc_stderr"] == pytest.approx(stderr, abs=1e-6), name
+    assert result["acc_stderr"] == pytest.approx(expected["stderr"], abs=1e-6)
+
+
+def test_records_average_to_the_metrics_they_come_with():
+    result, groups = mmlu_result()
+    records = result["records"]
+    assert (
+        mean_of(records, "acc") == result["acc"]
+        and mean_of(records, "acc_norm") == result["acc_norm"]
+    )
+    again = task_metrics(
+        [MultipleChoiceInstance("q", (" a", " b"), 0, subtask=r["subtask"]) for r in records],
+        [r["answer"]["logprobs"] for r in records],
+        groups,
+    )
+    grouped_stderrs(again, records, groups)
+    assert again["acc_stderr"] == result["acc_stderr"]
+
+
+OLMO_CHOICES = [(" a", " bb", " ccc"), (" dd", " e", " ffff"), (" g", " hh", " i")] * 4
+
+
+def olmo_documents(metric: str) -> tuple[list, list, list | None]:
+    generator = torch.Generator().manual_seed(3)
+    scores = (-torch.rand(12, 3, generator=generator) * 10).tolist()
+    bare = (-torch.rand(12, 3, generator=generator) * 10 - 1).tolist()
+    instances = [
+        OlmoEvalInstance(context="c", choices=choices, label=i % 3, metric=metric)
+        for i, choices in enumerate(OLMO_CHOICES)
+    ]
+    return instances, scores, bare if metric == "pmi_dc" else None
+
+
+def direct(values: list[float]) -> float:
+    mu = sum(values) / len(values)
+    return math.sqrt(sum((v - mu) ** 2 for v in values) / (len(values) - 1) / len(values))
+
+
+@pytest.mark.parametrize("metric", ["acc", "len_norm", "pmi_dc", "ce_loss", "bpb"])
+def test_an_olmo_eval_labels_stderr_is_the_direct_one(metric):
+    """Per document, computed here from the scores alone: right or not (by the score, per
+    character, or over the unconditioned score), the gold continuation's loss per character
+    and bits per byte; each metric's standard error is theirs."""
+    instances, scores, bare = olmo_documents(metric)
+    answers = scores + (bare or [])
+    result = kind_named("olmo_eval").result(instances, answers, ResultContext())
+    picked, ce, bits = [], [], []
+    for i, (instance, row) in enumerate(zip(instances, scores, strict=True)):
+        gold = instance.choices[instance.label]
+        chars = [len(c) for c in instance.choices]
+        by = {
+            "acc": row,
+            "len_norm": [s / n for s, n in zip(row, chars, strict=True)],
+            "pmi_dc": [s / u for s, u in zip(row, (bare or scores)[i], strict=True)],
+        }.get(metric, row)
+        picked.append(float(max(range(3), key=by.__getitem__) == instance.label))
+        ce.append(-row[instance.label] / len(gold))
+        bits.append(-row[instance.label] / len(gold.encode()) * 1.44269504089)
+    if metric in ("acc", "len_norm", "pmi_dc"):
+        assert result[f"{metric}_v2_stderr"] == pytest.approx(direct(picked), abs=1e-9)
+    if metric in ("acc", "len_norm", "ce_loss"):
+        assert result["ce_loss_v2_stderr"] == pytest.approx(direct(ce), rel=1e-6)
+    if metric in ("acc", "len_norm", "bpb"):
+        assert result["bpb_v2_stderr"] == pytest.approx(direct(bits), rel=1e-6)
+    for name in result:
+        if name.endswith("_stderr"):
+            metric_name = name[: -len("_stderr")]
+            assert mean_of(result["records"], metric_name) == pytest.approx(
+                result[metric_name], rel=1e-9
+            ), name
+
+
+def test_an_olmo_eval_f1_labels_stderr_is_the_bootstrap_of_its_pairs():
+    instances, scores, _ = olmo_documents("f1")
+    result = kind_named("olmo_eval").result(instances, scores, ResultContext())
+    pairs = [record["metrics"]["f1_v2"] for record in result["records"]]
+    gold = [int(i.label == 0) for i in instances]
+    said = [int(max(range(3), key=row.__getitem__) == 0) for row in scores]
+    assert pairs == [list(p) for p in zip(gold, said, strict=True)]
+    stderr = bootstrap_stderr(f1_of_resamples, np.asarray(pairs))
+    assert result["f1_v2_stderr"] == stderr and stderr > 0
