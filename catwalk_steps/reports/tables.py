@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kinds import kind_of_result
+from ..kinds.records import split_stderrs
 from .run_card import run_cards_markdown
 
 LEADING_COLUMNS = ("acc", "acc_norm", "n")
@@ -80,6 +81,8 @@ class Report:
     details: dict[str, Any] = field(default_factory=dict)
     # Generative tasks' outputs, `{run: {task: [instance output]}}`: `generations.jsonl`.
     generations: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    # Each run's standard errors over documents, `{run: {column: stderr}}` (shown as `± se`).
+    stderrs: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
@@ -125,10 +128,7 @@ class Report:
         """Header and rows of the table people read: per configuration in a sweep."""
         if not self.aggregated:
             header = ["run", *self.columns]
-            body = [
-                [name, *(format_value(row.get(c)) for c in self.columns)]
-                for name, row in self.rows.items()
-            ]
+            body = [[name, *(self.cell(name, c) for c in self.columns)] for name in self.rows]
             return header, body
         header = ["configuration", "seeds", *self.columns]
         body = []
@@ -138,6 +138,23 @@ class Report:
             cells = [metrics[c].text() if c in metrics else "" for c in self.columns]
             body.append([group, str(seeds), *cells])
         return header, body
+
+    def cell(self, run: str, column: str) -> str:
+        """A run's value, with `± <standard error>` where the evaluation gave one."""
+        text = format_value(self.rows[run].get(column))
+        stderr = self.stderrs.get(run, {}).get(column)
+        if text and is_number(stderr):
+            return f"{text} ± {format_value(float(stderr))}"
+        return text
+
+    def stderr_line(self) -> str:
+        """What `±` means in a table of runs, when one shows a standard error."""
+        if not any(self.stderrs.values()):
+            return ""
+        return (
+            "± in a run's cell: the standard error over the task's documents "
+            "(lm-evaluation-harness's `*_stderr`).\n"
+        )
 
     def markdown(self) -> str:
         header, body = self.table_rows()
@@ -151,6 +168,8 @@ class Report:
         text = "\n".join(lines) + "\n"
         if self.aggregated:
             text += "\nMean ± standard deviation over seeds.\n\n## Runs\n\n" + self.runs_markdown()
+        if self.stderr_line():
+            text += "\n" + self.stderr_line()
         if TRAINING_COLUMNS & set(self.columns):
             text += (
                 "\nTraining figures: `tokens/s`, the mean over the logged steps after the first, "
@@ -167,10 +186,10 @@ class Report:
             "| " + " | ".join(header) + " |",
             "|" + "|".join(["---"] * (1 + len(keys)) + ["---:"] * len(self.columns)) + "|",
         ]
-        for name, row in self.rows.items():
+        for name in self.rows:
             config = self.configs.get(name, {})
             cells = [name, *(config_value(config[k]) if k in config else "" for k in keys)]
-            cells += [format_value(row.get(c)) for c in self.columns]
+            cells += [self.cell(name, c) for c in self.columns]
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines) + "\n"
 
@@ -222,6 +241,7 @@ class Report:
             "run_cards": self.run_cards,
             "environment": self.environment,
             "step_times": self.step_times,
+            "stderrs": self.stderrs,
         }
 
 
@@ -281,7 +301,8 @@ def build_report(
     """A report from `{run name: {metric: value}}`; non-scalar values are left out, except what
     `catwalk::evaluate` passes on from a trained model: its history (the validation curve, mean
     tokens/s, peak memory) and its run card."""
-    rows = {name: kind_of_result(run).figures(run) for name, run in metrics.items()}
+    split = {name: split_stderrs(kind_of_result(run).figures(run)) for name, run in metrics.items()}
+    rows = {name: values for name, (values, _) in split.items()}
     trained = {
         name: run["training_history"]
         for name, run in metrics.items()
@@ -303,6 +324,7 @@ def build_report(
         },
         environment=dict(environment or {}),
         step_times=list(step_times or []),
+        stderrs={name: errors for name, (_, errors) in split.items() if errors},
     )
 
 
