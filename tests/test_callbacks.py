@@ -66,6 +66,9 @@ def test_metrics_are_exact_over_uneven_batches_not_a_mean_of_batch_means(tmp_pat
         "acc_norm": 0.6,
         "loss": pytest.approx(0.8),
         "count": 5,
+        # The sample standard error of five 0-or-1 values, three of them 1: sqrt(.6 x .4 / 4).
+        "acc_stderr": pytest.approx((0.6 * 0.4 / 4) ** 0.5),
+        "acc_norm_stderr": pytest.approx((0.6 * 0.4 / 4) ** 0.5),
     }
 
 

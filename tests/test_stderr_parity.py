@@ -165,3 +165,41 @@ def test_an_olmo_eval_f1_labels_stderr_is_the_bootstrap_of_its_pairs():
     assert pairs == [list(p) for p in zip(gold, said, strict=True)]
     stderr = bootstrap_stderr(f1_of_resamples, np.asarray(pairs))
     assert result["f1_v2_stderr"] == stderr and stderr > 0
+
+
+def test_in_the_loop_the_standard_errors_are_the_records_ones():
+    """The in-loop evaluation knows sums only (added over batches and ranks): its standard
+    errors, from the sums of squares, are the evaluate step's, from the records."""
+    from catwalk_steps.kinds.olmo_eval import document_sums, lengths_tensor, score_matrix
+
+    for metric in ("acc", "len_norm", "pmi_dc", "ce_loss", "bpb"):
+        instances, scores, bare = olmo_documents(metric)
+        kind = kind_named("olmo_eval")
+        result = kind.result(instances, scores + (bare or []), ResultContext())
+        sums = document_sums(
+            score_matrix(scores, 3),
+            lengths_tensor([i.choices for i in instances], 3),
+            torch.tensor([i.label for i in instances]),
+            torch.ones(len(instances)),
+            metric,
+            score_matrix(bare, 3) if bare else None,
+        )
+        in_loop = kind.compute({k: float(v) for k, v in sums.items()}, instances)
+        errors = {k: v for k, v in in_loop.items() if k.endswith("_stderr")}
+        assert errors and errors == pytest.approx(
+            {k: result[k] for k in errors}, rel=1e-9, abs=1e-12
+        ), metric
+    result, _ = mmlu_result()
+    records = result["records"]
+    sums = {
+        "correct": sum(r["metrics"]["acc"] for r in records),
+        "correct_norm": sum(r["metrics"]["acc_norm"] for r in records),
+        "count": len(records),
+    }
+    in_loop = kind_named("multiple_choice").compute(sums, [])
+    assert in_loop["acc_stderr"] == pytest.approx(mean_stderr_of(records, "acc"), rel=1e-12)
+    assert in_loop["acc_norm_stderr"] == pytest.approx(mean_stderr_of(records, "acc_norm"))
+
+
+def mean_stderr_of(records: list, name: str) -> float:
+    return direct([record["metrics"][name] for record in records])

@@ -27,7 +27,8 @@ from ..tasks.answers import AnswerScoring
 from ..tasks.base import TaskDataError
 from ..tasks.generation import GenerationInstance, prompt_room
 from .base import Scorer, TaskKind, register, tupled
-from .records import RECORDS, stderrs
+from .records import RECORDS, stderr_key, stderrs
+from .stderr import stderr_from_sums
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,11 @@ def generation_records(outputs: Sequence[dict[str, Any]]) -> list[dict[str, Any]
         }
         for output in outputs
     ]
+
+
+def squared(name: str) -> str:
+    """The key of the sum of a score's squares (for its standard error in the loop)."""
+    return f"{name}^2"
 
 
 # lm-evaluation-harness's result keys: `<metric>,<filter>`.
@@ -193,12 +199,14 @@ class Generative(TaskKind):
 
     def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         texts = lockstep_texts(scorer, batch)
-        sums = {name: 0.0 for name in batch.instances[0].scoring.names()}
-        sums["count"] = 0.0
+        names = batch.instances[0].scoring.names()
+        sums = {key: 0.0 for name in names for key in (name, squared(name))}
+        sums["count"] = 0.0  # (every rank the same keys: the sums are added over ranks)
         for instance, text, live in zip(batch.instances, texts, batch.live, strict=True):
             if live:
                 for name, value in instance.score(text)["scores"].items():
                     sums[name] += value
+                    sums[squared(name)] += value * value
                 sums["count"] += 1.0
         return sums
 
@@ -210,7 +218,11 @@ class Generative(TaskKind):
     ) -> dict[str, float]:
         count = float(sums["count"])
         names = instances[0].scoring.names()
-        return {**{n: float(sums[n]) / max(count, 1.0) for n in names}, "count": int(count)}
+        metrics: dict[str, Any] = {n: float(sums[n]) / max(count, 1.0) for n in names}
+        for n in names:
+            squares = float(sums[squared(n)])
+            metrics[stderr_key(n)] = stderr_from_sums(float(sums[n]), squares, count)
+        return {**metrics, "count": int(count)}
 
     def answers(self, model, requests, options):
         return generate_texts(model, requests, **options)

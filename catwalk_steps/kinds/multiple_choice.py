@@ -17,7 +17,8 @@ from ..scoring.sequences import SequenceEncoder, pad_sequences
 from ..scoring.tokenization import load_tokenizer
 from ..tasks.base import MultipleChoiceInstance, joined_choice_text
 from .base import ResultContext, Scorer, TaskKind, register, tupled
-from .records import RECORDS, grouped_stderrs, mean_of, stderrs
+from .records import RECORDS, grouped_stderrs, mean_of, stderr_key, stderrs
+from .stderr import stderr_from_sums
 
 COUNTS = ("correct", "correct_norm", "count")  # summed from the model's forward, with the loss
 
@@ -217,14 +218,17 @@ class MultipleChoice(TaskKind):
     def compute(
         self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
     ) -> dict[str, float]:
-        """Exact over the whole split (not a mean of batch means): `acc`, `acc_norm`, `count`;
-        validating, the mean `loss` per instance too."""
+        """Exact over the whole split (not a mean of batch means): `acc`, `acc_norm` with their
+        standard errors, `count`; validating, the mean `loss` per instance too."""
         count = max(float(sums["count"]), 1.0)
-        metrics = {
+        metrics: dict[str, Any] = {
             "acc": float(sums["correct"]) / count,
             "acc_norm": float(sums["correct_norm"]) / count,
             "count": int(float(sums["count"])),
         }
+        for name, key in (("acc", "correct"), ("acc_norm", "correct_norm")):  # 0 or 1 each
+            total = float(sums[key])
+            metrics[stderr_key(name)] = stderr_from_sums(total, total, float(sums["count"]))
         if validating:
             metrics["loss"] = float(sums["loss_sum"]) / count
         return metrics

@@ -39,11 +39,12 @@ from .olmo_documents import (  # noqa: F401  (the label's arithmetic, imported f
     document_values,
     lengths_tensor,
     olmo_eval_records,
+    per_document_keys,
     request_values,
     score_matrix,
 )
-from .records import RECORDS, stderrs
-from .stderr import f1_of_resamples
+from .records import RECORDS, stderr_key, stderrs
+from .stderr import f1_of_resamples, stderr_from_sums
 
 CODES = {name: code for code, name in enumerate(METRIC_TYPES)}  # the metric type in a batch
 LOWER_IS_BETTER = GOLD_ONLY_METRICS  # the losses: cross-entropy, bits per byte
@@ -66,7 +67,10 @@ def document_sums(
         return torch.where(w > 0, per_document.double() * w, 0.0).sum()
 
     values = document_values(scores, lengths, labels, metric, unconditioned)
-    return {"count": w.sum(), **{key: weighted(value) for key, value in values.items()}}
+    sums = {"count": w.sum(), **{key: weighted(value) for key, value in values.items()}}
+    for key in per_document_keys(metric).values():  # for the standard errors in the loop
+        sums[f"{key}^2"] = weighted(values[key].double() ** 2)
+    return sums
 
 
 def f1_score(tp: float, fp: float, fn: float) -> float:
@@ -209,9 +213,14 @@ class OlmoEval(TaskKind):
     def compute(
         self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
     ) -> dict[str, float]:
-        result: dict[str, float] = dict(metric_values(sums, instances[0].metric))
-        result["count"] = result.pop("n")
-        return result
+        metric = instances[0].metric
+        result: dict[str, Any] = dict(metric_values(sums, metric))
+        count = result.pop("n")
+        means = per_document_keys(metric) if metric != "f1" else {}  # f1's: a bootstrap
+        for name, key in means.items():
+            squares = float(sums[f"{key}^2"])
+            result[stderr_key(name)] = stderr_from_sums(float(sums[key]), squares, count)
+        return {**result, "count": count}
 
     def requests(self, instances):
         """The documents, and for pmi_dc their continuations after the unconditioned prompt

@@ -38,6 +38,16 @@ def mean_stderr(values: Sequence[float]) -> float | None:
     return sample_stddev(values) / math.sqrt(len(values))
 
 
+def stderr_from_sums(total: float, squares: float, n: float) -> float | None:
+    """:func:`mean_stderr` of values known by their sum, their sum of squares and their count
+    (sums that add over batches and ranks: the in-loop evaluation's); a value that is 0 or 1
+    is its own square."""
+    if n < 2:
+        return None
+    variance = max(squares - total * total / n, 0.0) / (n - 1)
+    return math.sqrt(variance / n)
+
+
 def pooled_stderr(stderrs: Sequence[float | None], sizes: Sequence[int]) -> float | None:
     """The standard error of a size-weighted group from its parts' (lm-eval's
     `pooled_sample_stderr`); None when a part has none."""
