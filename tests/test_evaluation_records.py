@@ -63,6 +63,26 @@ def test_the_report_shows_each_value_with_its_standard_error_and_says_what_it_is
     printed = (demo / "first.out").read_text()
     assert "± in a run's cell: the standard error over the task's documents" in printed
     assert math.isfinite(se) and se > 0
+    # Trained against untrained, document by document (the demo names its runs so).
+    paired = payload["comparison"]["runs"]["trained"]["acc"]
+    assert payload["comparison"]["baseline"] == "untrained" and paired["n"] == 8
+    assert (
+        "## Paired with `untrained`" in markdown
+        and f"| trained | acc | {paired['difference']:+.4f}" in markdown
+    )
+
+
+def test_the_in_loop_validation_has_standard_errors_that_trackers_log(demo):
+    from catwalk_steps.training.trackers.base import history_rows
+
+    from .conftest import history
+
+    logged = history(demo, "first", "trained")
+    last = logged["validation"][-1]
+    n = last["count"]
+    assert last["acc_stderr"] == pytest.approx(math.sqrt(last["acc"] * (1 - last["acc"]) / (n - 1)))
+    rows = dict(history_rows(logged))
+    assert rows[last["step"]]["validation/acc_stderr"] == last["acc_stderr"]
 
 
 def test_a_damaged_records_file_is_one_line_naming_it(demo):
@@ -86,3 +106,59 @@ def test_a_damaged_records_file_is_one_line_naming_it(demo):
         assert f"`catwalk-clear-step {directory}`" in output and "Traceback" not in output
     finally:
         path.write_text(text)
+
+
+def compare(*arguments: str):
+    """`catwalk-compare` as a user runs it: the console script (served: tests/commands.py), or
+    before the package is installed again with it, a fresh interpreter running its module."""
+    import sys
+
+    from . import commands
+
+    script = Path(sys.executable).with_name("catwalk-compare")
+    if script.exists():
+        return commands.run([str(script), *arguments], timeout=120)
+    module = [sys.executable, "-m", "catwalk_steps.commands.compare"]
+    return commands.run([*module, *arguments], timeout=120, fresh=True)
+
+
+def test_catwalk_compare_prints_the_paired_table_and_the_documents_that_changed(demo):
+    untrained = step_result(demo, "first", "eval_untrained")
+    trained = step_result(demo, "first", "eval_trained")
+    done = compare(str(untrained), str(trained))
+    assert done.returncode == 0, done.stderr
+    report = json.loads((step_result(demo, "first", "report") / "report.json").read_text())
+    acc = report["comparison"]["runs"]["trained"]["acc"]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("acc "))
+    assert f"{acc['difference']:+.4f} ± {acc['stderr']:.4f}" in line
+    a = [json.loads(x) for x in (untrained / "records.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (trained / "records.jsonl").read_text().splitlines()]
+    moved = [
+        x["doc"] for x, y in zip(a, b, strict=True) if x["metrics"]["acc"] != y["metrics"]["acc"]
+    ]
+    assert f"{len(moved)} of 8 documents changed on acc:" in done.stdout
+    assert [
+        int(x.split()[1].rstrip(":")) for x in done.stdout.splitlines() if x.startswith("  doc ")
+    ] == moved
+
+
+def test_catwalk_compare_refuses_in_one_line_what_it_cannot_pair(demo, tmp_path):
+    trained = step_result(demo, "first", "eval_trained")
+    done = compare(str(tmp_path), str(trained))
+    assert done.returncode == 1 and done.stderr.strip() == (
+        f"catwalk-compare: ConfigurationError: {tmp_path}: not an evaluation's result directory "
+        "(no data.json)"
+    )
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "data.json").write_text((trained / "data.json").read_text())
+    done = compare(str(old), str(trained))
+    assert done.returncode == 1 and "has no per-document records (records.jsonl)" in done.stderr
+    fewer = tmp_path / "fewer"
+    fewer.mkdir()
+    (fewer / "data.json").write_text((trained / "data.json").read_text())
+    lines = (trained / "records.jsonl").read_text().splitlines(keepends=True)
+    (fewer / "records.jsonl").write_text("".join(lines[:5]))
+    done = compare(str(fewer), str(trained))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "NotPairedError" in done.stderr and "5 documents against 8" in done.stderr

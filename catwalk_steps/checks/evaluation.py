@@ -12,6 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import whole
 from ..kinds import kind_of_task
 from ..kinds.multiple_choice import EXTRA_METRICS
+from ..reports.paired import BASELINE, pairings
 from ..scoring.choices import max_positions
 from ..settings import EvaluationSettings, Precision
 from .training import check_against_model, check_engine
@@ -113,6 +114,7 @@ def check_report_step(kwargs: Mapping[str, Any]) -> None:
     if not metrics:
         raise ConfigurationError("report.metrics: give at least one run")
     check_configs_name_runs(kwargs.get("configs"), metrics, "report.configs", "metrics")
+    check_baseline(kwargs, metrics, "report.baseline")
 
 
 def check_suite_report_step(kwargs: Mapping[str, Any]) -> None:
@@ -123,10 +125,29 @@ def check_suite_report_step(kwargs: Mapping[str, Any]) -> None:
     if not results or not all(results.values()):
         raise ConfigurationError("suite_report.results: give at least one task for every run")
     check_configs_name_runs(kwargs.get("configs"), results, "suite_report.configs", "results")
+    check_baseline(kwargs, results, "suite_report.baseline")
     tasks = kwargs.get("tasks") or []
     missing = sorted({t for t in tasks for by_task in results.values() if t not in by_task})
     if missing:
         raise ConfigurationError(f"suite_report.tasks: no results for task '{missing[0]}'")
+
+
+def check_baseline(kwargs: Mapping[str, Any], runs: Mapping[str, Any], field: str) -> None:
+    """A baseline given is a run the report has, or grid values that a sweep's configurations
+    (`configs`) have (left out: the run named `untrained`, when there is one)."""
+    if kwargs.get("baseline") in (None, BASELINE):  # the default: a run of that name, if any
+        return
+    baseline = kwargs["baseline"]
+    if not isinstance(baseline, (str, Mapping)):
+        raise ConfigurationError(
+            f"{field}: a run's name or a sweep's grid values, got {baseline!r}"
+        )
+    if pairings(list(runs), baseline, kwargs.get("configs")) is None:
+        given = baseline if isinstance(baseline, str) else dict(baseline)
+        raise ConfigurationError(
+            f"{field}: {given!r} is none of the runs ({', '.join(runs)})"
+            + ("" if isinstance(baseline, str) else " nor grid values of their configurations")
+        )
 
 
 def check_configs_name_runs(configs: Any, runs: Mapping[str, Any], field: str, what: str) -> None:

@@ -58,6 +58,7 @@ class ReportFormat(Format[Report]):
             details=payload.get("details", {}),
             generations=read_generations(Path(dir) / GENERATIONS),
             stderrs=payload.get("stderrs", {}),
+            comparison=payload.get("comparison", {}),
         )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from ..kinds import kind_of_result
 from ..kinds.records import stderr_key
 from ..kinds.stderr import unweighted_mean_stderr
+from .paired import compare_suite
 from .tables import Report, in_loop_histories
 
 AVERAGE = "average"
@@ -25,6 +26,7 @@ def build_suite_report(
     tasks: list[str] | None = None,
     environment: Mapping[str, Any] | None = None,
     step_times: list[dict[str, Any]] | None = None,
+    baseline: str | Mapping[str, Any] | None = None,
 ) -> Report:
     """A report of `{run: {task: evaluation result}}` showing each task's `metric`, the tasks
     in the order of `tasks` (default: as they come).
@@ -35,23 +37,20 @@ def build_suite_report(
     (:func:`shown_metric`), named in its column; lower-is-better ones (bits per byte, cross-
     entropy) say so there and stay out of the average. Each value has its standard error over
     the task's documents where its evaluation gave one; the average's is that of a plain mean
-    of independent means (lm-eval's `unweighted_mean_stderr`)."""
+    of independent means (lm-eval's `unweighted_mean_stderr`). Each run is compared with the
+    `baseline` run, task by task on the same documents (:mod:`.paired`)."""
     tasks = list(dict.fromkeys([*(tasks or []), *(t for run in results.values() for t in run)]))
     first = {task: next(r[task] for r in results.values() if task in r) for task in tasks}
     shown = {task: shown_metric(first[task], metric) for task in tasks}
     lower = {task: lower_is_better(first[task], shown[task]) for task in tasks}
     columns = {task: column_name(task, shown[task], metric, lower[task]) for task in tasks}
-    rows, details, stderrs = {}, {}, {}
+    rows, stderrs = {}, {}
     for run, by_task in results.items():
-        row = {columns[t]: float(by_task[t][shown[t]]) for t in tasks if t in by_task}
-        errors = {columns[t]: by_task[t].get(stderr_key(shown[t])) for t in tasks if t in by_task}
-        averaged = [t for t in tasks if t in by_task and not lower[t]]
-        if len(row) == len(tasks) and averaged:
-            row[AVERAGE] = statistics.fmean(row[columns[t]] for t in averaged)
-            errors[AVERAGE] = unweighted_mean_stderr([errors[columns[t]] for t in averaged])
-        rows[run] = row
-        stderrs[run] = {column: float(e) for column, e in errors.items() if e is not None}
-        details[run] = {task: scalars_and_parts(result) for task, result in by_task.items()}
+        rows[run], stderrs[run] = run_row(by_task, tasks, shown, columns, lower)
+    details = {
+        run: {task: scalars_and_parts(result) for task, result in by_task.items()}
+        for run, by_task in results.items()
+    }
     histories: dict[str, Mapping[str, Any]] = {}
     cards: dict[str, dict[str, Any]] = {}
     for run, by_task in results.items():
@@ -73,7 +72,28 @@ def build_suite_report(
         step_times=list(step_times or []),
         generations=generations_of(results),
         stderrs={run: errors for run, errors in stderrs.items() if errors},
+        comparison=compare_suite(
+            results, baseline, shown, columns, [t for t in tasks if not lower[t]], configs
+        ),
     )
+
+
+def run_row(
+    by_task: Mapping[str, Mapping[str, Any]],
+    tasks: list[str],
+    shown: Mapping[str, str],
+    columns: Mapping[str, str],
+    lower: Mapping[str, bool],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """A run's row (each task's shown value, and the average over the tasks that are not
+    lower-is-better when it has them all) and the standard errors beside them."""
+    row = {columns[t]: float(by_task[t][shown[t]]) for t in tasks if t in by_task}
+    errors = {columns[t]: by_task[t].get(stderr_key(shown[t])) for t in tasks if t in by_task}
+    averaged = [t for t in tasks if t in by_task and not lower[t]]
+    if len(row) == len(tasks) and averaged:
+        row[AVERAGE] = statistics.fmean(row[columns[t]] for t in averaged)
+        errors[AVERAGE] = unweighted_mean_stderr([errors[columns[t]] for t in averaged])
+    return row, {column: float(e) for column, e in errors.items() if e is not None}
 
 
 def generations_of(results: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:

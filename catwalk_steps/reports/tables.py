@@ -19,10 +19,10 @@ from typing import Any
 
 from ..kinds import kind_of_result
 from ..kinds.records import split_stderrs
+from .paired import compare_runs, comparison_markdown, config_value, configuration_of
 from .run_card import run_cards_markdown
 
 LEADING_COLUMNS = ("acc", "acc_norm", "n")
-SEED = "seed"
 
 
 @dataclass
@@ -83,6 +83,8 @@ class Report:
     generations: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     # Each run's standard errors over documents, `{run: {column: stderr}}` (shown as `± se`).
     stderrs: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Each run against a baseline run, document by document (:mod:`.paired`).
+    comparison: dict[str, Any] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
@@ -98,10 +100,7 @@ class Report:
 
     def configuration(self, run: str) -> str:
         """The run's configuration without its seed: the group it is summarised in."""
-        config = {k: v for k, v in self.configs.get(run, {}).items() if k != SEED}
-        if not config:
-            return run
-        return ", ".join(f"{key}={config_value(value)}" for key, value in sorted(config.items()))
+        return configuration_of(run, self.configs)
 
     def groups(self) -> dict[str, list[str]]:
         """Configuration -> its runs (one per seed), in the order the runs are given."""
@@ -170,6 +169,8 @@ class Report:
             text += "\nMean ± standard deviation over seeds.\n\n## Runs\n\n" + self.runs_markdown()
         if self.stderr_line():
             text += "\n" + self.stderr_line()
+        if self.comparison:
+            text += "\n" + comparison_markdown(self.comparison)
         if TRAINING_COLUMNS & set(self.columns):
             text += (
                 "\nTraining figures: `tokens/s`, the mean over the logged steps after the first, "
@@ -242,12 +243,8 @@ class Report:
             "environment": self.environment,
             "step_times": self.step_times,
             "stderrs": self.stderrs,
+            "comparison": self.comparison,
         }
-
-
-def config_value(value: Any) -> str:
-    """A grid value as written in an experiment: 0.001, not 0.0010."""
-    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def is_number(value: Any) -> bool:
@@ -297,10 +294,11 @@ def build_report(
     configs: Mapping[str, Mapping[str, Any]] | None = None,
     environment: Mapping[str, Any] | None = None,
     step_times: list[dict[str, Any]] | None = None,
+    baseline: str | Mapping[str, Any] | None = None,
 ) -> Report:
     """A report from `{run name: {metric: value}}`; non-scalar values are left out, except what
     `catwalk::evaluate` passes on from a trained model: its history (the validation curve, mean
-    tokens/s, peak memory) and its run card."""
+    tokens/s, peak memory) and its run card; each run paired with the `baseline` run."""
     split = {name: split_stderrs(kind_of_result(run).figures(run)) for name, run in metrics.items()}
     rows = {name: values for name, (values, _) in split.items()}
     trained = {
@@ -325,6 +323,7 @@ def build_report(
         environment=dict(environment or {}),
         step_times=list(step_times or []),
         stderrs={name: errors for name, (_, errors) in split.items() if errors},
+        comparison=compare_runs(metrics, baseline, configs),
     )
 
 

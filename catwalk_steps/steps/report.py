@@ -8,6 +8,7 @@ from tango import Step
 
 from ..checks.evaluation import check_report_step, check_suite_report_step
 from ..reports import Report, ReportFormat, build_report, build_suite_report
+from ..reports.paired import BASELINE
 from ..reports.run_card import environment
 
 
@@ -20,6 +21,12 @@ class MetricsReport(Step[Report]):
     :param configs: in a sweep, `{run name: {key: value}}`, each run's place in the grid; runs
         that differ only in `seed` are summarised together (mean, std, count), and the plots show
         validation accuracy over training steps and the final accuracy per configuration.
+    :param baseline: the run every other run is compared with, document by document on the
+        same documents (the difference of each metric, its paired standard error and 95%
+        interval, and whether it is within noise: :mod:`catwalk_steps.reports.paired`), when
+        a run of that name is in `metrics`; default `untrained`. In a sweep, grid values
+        (`{lr: 0.001}`): each configuration's run of a seed against that configuration's run of
+        the same seed, averaged over the seeds (`lib.sweep(..., baseline=...)`).
 
     Under the table, the run card: each trained run's devices, world size, wall time, versions,
     git commit and host (as recorded by `catwalk::train`), the wall time of every step the
@@ -33,6 +40,7 @@ class MetricsReport(Step[Report]):
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = ReportFormat()
+    SKIP_DEFAULT_ARGUMENTS = {"baseline": BASELINE}  # added later: the ids stay as they were
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -44,8 +52,9 @@ class MetricsReport(Step[Report]):
         metrics: dict[str, dict[str, Any]],
         title: str = "Metrics",
         configs: dict[str, dict[str, Any]] | None = None,
+        baseline: str | dict[str, Any] | None = BASELINE,
     ) -> Report:
-        return build_report(metrics, title, configs, environment(), step_times(self))
+        return build_report(metrics, title, configs, environment(), step_times(self), baseline)
 
 
 @Step.register("catwalk::suite_report")
@@ -60,12 +69,15 @@ class SuiteReport(Step[Report]):
     :param metric: the score shown: "acc" (default) or "acc_norm".
     :param tasks: the columns' order (task names); default: the order of `results`.
     :param configs: in a sweep, `{run name: {key: value}}` (as `catwalk::report`'s).
+    :param baseline: the run every other run is compared with, task by task on the same
+        documents, and on the average over tasks (as `catwalk::report`'s; default `untrained`).
     """
 
     VERSION = "001"
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = ReportFormat()
+    SKIP_DEFAULT_ARGUMENTS = {"baseline": BASELINE}
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -79,9 +91,10 @@ class SuiteReport(Step[Report]):
         title: str = "Task suite",
         configs: dict[str, dict[str, Any]] | None = None,
         tasks: list[str] | None = None,
+        baseline: str | dict[str, Any] | None = BASELINE,
     ) -> Report:
         return build_suite_report(
-            results, metric, title, configs, tasks, environment(), step_times(self)
+            results, metric, title, configs, tasks, environment(), step_times(self), baseline
         )
 
 

