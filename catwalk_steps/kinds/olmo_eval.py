@@ -252,7 +252,9 @@ class OlmoEval(TaskKind):
         documents = len(instances)
         metric = instances[0].metric
         unconditioned = answers[documents:] if metric == "pmi_dc" else None
-        metrics = olmo_eval_metrics(instances, answers[:documents], unconditioned)
+        metrics: dict[str, Any] = dict(
+            olmo_eval_metrics(instances, answers[:documents], unconditioned)
+        )
         records = self.records(instances, answers, context)
         metrics.update(stderrs(records, dict.fromkeys(("f1_v1", "f1_v2"), f1_of_resamples)))
         shown = primary_metric(metric)

@@ -51,18 +51,20 @@ def stderr_from_sums(total: float, squares: float, n: float) -> float | None:
 def pooled_stderr(stderrs: Sequence[float | None], sizes: Sequence[int]) -> float | None:
     """The standard error of a size-weighted group from its parts' (lm-eval's
     `pooled_sample_stderr`); None when a part has none."""
-    if not stderrs or any(s is None for s in stderrs) or sum(sizes) <= len(sizes):
+    known = [s for s in stderrs if s is not None]
+    if not stderrs or len(known) < len(stderrs) or sum(sizes) <= len(sizes):
         return None
-    pooled = sum((n - 1) * s**2 * n for n, s in zip(sizes, stderrs, strict=True))  # type: ignore[operator]
+    pooled = sum((n - 1) * s**2 * n for n, s in zip(sizes, known, strict=True))
     return math.sqrt(pooled / (sum(sizes) - len(sizes)) / sum(sizes))
 
 
 def unweighted_mean_stderr(stderrs: Sequence[float | None]) -> float | None:
     """The standard error of a plain mean of independent means (lm-eval's
     `unweighted_mean_stderr`, a group not weighted by size: a suite's average over tasks)."""
-    if not stderrs or any(s is None for s in stderrs):
+    known = [s for s in stderrs if s is not None]
+    if not stderrs or len(known) < len(stderrs):
         return None
-    return math.sqrt(sum(s**2 for s in stderrs)) / len(stderrs)  # type: ignore[operator]
+    return math.sqrt(sum(s**2 for s in known)) / len(known)
 
 
 def resample_indices(seed: int, n: int, rows: int = CHUNK) -> np.ndarray:

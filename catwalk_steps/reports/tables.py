@@ -142,7 +142,7 @@ class Report:
         """A run's value, with `± <standard error>` where the evaluation gave one."""
         text = format_value(self.rows[run].get(column))
         stderr = self.stderrs.get(run, {}).get(column)
-        if text and is_number(stderr):
+        if text and stderr is not None and is_number(stderr):
             return f"{text} ± {format_value(float(stderr))}"
         return text
 
