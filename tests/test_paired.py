@@ -64,15 +64,15 @@ def test_runs_and_a_suites_tasks_are_paired_with_the_baseline_and_averaged():
         "untrained": {"x": result([1, 0, 1, 1, 0]), "y": result([0, 0, 0, 0, 1])},
         "trained": {"x": result([1, 1, 1, 0, 1]), "y": result([1, 1, 1, 1, 1])},
     }
-    compared = compare_suite(
-        suite, "untrained", {"x": "acc", "y": "acc"}, {"x": "x", "y": "y (acc)"}, ["x", "y"]
-    )
+    columns = {"y": "y (acc)", "x": "x"}  # the report's order of tasks, whatever the results'
+    compared = compare_suite(suite, "untrained", {"x": "acc", "y": "acc"}, columns, ["x", "y"])
     rows = compared["runs"]["trained"]
-    assert list(rows) == ["x", "y (acc)", "average"]
+    assert list(rows) == ["y (acc)", "x", "average"]
     average = rows["average"]
     assert average["difference"] == pytest.approx((0.2 + 0.8) / 2)
     assert average["stderr"] == pytest.approx(math.sqrt(0.14 + 0.04) / 2)
     markdown = comparison_markdown(compared)
+    assert "| run | task | difference | 95% interval | |" in markdown
     assert "| trained | x | +0.2000 ± 0.3742 | [-0.5334, +0.9334] | within noise |" in markdown
     assert "| trained | y (acc) | +0.8000 ± 0.2000 | [+0.4080, +1.1920] |  |" in markdown
 

@@ -65,6 +65,13 @@ def test_the_suite_demo_runs_offline_prints_the_table_and_a_rerun_scores_nothing
     assert [p["step"] for p in payload["task_histories"]["trained"]["mmlu"]] == [2, 4]
     mmlu = payload["details"]["results"]["untrained"]["mmlu"]
     assert set(mmlu["subtasks"]) == set(FEW_SUBJECTS) and mmlu["n"] == 6
+    # Trained against untrained, per task and averaged: the paired difference, its interval.
+    paired = payload["comparison"]["runs"]["trained"]
+    assert set(paired) == set(payload["rows"]["trained"]) and paired["mmlu"]["n"] == 6
+    markdown = (report / "report.md").read_text()
+    assert "## Paired with `untrained`" in markdown and "| trained | average | " in markdown
+    noise = [t for t, p in paired.items() if p["within_noise"]]
+    assert markdown.count("| within noise |") == len(noise)
     again = run_tango(DEMO, workspace, "again", overrides)
     assert "Starting step" not in again  # nothing trained, nothing scored
     assert "task (acc)" in again and "│ average " in again

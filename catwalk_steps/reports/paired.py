@@ -214,8 +214,9 @@ def compare_suite(
     for name, couples in pairs.items():
         by_task: dict[str, list[Paired]] = {}
         for base, run in couples:
-            for task, result in results[run].items():
-                first, second = documents(results[base].get(task, {})), documents(result)
+            for task in columns:  # in the report's order of tasks
+                first = documents(results[base].get(task, {}))
+                second = documents(results[run].get(task, {}))
                 if first and second:
                     what = f"{run} against {base}, task '{task}'"
                     by_task.setdefault(task, []).append(paired(first, second, shown[task], what))
@@ -226,7 +227,7 @@ def compare_suite(
             rows["average"] = mean.as_json()
         if rows:
             compared[name] = rows
-    return {"baseline": label, "runs": compared} if compared else {}
+    return {"baseline": label, "by": "task", "runs": compared} if compared else {}
 
 
 def comparison_markdown(comparison: Mapping[str, Any]) -> str:
@@ -239,7 +240,7 @@ def comparison_markdown(comparison: Mapping[str, Any]) -> str:
         f"Each run minus `{baseline}`, document by document on the same documents: the mean "
         "difference ± its paired standard error, its 95% interval, and *within noise* where "
         "the interval holds 0.\n",
-        "| run | metric | difference | 95% interval | |",
+        f"| run | {comparison.get('by', 'metric')} | difference | 95% interval | |",
         "|---|---|---:|---:|---|",
     ]
     for run, rows in comparison["runs"].items():
