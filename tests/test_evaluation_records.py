@@ -70,6 +70,8 @@ def test_the_report_shows_each_value_with_its_standard_error_and_says_what_it_is
         "## Paired with `untrained`" in markdown
         and f"| trained | acc | {paired['difference']:+.4f}" in markdown
     )
+    line = f"trained - untrained, acc (paired, 95% interval): {paired['difference']:+.4f} ± "
+    assert line in printed  # on the terminal too
 
 
 def test_the_in_loop_validation_has_standard_errors_that_trackers_log(demo):

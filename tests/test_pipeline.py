@@ -91,8 +91,8 @@ def test_second_run_reuses_the_cache(demo_run: Path):
     assert "Starting step" not in output
     assert 'Found output for step "trained" in cache' in output
     # The report table is printed again (rows of the rich table, not the cache-hit log lines).
-    assert re.search(r"│ trained +│ +1\.0000 │", output), output[-3000:]
-    assert re.search(r"│ untrained +│ +0\.\d{4} │", output)
+    assert re.search(r"│ trained +│ +1\.0000 ± 0\.0000 │", output), output[-3000:]
+    assert re.search(r"│ untrained +│ +0\.\d{4} ± 0\.\d{4} │", output)
     assert step_result(demo_run, "second", "trained") == step_result(demo_run, "first", "trained")
 
 

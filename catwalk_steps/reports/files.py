@@ -11,6 +11,7 @@ from rich.table import Table
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
+from .paired import comparison_lines
 from .plots import CURVES_PLOT, FINAL_PLOT, TASKS_PLOT, plot_curves, plot_final, plot_task_curves
 from .tables import Report
 
@@ -118,6 +119,8 @@ def print_report(report: Report, location: str | None = None) -> None:
         console.print("mean ± standard deviation over seeds")
     elif report.stderr_line():
         console.print(report.stderr_line().strip().replace("`", ""))
+    for line in comparison_lines(report.comparison):
+        console.print(line, **whole)
     if location:
         plots = " / plots" if report.aggregated or report.histories else ""
         console.print(f"report.md / report.csv{plots} in {location}", **whole)

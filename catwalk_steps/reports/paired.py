@@ -249,3 +249,19 @@ def comparison_markdown(comparison: Mapping[str, Any]) -> str:
             noise = "within noise" if one.within_noise else ""
             lines.append(f"| {run} | {column} | {one.text()} | {one.interval_text()} | {noise} |")
     return "\n".join(lines) + "\n"
+
+
+def comparison_lines(comparison: Mapping[str, Any]) -> list[str]:
+    """The paired differences in a few terminal lines: per run, its average over tasks (a
+    suite) or each metric."""
+    lines = []
+    for run, rows in (comparison or {}).get("runs", {}).items():
+        shown = {"average": rows["average"]} if "average" in rows else rows
+        for column, row in shown.items():
+            one = Paired(row["metric"], row["n"], row["difference"], row["stderr"])
+            noise = ", within noise" if one.within_noise else ""
+            lines.append(
+                f"{run} - {comparison['baseline']}, {column} (paired, 95% interval): "
+                f"{one.text()} {one.interval_text()}{noise}"
+            )
+    return lines
