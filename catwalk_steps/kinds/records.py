@@ -81,10 +81,14 @@ def stderrs(
     """`<metric>_stderr` of every metric of the records: the sample standard error of the
     mean, or lm-eval's bootstrap for the metrics in `bootstrapped` (None below 2 documents)."""
     out: dict[str, float | None] = {}
+    drawn: dict[tuple, float | None] = {}  # (an f1 label's _v1 and _v2 pairs are the same)
     for name in metric_names(records):
         values = [record["metrics"][name] for record in records]
         if bootstrapped and name in bootstrapped:
-            out[stderr_key(name)] = bootstrap_stderr(bootstrapped[name], np.asarray(values))
+            key = (bootstrapped[name], repr(values))
+            if key not in drawn:
+                drawn[key] = bootstrap_stderr(bootstrapped[name], np.asarray(values))
+            out[stderr_key(name)] = drawn[key]
         else:
             out[stderr_key(name)] = mean_stderr(values)
     return out
