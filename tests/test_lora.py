@@ -271,8 +271,8 @@ def test_in_loop_scores_with_adapters_equal_evaluate_on_the_saved_result(lora_ru
         for key, value in in_loop.items():
             if key in ("step", "count"):
                 continue
-            if key.startswith(("acc", "exact_match", "f1")):
-                assert evaluated[key] == value, (task, key)
+            if key.startswith(("acc", "exact_match", "f1")) and "_stderr" not in key:
+                assert evaluated[key] == value, (task, key)  # (a stderr: from sums in the loop)
             else:
                 assert evaluated[key] == pytest.approx(value, rel=1e-5), (task, key)
 
