@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install $(TORCH_PIP_FLAGS) "$(TORCH)"
 	$(BIN)/python -m pip install -c constraints.txt -e '.[dev]'
 	$(BIN)/python -m catwalk_startup
+	@# Bytecode for this checkout once (where PYTHONDONTWRITEBYTECODE is set, every fresh
+	@# interpreter would compile the package again: the tests start many)
+	@$(BIN)/python -m compileall -q catwalk_steps catwalk_startup tests > /dev/null
 	@touch $@
 
 # The main job on the embedded default (no download); prints the metrics table.
