@@ -148,7 +148,8 @@ def test_the_generation_demo_answers_in_the_loop_and_after_and_keeps_what_was_sa
     histories = report["task_histories"]["trained"]
     assert [p["step"] for p in histories["gsm8k"]] == [2, 4]
     assert histories["gsm8k"][0].keys() == {
-        "step", "count", "exact_match,strict-match", "exact_match,flexible-extract"
+        "step", "count", "exact_match,strict-match", "exact_match,flexible-extract",
+        "exact_match_stderr,strict-match", "exact_match_stderr,flexible-extract",
     }  # fmt: skip
     gsm8k = report["details"]["results"]["untrained"]["gsm8k"]
     assert (gsm8k["n"], gsm8k["num_fewshot"], "outputs" in gsm8k) == (3, 5, False)
