@@ -11,7 +11,7 @@ VENV_FLAGS ?=
 MAIN_EXPERIMENT ?= experiments/demo_fsdp.jsonnet
 STAMP := $(VENV)/.catwalk-installed
 
-.PHONY: setup run test suite test-fast lint typecheck format docs docs-build keys bench clean
+.PHONY: setup run test test-fast lint typecheck format docs docs-build keys bench clean
 
 setup: $(STAMP)
 
@@ -56,16 +56,11 @@ docs-build: setup
 keys: setup
 	$(BIN)/python docs/gen_keys.py
 
-# Everything CI runs: lint, then the type check and the documentation site beside the whole
-# suite (unit, tango-run integration, 2-process gloo; mypy and mkdocs take ~18 s of CPU, the
-# suite waits on processes now and then): `make test` fails if any of them fails. The suite runs
+# Everything CI runs: lint, the documentation site, then the whole suite (unit, tango-run integration, 2-process gloo),
 # in TEST_WORKERS pytest-xdist workers, a file's tests in one worker (their module fixtures are
 # made once; session fixtures once per session: conftest.py).
 TEST_WORKERS ?= 2
-test: lint
-	@$(MAKE) --no-print-directory -j3 typecheck docs-build suite
-
-suite: setup
+test: lint typecheck docs-build
 	$(BIN)/pytest -ra -n $(TEST_WORKERS) --dist loadfile
 
 # Unit tests only: no multi-process or training runs.
