@@ -83,6 +83,7 @@ def resumed(source, instances, settings, work_dir: Path) -> tuple[float, float]:
     model = source.load()
     journal = scores.answer_journal(source, instances, settings, step, 1024, "cpu")
     kind = kind_of(instances)
+    journal.start(instances, kind.is_answer, LOG)  # its directory
     options = {"batch_size": settings.batch_size, "max_length": 1024, "device": "cpu"}
     options.update(precision=scores.Precision.parse("fp32", "bench"), progress=False)
     half = range(len(journal.chunks) // 2)
@@ -158,9 +159,11 @@ def report(rows: list[dict], args: argparse.Namespace, parameters: int) -> None:
     lines += [
         f"| all | {requests} | {plain:.2f} | {recorded:.2f} | {resume:.2f} |",
         "",
-        f"Records cost {summary['records_overhead']:+.1%} of the evaluation's time; a resume "
-        f"takes {summary['resume_vs_remaining_plain']:+.1%} against scoring only what was left "
-        "without records.",
+        f"Records cost {summary['records_overhead']:+.1%} of the evaluation's time (one run: a "
+        "task's two timings differ by up to 10% either way on this shared machine). A resume "
+        f"with the first half of each task's chunks recorded took {resume:.1f} s against "
+        f"{recorded:.1f} s for the whole: chunks are cut in size order, so the recorded half "
+        "holds the longest requests (a task of one chunk, 0%, is scored whole).",
         "",
     ]
     write_results("evaluation_records", payload, "\n".join(lines))

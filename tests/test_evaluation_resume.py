@@ -105,6 +105,10 @@ def test_ctrl_c_says_the_rerun_resumes_and_it_does(tmp_path, uninterrupted):
     lines = error_lines(output)
     assert len(lines) == 1 and "EvaluationStopped" in lines[0], lines or output[-3000:]
     assert "scores only what the evaluation's records lack" in lines[0]
+    # Another device count is another step (docs/evaluation/resume.md): scored from the start.
+    other = tmp_path / "other.log"
+    rc, output = run(experiment(tmp_path, device_count=2), workspace, "other", other)
+    assert rc == 0 and scored(other) == CHUNKS and "earlier attempt" not in output
     again = tmp_path / "again.log"
     rc, output = run(path, workspace, "again", again)
     assert rc == 0, output[-3000:]
