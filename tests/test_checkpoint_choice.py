@@ -163,20 +163,12 @@ def test_wandb_gets_the_scores_after_the_runs_steps_against_their_own_step_metri
 
 def wandb_metric_definitions(work_dir: Path) -> set[tuple[str, str]]:
     """(metric or glob, its step metric) of every offline segment's `define_metric`."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
+    from .test_trackers import wandb_records
 
-    found = set()
-    for path in sorted((work_dir / "wandb").glob("offline-run-*/run-*.wandb")):
-        store = datastore.DataStore()
-        store.open_for_scan(str(path))
-        while (data := store.scan_data()) is not None:
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
-            if record.WhichOneof("record_type") == "metric":
-                metric = record.metric
-                found.add((metric.glob_name or metric.name, metric.step_metric))
-    return found
+    return {
+        (record.metric.glob_name or record.metric.name, record.metric.step_metric)
+        for _, record in wandb_records(work_dir, "metric")
+    }
 
 
 def test_the_curves_carry_each_tasks_standard_error_and_the_plot_draws_its_band(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import resource
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -262,25 +263,37 @@ def test_tensorboard_names_a_directory_it_cannot_write(tmp_path):
         tensorboard(tmp_path, log_dir=str(tmp_path / "file" / "tb"))
 
 
-def wandb_history(work_dir: Path) -> list[tuple[str, int, dict]]:
-    """Every history row of every offline segment, in order: (file name, step, row)."""
+def wandb_records(work_dir: Path, record_type: str) -> list[tuple[str, Any]]:
+    """Every record of `record_type` (`history`, `metric`) of every offline segment, in order:
+    (file name, record)."""
     from wandb.proto import wandb_internal_pb2
     from wandb.sdk.internal import datastore
 
-    rows = []
+    found = []
     for path in sorted((work_dir / "wandb").glob("offline-run-*/run-*.wandb")):
         store = datastore.DataStore()
         store.open_for_scan(str(path))
         while (data := store.scan_data()) is not None:
             record = wandb_internal_pb2.Record()
             record.ParseFromString(data)
-            if record.WhichOneof("record_type") == "history":
-                row = {
-                    i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                    for i in record.history.item
-                }
-                rows.append((path.name, record.history.step.num, row))
-    return rows
+            if record.WhichOneof("record_type") == record_type:
+                found.append((path.name, record))
+    return found
+
+
+def wandb_history(work_dir: Path) -> list[tuple[str, int, dict]]:
+    """Every history row of every offline segment, in order: (file name, step, row)."""
+    return [
+        (
+            name,
+            record.history.step.num,
+            {
+                i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                for i in record.history.item
+            },
+        )
+        for name, record in wandb_records(work_dir, "history")
+    ]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tango.common.aliases import PathOrStr
 from tango.format import Format
 
 from .files import ReportFormat
-from .plots import _figure, _save
+from .plots import _save, panel_grid
 from .suite import build_suite_report, lower_is_better, shown_metric
 from .tables import Report
 
@@ -83,10 +83,7 @@ def plot_checkpoint_curves(curves: Mapping[str, Mapping[str, Any]], title: str, 
     error when every point has one. False (nothing written) without curves."""
     if not curves:
         return False
-    columns = min(3, len(curves))
-    rows = -(-len(curves) // columns)
-    figure, grid = _figure(size=(4.5 * columns, 3.2 * rows), panels=(rows, columns))
-    panels = list(grid.flat)
+    figure, panels = panel_grid(len(curves))
     banded = False
     for axes, (task, curve) in zip(panels, curves.items(), strict=False):
         points = curve["points"]
@@ -101,8 +98,6 @@ def plot_checkpoint_curves(curves: Mapping[str, Mapping[str, Any]], title: str, 
         lower = ", lower is better" if curve.get("lower_is_better") else ""
         axes.set_title(f"{task} ({curve['metric']}{lower})", fontsize="medium")
         axes.set_xlabel("training step")
-    for axes in panels[len(curves) :]:
-        axes.set_visible(False)
     band = " (band: ± one standard error)" if banded else ""
     figure.suptitle(f"{title}: each checkpoint's score{band}")
     _save(figure, path)

@@ -87,10 +87,7 @@ def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:
     tasks = list(dict.fromkeys(t for h in report.task_histories.values() for t in h))
     if not tasks:
         return False
-    columns = min(3, len(tasks))
-    rows = -(-len(tasks) // columns)
-    figure, grid = _figure(size=(4.5 * columns, 3.2 * rows), panels=(rows, columns))
-    panels = list(grid.flat)
+    figure, panels = panel_grid(len(tasks))
     for axes, task in zip(panels, tasks, strict=False):
         for group, runs in report.groups().items():
             curves = [
@@ -109,8 +106,6 @@ def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:
         axes.set_title(task, fontsize="medium")
         axes.set_xlabel("training step")
         axes.set_ylabel(shown_metric(first, metric) if first else metric)
-    for axes in panels[len(tasks) :]:
-        axes.set_visible(False)
     panels[0].legend(fontsize="x-small")
     shown = {axes.get_ylabel() for axes in panels[: len(tasks)]}
     scores = metric if shown == {metric} else "scores (each panel's own)"
@@ -147,6 +142,17 @@ def _title(axes: Any, title: str) -> None:
     while text.get_window_extent(renderer).width > limit and width > 20:
         width = int(width * 0.85)
         text.set_text(textwrap.fill(title, width))
+
+
+def panel_grid(count: int) -> tuple[Any, list]:
+    """A figure of `count` panels, three to a row (those past `count` hidden), and the panels."""
+    columns = min(3, count)
+    rows = -(-count // columns)
+    figure, grid = _figure(size=(4.5 * columns, 3.2 * rows), panels=(rows, columns))
+    panels = list(grid.flat)
+    for axes in panels[count:]:
+        axes.set_visible(False)
+    return figure, panels
 
 
 def _figure(
