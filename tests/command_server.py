@@ -216,6 +216,7 @@ def fork_server(request: dict[str, Any]) -> None:
 
     importlib.reload(catwalk_startup.exit_with_parent)  # reads the command's variable again
     tango_logging_from_environment()
+    serve_fork_servers(request.get("netns"))  # a slot's own (it forks from this server)
     code = 0
     try:
         multiprocessing.forkserver.main(listener, alive, **request["forkserver"])

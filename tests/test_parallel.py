@@ -164,16 +164,18 @@ def test_steps_side_by_side_wait_for_their_leased_gpus(tmp_path):
 
 
 def slot_processes(parent: int) -> list[int]:
-    """The pids of `tango run`'s slot processes (their command line names the parent)."""
+    """The pids of `tango run`'s slot processes (forked from the worker server, each names
+    itself `slot-<parent>`)."""
     found = []
+    name = f"slot-{parent}"[:15]
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            comm = (entry / "comm").read_text().strip()
         except OSError:
             continue
-        if b"catwalk_steps.parallel.slot" in argv and str(parent).encode() in argv:
+        if comm == name:
             found.append(int(entry.name))
     return found
 

@@ -215,7 +215,13 @@ def launched(job: Any, node_rank: int, errors: Any, work: Work) -> torch_mp.Proc
 
 def worker_context(job: Any) -> Any:
     """The multiprocessing context workers start from, its server running."""
-    start_worker_server(job.include_package)
+    return server_context(job.include_package)
+
+
+def server_context(include_package: Iterable[str] = ()) -> Any:
+    """The multiprocessing context whose processes fork from the worker server (training
+    workers, `--parallelism`'s slots), the server running."""
+    start_worker_server(include_package)
     return multiprocessing.get_context(START_METHOD)
 
 

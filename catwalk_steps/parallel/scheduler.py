@@ -17,12 +17,9 @@ slot is started for the steps left.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import select
-import subprocess
-import sys
 from tempfile import NamedTemporaryFile
 from typing import Any, cast
 
@@ -32,45 +29,38 @@ from tango.step_graph import StepGraph
 from tango.step_info import StepState
 
 from ..distributed.devices import usable_cores
+from ..launch.launcher import server_context
 from ..run_temp import run_temp_dir
 from .sizing import crowding_line, slot_threads
+from .slot import SlotSettings, receive, run_slot, send
 
 logger = logging.getLogger(__name__)
 STOP_GRACE_S = 10.0
 
 
 class Slot:
-    """A slot process and the two pipes to it."""
+    """A slot process, forked from the worker server, and the two pipes to it."""
 
-    def __init__(self, command: list[str], env: dict[str, str]):
-        from_parent, to_slot = os.pipe()
-        from_slot, to_parent = os.pipe()
-        self.process = subprocess.Popen(
-            [*command, "--read-fd", str(from_parent), "--write-fd", str(to_parent)],
-            pass_fds=(from_parent, to_parent),
-            env=env,
+    def __init__(self, context: Any, settings: SlotSettings):
+        self.inbox, to_parent = context.Pipe(duplex=False)
+        from_parent, self.outbox = context.Pipe(duplex=False)
+        self.process = context.Process(
+            target=run_slot, args=(settings, from_parent, to_parent), name="slot"
         )
-        os.close(from_parent)
-        os.close(to_parent)
-        self.outbox = os.fdopen(to_slot, "w")
-        self.inbox = os.fdopen(from_slot, "r")
+        self.process.start()
+        from_parent.close()  # the slot's ends: a slot gone is an end of file here
+        to_parent.close()
         self.ready = False
         self.step: str | None = None  # running now
         self.model: str | None = None  # the key of the model it holds
 
     def send(self, step: str) -> None:
         self.step = step
-        self.outbox.write(json.dumps({"run": step}) + "\n")
-        self.outbox.flush()
+        send(self.outbox, {"run": step})
 
     def receive(self) -> dict[str, Any] | None:
         """The slot's next message; None when it has gone (or said something not ours)."""
-        line = self.inbox.readline()
-        try:
-            message = json.loads(line) if line else None
-        except ValueError:
-            message = None
-        return message if isinstance(message, dict) else None
+        return receive(self.inbox)
 
     def stop(self) -> None:
         """Closes its pipe (it exits when idle); SIGTERM if it is running a step; waits."""
@@ -81,15 +71,14 @@ class Slot:
         for channel in (self.outbox, self.inbox):
             with contextlib.suppress(OSError):  # the slot died with a write pending
                 channel.close()
-        if self.step is not None and self.process.poll() is None:
+        if self.step is not None and self.process.is_alive():
             self.process.terminate()
 
     def wait_stopped(self) -> None:
-        try:
-            self.process.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
+        self.process.join(STOP_GRACE_S)
+        if self.process.is_alive():
             self.process.kill()
-            self.process.wait()
+            self.process.join()
 
 
 def steps_to_run(graph: StepGraph, workspace: Any) -> tuple[list[Step], list[Step]]:
@@ -134,14 +123,14 @@ class ParallelRun:
             prefix="catwalk-graph-", suffix=".jsonnet", dir=directory
         ) as graph_file:
             self.graph.to_file(graph_file.name, include_unique_id=True)
-            command = self.slot_command(graph_file.name)
-            env = {**os.environ, "OMP_NUM_THREADS": str(slot_threads(parallelism))}
+            settings = self.slot_settings(graph_file.name, slot_threads(parallelism))
+            context = server_context(self.executor.include_package or ())
             interrupted = False
             try:
                 while self.pending or self.busy():
                     self.drop_unrunnable()
                     while len(self.slots) < min(parallelism, len(self.pending) + self.busy()):
-                        self.slots.append(Slot(command, env))
+                        self.slots.append(Slot(context, settings))
                     self.dispatch()
                     if self.busy() or self.pending:
                         self.wait()
@@ -161,14 +150,15 @@ class ParallelRun:
             self.successful[step.name] = self.metadata(step)
         return ExecutorOutput(self.successful, self.failed, self.not_run)
 
-    def slot_command(self, graph_path: str) -> list[str]:
-        command = [sys.executable, "-m", "catwalk_steps.parallel.slot", "--graph", graph_path]
-        command += ["--workspace", self.workspace.url, "--parent", str(os.getpid())]
-        if self.run_name is not None:
-            command += ["--run-name", self.run_name]
-        for package in self.executor.include_package or []:
-            command += ["--include-package", package]
-        return command
+    def slot_settings(self, graph_path: str, threads: int) -> SlotSettings:
+        return SlotSettings(
+            graph=graph_path,
+            workspace=self.workspace.url,
+            parent=os.getpid(),
+            threads=threads,
+            env=dict(os.environ),
+            include_package=tuple(self.executor.include_package or ()),
+        )
 
     def busy(self) -> int:
         return sum(slot.step is not None for slot in self.slots)

@@ -1,40 +1,67 @@
-"""A warm slot of `tango run --parallelism N`: one process that imports the packages and builds
-the step graph once, then runs the steps its parent sends it, one at a time, until the parent
-closes the pipe.
+"""A warm slot of `tango run --parallelism N`: one process that builds the step graph once,
+then runs the steps its parent sends it, one at a time, until the parent closes the pipe.
 
 Tango's multicore executor started a fresh `tango` process per step, which imported torch,
 transformers and Tango and built the whole graph again each time (seconds of CPU per step), and
-loaded its model again. A slot pays that once, and keeps the last model it loaded or trained
+loaded its model again. A slot pays the graph once, and keeps the last model it loaded or trained
 (:mod:`catwalk_steps.standalone.loaded`), which the parent uses to send a model's evaluations to
-the slot that holds it (:mod:`.scheduler`).
+the slot that holds it (:mod:`.scheduler`). Slots fork from the server training workers fork
+from (:func:`catwalk_steps.launch.launcher.start_worker_server`), which has imported torch,
+transformers, Tango and this package once: a slot started as a fresh interpreter spent about
+8 s of CPU on those imports, each slot of each run.
 
-Parent and slot talk over two pipes the parent made, in JSON lines: plain data, never a pickle.
+Parent and slot talk over two one-way pipes in JSON messages (`send_bytes`, never `send`: plain
+data, never a pickle):
     parent -> slot: {"run": step name}
     slot -> parent: {"ready": true} once the graph is built; {"finished": step name, "ok": bool,
                     "model": the key of the model the slot now holds, or null}
-A step's logs go to `tango run`'s log server under the step's name, as a Tango child's do.
-
-    python -m catwalk_steps.parallel.slot --graph FILE --workspace URL --read-fd N --write-fd M
-        --parent PID [--run-name NAME] [--include-package PKG ...]
+A step's logs go to `tango run`'s log server under the step's name, as a Tango child's do. The
+slot's process name (`/proc/<pid>/comm`, what `ps -o comm` and `top` show) is `slot-<parent>`.
 """
 
 from __future__ import annotations
 
-import argparse
+import atexit
 import contextlib
 import ctypes
 import json
 import os
+import select
 import signal
 import sys
-from typing import Any, TextIO
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..launch.worker_process import SLOT_ENV
 
+MESSAGE_LIMIT = 1 << 16  # bytes: a message is a step's name and a model's key
 
-def send(channel: TextIO, message: dict[str, Any]) -> None:
-    channel.write(json.dumps(message) + "\n")  # one line, well under PIPE_BUF: one write
-    channel.flush()
+
+@dataclass(frozen=True)
+class SlotSettings:
+    """What a slot is started with (the fork server receives it with the call)."""
+
+    graph: str  # the step graph's file, written with its unique ids
+    workspace: str  # its URL
+    parent: int  # `tango run`'s pid
+    threads: int  # OMP_NUM_THREADS, torch's threads
+    env: dict[str, str] = field(default_factory=dict)  # the parent's environment
+    include_package: tuple[str, ...] = ()
+
+
+def send(channel: Any, message: dict[str, Any]) -> None:
+    channel.send_bytes(json.dumps(message).encode())
+
+
+def receive(channel: Any) -> dict[str, Any] | None:
+    """The next message on `channel`: None when it is closed, or says something not ours."""
+    try:
+        message = json.loads(channel.recv_bytes(MESSAGE_LIMIT))
+    except (EOFError, OSError, ValueError):
+        return None
+    return message if isinstance(message, dict) else None
 
 
 def log_under(prefix: str) -> None:
@@ -61,7 +88,7 @@ def run_step(step: Any, executor: Any) -> bool:
     return True
 
 
-def serve(args: argparse.Namespace) -> None:
+def serve(settings: SlotSettings, inbox: Any, outbox: Any) -> None:
     from tango import Workspace
     from tango.common.util import import_extra_module
     from tango.executor import Executor
@@ -69,28 +96,64 @@ def serve(args: argparse.Namespace) -> None:
 
     from ..standalone.loaded import held_model_key
 
-    inbox = os.fdopen(args.read_fd, "r")
-    outbox = os.fdopen(args.write_fd, "w")
-    for package in args.include_package:
+    for package in settings.include_package:
         import_extra_module(package)
-    workspace = Workspace.from_url(args.workspace)
-    graph = StepGraph.from_file(args.graph)
-    executor = Executor(workspace=workspace, include_package=args.include_package)
+    workspace = Workspace.from_url(settings.workspace)
+    graph = StepGraph.from_file(settings.graph)
+    executor = Executor(workspace=workspace, include_package=list(settings.include_package))
     send(outbox, {"ready": True})
-    for line in inbox:
-        name = json.loads(line)["run"]
+    while (request := receive(inbox)) is not None:
+        name = request.get("run")
+        if not isinstance(name, str) or name not in graph:
+            return
         log_under(f"step {name}")
         ok = run_step(graph[name], executor)
         send(outbox, {"finished": name, "ok": ok, "model": held_model_key()})
 
 
-def stop_with_parent(parent: int) -> None:
-    """SIGTERM (handled as Ctrl-C) once `tango run` is gone, even killed outright: Linux's
-    parent-death signal; elsewhere the closed pipe ends the slot after its step."""
+def become_slot(settings: SlotSettings) -> None:
+    """The parent's environment and the slot's threads, name and signals: a forked slot starts
+    where a fresh `python` started with that environment would."""
+    os.environ.clear()
+    os.environ.update(settings.env)
+    os.environ["OMP_NUM_THREADS"] = str(settings.threads)
+    os.environ[SLOT_ENV] = "1"
+    import torch
+
+    torch.set_num_threads(settings.threads)
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # gone before the signal was asked for
+        name = f"slot-{settings.parent}".encode()[:15]
+        ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+
+
+def stop_with_parent(parent: int) -> None:
+    """SIGTERM (handled as Ctrl-C) once `tango run` is gone, even killed outright. A forked
+    slot's parent is the fork server, so Linux's parent-death signal would name the wrong
+    process: a thread waits on a pidfd of `tango run` (elsewhere it checks once a second)."""
+
+    def wait_then_stop() -> None:
+        try:
+            descriptor = os.pidfd_open(parent)
+        except ProcessLookupError:
+            pass
+        except (AttributeError, OSError):  # no pidfd here: poll
+            while alive(parent):
+                time.sleep(1.0)
+        else:
+            select.select([descriptor], [], [])  # readable once `tango run` has exited
         os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=wait_then_stop, name="stop-with-parent", daemon=True).start()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class InterruptOnce:
@@ -111,29 +174,22 @@ class InterruptOnce:
             raise KeyboardInterrupt
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--graph", required=True)
-    parser.add_argument("--workspace", required=True)
-    parser.add_argument("--read-fd", type=int, required=True)
-    parser.add_argument("--write-fd", type=int, required=True)
-    parser.add_argument("--parent", type=int, required=True)
-    parser.add_argument("--run-name", default=None)
-    parser.add_argument("--include-package", action="append", default=[])
-    args = parser.parse_args(argv)
-    os.environ[SLOT_ENV] = "1"
+def run_slot(settings: SlotSettings, inbox: Any, outbox: Any) -> None:
+    """A slot's life, in the process the fork server made for it (`multiprocessing`'s target):
+    it ends as a fresh interpreter would (its exit functions run: multiprocessing leaves a
+    forked child without them), with 130 after Ctrl-C or SIGTERM."""
+    become_slot(settings)
     interrupt = InterruptOnce()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, interrupt)
-    stop_with_parent(args.parent)
+    stop_with_parent(settings.parent)
     log_under("slot")
+    code = 0
     try:
-        serve(args)
+        serve(settings, inbox, outbox)
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
     finally:
-        interrupt.taken = True  # the interpreter's exit is not interrupted
-
-
-if __name__ == "__main__":
-    main()
+        interrupt.taken = True  # the exit is not interrupted
+        atexit._run_exitfuncs()
+    sys.exit(code)
