@@ -161,7 +161,7 @@ TOKENS = {"chosen_tokens": torch.tensor([2]), "rejected_tokens": torch.tensor([4
         ("sigmoid", 0.1, -0.9 * logsigmoid(1.0) - 0.1 * logsigmoid(-1.0)),
         ("robust", 0.1, (-0.9 * logsigmoid(1.0) + 0.1 * logsigmoid(-1.0)) / 0.8),
         ("hinge", 0.0, 0.0),
-        # averaged: (-0.5 - -1.125) - (-0.5 - -0.125) = 1.0; 1 / (2 beta) = 2
+        # per token: (0 / 2) - (-4 / 4) = 1.0; 1 / (2 beta) = 2
         ("ipo", 0.0, 1.0),
     ],
 )
@@ -170,14 +170,12 @@ def test_preference_losses_and_metrics(loss_type, smoothing, want):
                                       label_smoothing=smoothing, **TOKENS)  # fmt: skip
     assert losses.tolist() == pytest.approx([want], rel=1e-6)
     assert list(metrics) == list(METRICS)
-    if loss_type != "ipo":
-        assert metrics["rewards/chosen"].tolist() == pytest.approx([0.0])
-        assert metrics["rewards/rejected"].tolist() == pytest.approx([-1.0])
-        assert metrics["rewards/margins"].tolist() == pytest.approx([1.0])
-        assert metrics["logps/chosen"].tolist() == [-1.0]
-    else:  # TRL averages before everything: rewards and logps are per token
-        assert metrics["rewards/margins"].tolist() == pytest.approx([0.25])
-        assert metrics["logps/rejected"].tolist() == [-1.125]
+    # Rewards and logps from the sums, IPO's too (it divides by token counts in its loss only).
+    assert metrics["rewards/chosen"].tolist() == pytest.approx([0.0])
+    assert metrics["rewards/rejected"].tolist() == pytest.approx([-1.0])
+    assert metrics["rewards/margins"].tolist() == pytest.approx([1.0])
+    assert metrics["logps/chosen"].tolist() == [-1.0]
+    assert metrics["logps/rejected"].tolist() == [-4.5]
     assert metrics["rewards/accuracies"].tolist() == [1.0]
 
 

@@ -5,14 +5,16 @@ From the policy's and the reference's summed answer log-probabilities
 
 - `sigmoid` (DPO): -log sigmoid(beta * h) with h = (chosen - rejected) - (ref_chosen -
   ref_rejected); with `label_smoothing` e it is conservative DPO, (1 - e) * that - e * log
-  sigmoid(-beta * h);
+  sigmoid(-beta * h), as TRL before 1.0 computed it (TRL 1.16 smooths `robust` only and
+  ignores `label_smoothing` here);
 - `robust` (robust DPO): ((1 - e) * -log sigmoid(beta * h) + e * log sigmoid(-beta * h)) /
   (1 - 2e);
 - `hinge` (SLiC): relu(1 - beta * h);
-- `ipo`: (h - 1 / (2 * beta))^2, on log-probabilities averaged over each answer's tokens (TRL
-  divides before everything, rewards included);
-- `rpo_alpha`: plus alpha times the chosen answers' mean token NLL over the batch (TRL's
-  `nll_loss`, the same number added to every pair).
+- `ipo`: (h - 1 / (2 * beta))^2, with each answer's log-ratio divided by its token count (in the
+  loss only: rewards and logps stay sums, as in TRL 1.16);
+- `rpo_alpha`: plus alpha times the chosen answers' mean token NLL over the batch (RPO; TRL 1.16
+  writes it `loss_type=["sigmoid", "sft"]`, `loss_weights=[1, alpha]`), the same number added
+  to every pair.
 
 Rewards are beta * (policy - reference) per answer, without gradients. The metrics keep TRL's
 names and are per pair, so a caller can weight, reduce across ranks and take standard errors;
@@ -74,19 +76,18 @@ def preference_loss(
     averages the losses over pairs, as TRL does (padding pairs weighted 0)."""
     policy_chosen, policy_rejected = policy_chosen.float(), policy_rejected.float()
     ref_chosen, ref_rejected = ref_chosen.float(), ref_rejected.float()
+    chosen_ratio, rejected_ratio = policy_chosen - ref_chosen, policy_rejected - ref_rejected
     nll = None
     if loss_type == "ipo" or rpo_alpha is not None:
         if chosen_tokens is None or rejected_tokens is None:
             raise ValueError(f"{loss_type}, rpo_alpha: the answers' token counts are needed")
-        chosen_count, rejected_count = chosen_tokens.float(), rejected_tokens.float()
-        if rpo_alpha is not None:  # TRL's cross-entropy over the batch's chosen tokens
-            nll = -policy_chosen.sum() / chosen_count.sum().clamp(min=1)
-        if loss_type == "ipo":
-            policy_chosen, ref_chosen = policy_chosen / chosen_count, ref_chosen / chosen_count
-            policy_rejected = policy_rejected / rejected_count
-            ref_rejected = ref_rejected / rejected_count
-    logits = (policy_chosen - policy_rejected) - (ref_chosen - ref_rejected)
-    losses = pair_losses(logits, beta, loss_type, label_smoothing)
+        chosen_count = chosen_tokens.float().clamp(min=1)
+        if rpo_alpha is not None:  # TRL's "sft" term: the batch's chosen tokens' mean NLL
+            nll = -policy_chosen.sum() / chosen_count.sum()
+        if loss_type == "ipo":  # per token, in the loss only (TRL 1.16)
+            chosen_ratio = chosen_ratio / chosen_count
+            rejected_ratio = rejected_ratio / rejected_tokens.float().clamp(min=1)
+    losses = pair_losses(chosen_ratio - rejected_ratio, beta, loss_type, label_smoothing)
     if nll is not None and rpo_alpha is not None:
         losses = losses + rpo_alpha * nll
     chosen_rewards = beta * (policy_chosen - ref_chosen).detach()
