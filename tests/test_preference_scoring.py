@@ -117,6 +117,7 @@ def test_a_pair_is_one_row_holding_the_prompt_once():
     ]  # fmt: skip
     assert rows["pair_answer_mask"].sum(1).tolist() == [2, 1, 3, 2]
     assert rows["pair_attention_mask"].sum(1).tolist() == [5, 2, 6, 3]
+    assert rows["pair_logits_from"].tolist() == [1]  # the shortest prompt's length
 
 
 def test_an_empty_prompt_or_answer_is_refused():

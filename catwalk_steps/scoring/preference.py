@@ -16,6 +16,7 @@ counts come with it (IPO averages). The losses: :mod:`.preference_loss`.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ANSWER_TOKENS = "answer_tokens"  # [pairs, 2]: the chosen and rejected answers' token counts
-ROW_KEYS = ("pair_input_ids", "pair_attention_mask", "pair_answer_mask")
+ROW_KEYS = ("pair_input_ids", "pair_attention_mask", "pair_answer_mask", "pair_logits_from")
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,9 @@ def pack_pairs(pairs: Sequence[PreferencePair], pad_id: int) -> dict[str, torch.
 def concatenated_pairs(pairs: Sequence[PreferencePair], pad_id: int) -> dict[str, torch.Tensor]:
     """TRL's layout: two right-padded rows per pair, (prompt, chosen) and (prompt, rejected),
     the chosen rows first (`pair_input_ids`, `pair_attention_mask`, `pair_answer_mask`:
-    [2 * pairs, length]) and `answer_tokens`. For models that cannot take packed rows."""
+    [2 * pairs, length]), `pair_logits_from` (the shortest prompt: no answer token comes
+    earlier, so no logits are needed before it) and `answer_tokens`. For models that cannot
+    take packed rows."""
     sequences = [(p.prompt, p.chosen) for p in pairs] + [(p.prompt, p.rejected) for p in pairs]
     length = max(len(prompt) + len(answer) for prompt, answer in sequences)
     ids = torch.full((len(sequences), length), pad_id)
@@ -86,25 +89,28 @@ def concatenated_pairs(pairs: Sequence[PreferencePair], pad_id: int) -> dict[str
         "pair_input_ids": ids,
         "pair_attention_mask": attention,
         "pair_answer_mask": answer_mask,
+        "pair_logits_from": torch.tensor([min(len(p.prompt) for p in pairs)]),
         ANSWER_TOKENS: answer_tokens(pairs),
     }
 
 
-_UNSUPPORTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # lm -> why not, or None
+_SUPPORT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # lm -> (why not, keeps)
 
 
-def packing_unsupported(lm: PreTrainedModel) -> str | None:
-    """Why `lm` cannot take packed pairs (None: it can); said once per model in the log."""
-    if lm not in _UNSUPPORTED:
+def model_support(lm: PreTrainedModel) -> tuple[str | None, bool]:
+    """(why `lm` cannot take packed pairs, or None; whether its forward takes
+    `logits_to_keep`), asked once per model: the first is said once in the log."""
+    if lm not in _SUPPORT:
         reason = packing_support(lm)
-        _UNSUPPORTED[lm] = reason
+        keeps = "logits_to_keep" in inspect.signature(lm.forward).parameters
+        _SUPPORT[lm] = (reason, keeps)
         if reason is not None:
             logger.info(
                 "preference pairs: %s cannot take packed rows (%s); scoring each pair as two rows",
                 type(lm).__name__,
                 reason,
             )
-    return _UNSUPPORTED[lm]
+    return _SUPPORT[lm]
 
 
 def answer_logps(
@@ -118,20 +124,20 @@ def answer_logps(
     collator that does not know the model builds both)."""
     tokens = batch[ANSWER_TOKENS]
     pairs = tokens.size(0)
-    if "packed_input_ids" in batch and packing_unsupported(lm) is None:
+    unsupported, keeps_logits = model_support(lm)
+    if "packed_input_ids" in batch and unsupported is None:
         token_log_probs = packed_log_probs(lm, batch)
         sums = torch.zeros(2 * pairs, dtype=torch.float32, device=token_log_probs.device)
         sums = sums.index_add(0, batch["packed_target_sequence"], token_log_probs)
         chosen, rejected = sums[0::2], sums[1::2]
     elif all(key in batch for key in ROW_KEYS):
-        sums = continuation_log_probs(
-            lm, batch["pair_input_ids"], batch["pair_attention_mask"], batch["pair_answer_mask"]
-        )
+        ids, attention, answers = (batch[key] for key in ROW_KEYS[:3])
+        logits_from = int(batch["pair_logits_from"][0])
+        sums = continuation_log_probs(lm, ids, attention, answers, logits_from, keeps_logits)
         chosen, rejected = sums[:pairs], sums[pairs:]
     else:
         raise ValueError(
-            f"preference batch: {type(lm).__name__} cannot take packed rows "
-            f"({packing_unsupported(lm)}) and the batch has no two-row layout "
-            "(concatenated_pairs)"
+            f"preference batch: {type(lm).__name__} cannot take packed rows ({unsupported}) "
+            "and the batch has no two-row layout (concatenated_pairs)"
         )
     return chosen, rejected, tokens[:, 0], tokens[:, 1]
