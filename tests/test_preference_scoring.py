@@ -150,7 +150,7 @@ def logsigmoid(x: float) -> float:
     return -math.log1p(math.exp(-x))
 
 
-# Policy log-ratio 1.5 - (-2.0) = 3.5, reference's -1.0 - (-0.5) = -0.5: h = 4; beta = 0.25.
+# Policy log-ratio -1.0 - (-4.5) = 3.5, the reference's -1.0 - (-0.5) = -0.5: h = 4; beta = 0.25.
 SUMS = [torch.tensor([v]) for v in (-1.0, -4.5, -1.0, -0.5)]  # chosen, rejected, refs
 TOKENS = {"chosen_tokens": torch.tensor([2]), "rejected_tokens": torch.tensor([4])}
 
