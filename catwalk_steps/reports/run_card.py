@@ -20,6 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..kinds.records import split_stderrs
+
 PACKAGES = ("torch", "transformers", "ai2-tango", "catwalk_steps", "fairscale")
 OPTIONAL_PACKAGES = ("wandb", "tensorboard")
 
@@ -200,6 +202,36 @@ def runs_table(cards: Mapping[str, Mapping[str, Any]], here: Mapping[str, Any]) 
     return table(header, rows, right=3)
 
 
+def final_metrics_markdown(cards: Mapping[str, Mapping[str, Any]]) -> str:
+    """What each run ended with (its card's `final_metrics`: the last validation and in-loop
+    scores), each value with `± its standard error` where the loop computed one."""
+    lines = []
+    for run, card in cards.items():
+        final = card.get("final_metrics") or {}
+        scored = {"validation": final["validation"]} if final.get("validation") else {}
+        parts = [
+            scores_text(name, point) for name, point in {**scored, **final.get("tasks", {})}.items()
+        ]
+        if parts:
+            lines.append(f"- `{run}`: " + "; ".join(parts))
+    if not lines:
+        return ""
+    head = "What each run ended with (± the standard error over the documents scored):\n\n"
+    return head + "\n".join(lines) + "\n\n"
+
+
+def scores_text(name: str, point: Mapping[str, Any]) -> str:
+    """`validation at step 200: acc 0.6312 ± 0.0113, count 64`."""
+    values, errors = split_stderrs({k: v for k, v in point.items() if k != "step"})
+    shown = []
+    for key, value in values.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        text = f"{key} {value}" if isinstance(value, int) else f"{key} {value:.4f}"
+        shown.append(f"{text} ± {errors[key]:.4f}" if key in errors else text)
+    return f"{name} at step {point.get('step')}: " + ", ".join(shown)
+
+
 def run_cards_markdown(
     cards: Mapping[str, Mapping[str, Any]],
     here: Mapping[str, Any],
@@ -210,7 +242,7 @@ def run_cards_markdown(
     if here:
         text += f"Report made with {environment_line(here)}.\n\n"
     if cards:
-        text += runs_table(cards, here) + "\n"
+        text += runs_table(cards, here) + "\n" + final_metrics_markdown(cards)
     if step_times:
         rows = [
             [str(t["name"]), f"`{t['unique_id']}`", number(t.get("wall_time_s"))]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kinds import kind_of_result
-from ..kinds.records import split_stderrs
+from ..kinds.records import split_stderrs, stderr_key
 from .paired import compare_runs, comparison_markdown, config_value, configuration_of
 from .run_card import run_cards_markdown
 
@@ -214,14 +214,20 @@ class Report:
         return out.getvalue()
 
     def runs_csv(self) -> str:
+        """Per run; beside each metric that has one, its standard error (`acc_stderr`)."""
         keys = self.config_keys()
+        known = {c for errors in self.stderrs.values() for c in errors} & set(self.columns)
+        pairs = [(c, c) for c in self.columns] + [(stderr_key(c), c) for c in known]
+        columns = [key for key, _ in sorted(pairs, key=lambda p: self.columns.index(p[1]))]
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["run", *keys, *self.columns])
+        writer.writerow(["run", *keys, *columns])
         for name, row in self.rows.items():
             config = self.configs.get(name, {})
+            errors = {stderr_key(c): e for c, e in self.stderrs.get(name, {}).items()}
+            values = {**row, **errors}
             writer.writerow(
-                [name, *(config.get(k, "") for k in keys), *(row.get(c, "") for c in self.columns)]
+                [name, *(config.get(k, "") for k in keys), *(values.get(c, "") for c in columns)]
             )
         return out.getvalue()
 

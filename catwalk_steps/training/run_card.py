@@ -61,7 +61,8 @@ def what_trains(model: Any) -> dict[str, Any] | None:
 
 def finished(card: dict[str, Any], wall_time_s: float, history: dict | None) -> dict[str, Any]:
     """The card with what training took: wall time (this run; a resumed one counts from its
-    resumption), steps, and the mean seconds per step, tokens/s and peak memory."""
+    resumption), steps, and the mean seconds per step, tokens/s and peak memory; and the
+    numbers it ended with (:func:`final_metrics`)."""
     entries = (history or {}).get("train", [])
     figures = training_figures(history or {})
     training = {
@@ -71,4 +72,17 @@ def finished(card: dict[str, Any], wall_time_s: float, history: dict | None) -> 
         "tokens_per_s": figures.get("tokens/s"),
         "peak_memory_mib": figures.get("peak MiB"),
     }
-    return {**card, "training": training}
+    return {**card, "training": training, "final_metrics": final_metrics(history or {})}
+
+
+def final_metrics(history: dict) -> dict[str, Any]:
+    """The numbers the run ended with, each with its standard error as the loop computed it
+    (`acc`, `acc_stderr`): its last validation, and each in-loop task's last scores (`{"validation":
+    {step, acc, acc_stderr, ...}, "tasks": {task: {step, ...}}}`)."""
+    final: dict[str, Any] = {}
+    if history.get("validation"):
+        final["validation"] = dict(history["validation"][-1])
+    tasks = {name: dict(points[-1]) for name, points in history.get("tasks", {}).items() if points}
+    if tasks:
+        final["tasks"] = tasks
+    return final
