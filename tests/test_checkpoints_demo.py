@@ -96,6 +96,17 @@ def test_tensorboard_has_each_score_once_at_its_training_step(runs):
     assert "train/loss" in first  # beside what the run logged live
 
 
+def test_in_loop_scores_reach_tensorboard_and_the_run_card_with_their_standard_errors(runs):
+    in_loop = history(runs["workspace"], "first", "trained")["tasks"]
+    scalars = tensorboard_scalars(runs["work_dir"] / "tensorboard")
+    for task in NAMES:
+        errors = [(p["step"], pytest.approx(p["acc_stderr"], rel=1e-6)) for p in in_loop[task]]
+        assert scalars[f"tasks/{task}/acc_stderr"] == errors
+    trained = step_result(runs["workspace"], "first", "trained")
+    card = json.loads((trained / "catwalk_model.json").read_text())["run_card"]
+    assert card["final_metrics"]["tasks"] == {task: in_loop[task][-1] for task in NAMES}
+
+
 def test_a_directory_on_disk_is_known_by_its_weights_so_new_weights_are_scored_again(
     runs, tmp_path
 ):

@@ -127,8 +127,18 @@ def test_report_is_written_as_markdown_and_csv(demo_run: Path):
     assert "| trained |" in markdown
     assert markdown.index("## Run card") > markdown.index("| trained |")  # under the table
     csv_lines = (report / "report.csv").read_text().splitlines()
-    assert csv_lines[0] == "run,acc,acc_norm,n,peak MiB,tokens/s"
+    assert csv_lines[0] == "run,acc,acc_stderr,acc_norm,acc_norm_stderr,n,peak MiB,tokens/s"
     assert {line.split(",")[0] for line in csv_lines[1:]} == {"untrained", "trained"}
+
+
+def test_the_run_card_holds_the_numbers_the_run_ended_with(demo_run: Path):
+    info = read_json(step_result(demo_run, "first", "trained") / "catwalk_model.json")
+    final = info["run_card"]["final_metrics"]
+    assert final == {"validation": info["metrics_history"]["validation"][-1]}
+    assert final["validation"]["step"] == 200 and "acc_stderr" in final["validation"]
+    markdown = (step_result(demo_run, "first", "report") / "report.md").read_text()
+    acc = f"acc {final['validation']['acc']:.4f} ± {final['validation']['acc_stderr']:.4f}"
+    assert f"- `trained`: validation at step 200: {acc}, " in markdown
 
 
 def test_a_saved_model_is_readable_like_its_directory_and_an_export_keeps_the_run_card(
