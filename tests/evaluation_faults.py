@@ -3,7 +3,8 @@ after it has recorded a given number of chunks of answers, in the process that r
 (`tango run` itself on one device, a worker on several), and counts the chunks scored.
 
 - `CATWALK_TEST_STOP_AFTER_CHUNKS=N`: after the N-th chunk this process writes, it sends
-  itself `CATWALK_TEST_STOP_SIGNAL` (default SIGKILL);
+  itself `CATWALK_TEST_STOP_SIGNAL` (default SIGKILL), or with `hold` it waits there until it
+  is killed (a node whose loss the test decides: its worker dies with its launcher);
 - `CATWALK_TEST_CHUNKS_LOG=<file>`: one line per chunk written, from every process.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 from catwalk_steps.standalone.journal import AnswerJournal
 
@@ -28,7 +30,10 @@ def write(self: AnswerJournal, chunk: int, answers: list) -> None:
             f.write(f"{chunk}\n")
     after = os.environ.get("CATWALK_TEST_STOP_AFTER_CHUNKS")
     if after and _written >= int(after):
-        os.kill(os.getpid(), getattr(signal, os.environ.get("CATWALK_TEST_STOP_SIGNAL", "SIGKILL")))
+        how = os.environ.get("CATWALK_TEST_STOP_SIGNAL", "SIGKILL")
+        while how == "hold":
+            time.sleep(1)
+        os.kill(os.getpid(), getattr(signal, how))
 
 
 AnswerJournal.write = write  # type: ignore[method-assign]

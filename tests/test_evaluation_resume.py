@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,6 +132,61 @@ def test_a_killed_worker_s_rerun_scores_what_the_workers_had_not_recorded(tmp_pa
     rc, output = run(path, workspace, "again", again)
     assert rc == 0, output[-3000:]
     assert scored(again) == CHUNKS - kept
+    assert result_bytes(workspace, "again") == uninterrupted["two"]
+
+
+def two_nodes(tmp_path: Path, workspace: Path, name: str, log: Path, **faults: str) -> tuple:
+    """The step on two one-process nodes meeting on localhost: node 0 `tango run`, node 1
+    `catwalk-worker` (`faults` on node 1 only; each node counts its own chunks)."""
+    from catwalk_steps.distributed.rendezvous import free_port
+
+    nodes = {"num_nodes": 2, "master_addr": "127.0.0.1", "master_port": free_port()}
+    path = experiment(tmp_path, **nodes, rendezvous_timeout=60)
+    env = {**TANGO_ENV, "CATWALK_TEST_CHUNKS_LOG": str(log)}
+    node0 = commands.start(
+        tango_command(path, workspace, name, None, "-i", "tests.evaluation_faults"),
+        tmp_path / f"{name}-0.out",
+        env=env,
+    )
+    worker = [str(Path(sys.executable).with_name("catwalk-worker")), str(path), "--step", "ev"]
+    worker += ["--node-rank", "1", "--timeout", "60", "-w", str(workspace)]
+    node1_log = log.with_suffix(".node1")
+    node1 = commands.start(
+        [*worker, "-i", "tests.evaluation_faults"],
+        tmp_path / f"{name}-1.out",
+        env={**env, "CATWALK_TEST_CHUNKS_LOG": str(node1_log), **faults},
+    )
+    return node0, node1, node1_log
+
+
+def test_a_lost_node_stops_a_two_node_evaluation_in_one_line_and_the_rerun_resumes(
+    tmp_path, uninterrupted
+):
+    """Node 1 is lost (its launcher SIGKILLed, its worker dying with it) after recording one
+    chunk: node 0 stops in one line; both nodes run again and score only what the records lack,
+    and the result is the uninterrupted 2-process run's, byte for byte."""
+    workspace = tmp_path / "ws"
+    hold = {"CATWALK_TEST_STOP_AFTER_CHUNKS": "1", "CATWALK_TEST_STOP_SIGNAL": "hold"}
+    node0, node1, node1_log = two_nodes(tmp_path, workspace, "lost", tmp_path / "lost.log", **hold)
+    deadline = time.monotonic() + 240
+    while scored(node1_log) < 1:
+        assert time.monotonic() < deadline and node1.poll() is None, node1.output()[-3000:]
+        time.sleep(0.2)
+    node1.kill()  # the whole node goes away (its worker dies with its launcher)
+    output, _ = node0.communicate(timeout=240)
+    assert node0.returncode != 0, output[-3000:]
+    lines = error_lines(output)
+    assert len(lines) == 1 and "a worker on another node is gone" in lines[0], lines or output
+    assert "run the step again: it scores only what the evaluation's records lack" in lines[0]
+    kept = len(records(workspace))
+    assert 1 <= kept < CHUNKS, output[-3000:]
+    again = tmp_path / "again.log"
+    node0, node1, node1_log = two_nodes(tmp_path, workspace, "again", again)
+    output, _ = node0.communicate(timeout=240)
+    node1.wait(timeout=60)
+    assert node0.returncode == 0 and node1.returncode == 0, (output[-3000:], node1.output())
+    assert scored(again) + scored(node1_log) == CHUNKS - kept  # only what was missing
+    assert f"{16 * kept} of 96 requests were scored by an earlier attempt" in output
     assert result_bytes(workspace, "again") == uninterrupted["two"]
 
 

@@ -241,7 +241,7 @@ def test_a_store_impersonating_node_0_gets_no_code_run_and_is_refused_in_one_lin
     refusal = [line for line in done.stderr.splitlines() if line.startswith("catwalk-worker:")]
     assert done.returncode == 1 and len(refusal) == 1, done.stderr[-2000:]
     if published == "pickle":
-        assert "is not a catwalk training job; refusing it" in refusal[0]
+        assert "is not a catwalk job; refusing it" in refusal[0]
     else:
         assert "the job's token does not match" in refusal[0]
     assert not marker.exists()

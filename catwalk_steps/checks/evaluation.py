@@ -77,10 +77,24 @@ def evaluation_device_type(settings: EvaluationSettings) -> str:
     from ..distributed.devices import evaluation_device, plan_devices
 
     whole(settings.device_count, "evaluate.device_count")
+    check_nodes(settings)
     if settings.here:
         return evaluation_device(settings.device, field="evaluate.device").type
     plan = plan_devices(settings.device_count, requested=settings.device, field="evaluate.device")
     return plan.device_type
+
+
+def check_nodes(settings: EvaluationSettings) -> None:
+    """Several machines scoring shares, as for training: node 0's address and port."""
+    from ..distributed.rendezvous import rendezvous_settings
+
+    whole(settings.num_nodes, "evaluate.num_nodes")
+    timeout = settings.rendezvous_timeout
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigurationError(f"evaluate.rendezvous_timeout: seconds > 0, got {timeout!r}")
+    if settings.num_nodes > 1:
+        address, port = settings.master_addr, settings.master_port
+        rendezvous_settings(settings.num_nodes, address, port, timeout, step="evaluate")
 
 
 def check_evaluation_engine(engine: Any, precision: str, configured: Any | None) -> None:

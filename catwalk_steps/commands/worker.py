@@ -1,5 +1,5 @@
-"""`catwalk-worker`: run on every node but node 0 to join a multi-node `catwalk::train` step
-(:mod:`catwalk_steps.launch.nodes` says how).
+"""`catwalk-worker`: run on every node but node 0 to join a multi-node `catwalk::train` (or
+`catwalk::evaluate`) step (:mod:`catwalk_steps.launch.nodes` says how).
 
     catwalk-worker EXPERIMENT --node-rank N [--step trained] [-o OVERRIDES] [--ext-var K=V]
                    [-w WORKSPACE] [--master-addr HOST] [--master-port PORT] [--timeout SECONDS]
@@ -28,10 +28,11 @@ def env_int(*names: str) -> int | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="catwalk-worker", description="Join node 0's catwalk::train step from another node."
+        prog="catwalk-worker",
+        description="Join node 0's catwalk::train or catwalk::evaluate step from another node.",
     )
     parser.add_argument("experiment", type=Path, help="the same experiment file as node 0's")
-    parser.add_argument("--step", default="trained", help="the catwalk::train step's name")
+    parser.add_argument("--step", default="trained", help="the step's name")
     parser.add_argument("--node-rank", type=int, default=env_int("NODE_RANK", "SLURM_NODEID"))
     parser.add_argument("--master-addr", default=os.environ.get("MASTER_ADDR"))
     parser.add_argument("--master-port", type=int, default=env_int("MASTER_PORT"))

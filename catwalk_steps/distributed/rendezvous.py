@@ -60,17 +60,18 @@ def open_file_store(path: str, timeout_s: float) -> dist.FileStore:
 
 
 def rendezvous_settings(
-    num_nodes: int, address: str | None, port: int | None, timeout_s: float
+    num_nodes: int, address: str | None, port: int | None, timeout_s: float, step: str = "train"
 ) -> Rendezvous:
     """Where the nodes meet. One node listens on 127.0.0.1 on a port the OS picks; several take
-    the address and port from the config or the standard `MASTER_ADDR` / `MASTER_PORT`."""
+    the address and port from the config or the standard `MASTER_ADDR` / `MASTER_PORT`
+    (`step`: the step whose keys an error names)."""
     if num_nodes == 1:
         return Rendezvous(host=address or "127.0.0.1", port=port or 0, join_timeout_s=timeout_s)
     address = address or os.environ.get("MASTER_ADDR")
     port = port or (int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else None)
     if not address or not port:
         raise ConfigurationError(
-            "train.master_addr / train.master_port: num_nodes > 1 needs node 0's address and a "
+            f"{step}.master_addr / {step}.master_port: num_nodes > 1 needs node 0's address and a "
             "port (set them, or MASTER_ADDR and MASTER_PORT as SLURM and torchrun do)"
         )
     return Rendezvous(host=address, port=port, num_nodes=num_nodes, join_timeout_s=timeout_s)

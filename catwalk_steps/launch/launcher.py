@@ -36,6 +36,7 @@ import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import re
 import secrets
 import signal
 import time
@@ -55,7 +56,6 @@ from ..distributed.rendezvous import private_store_file, start_store
 from ..errors import one_line_error, rebuilt
 from ..files import write_atomic
 from ..run_temp import temp_files_in_run_dir
-from ..tasks import dataset_fingerprint
 from ..training.job import TrainingJob
 from .worker_process import Work, WorkerReport, train_on_worker, worker_main
 
@@ -88,6 +88,11 @@ PRELOAD = (
 START_METHOD = (
     "forkserver"  # for the other workers to fail on their own once one has, then for SIGTERM
 )
+
+
+# What gloo says when the other end of a rank's connection is gone (checked with torch 2.13's
+# gloo: "[.../pair.cc:553] Connection closed by peer [127.0.0.1]:41344. This is typically ...").
+LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer \S*?(?=\.?\s|$)")
 
 
 @one_line_error
@@ -147,11 +152,12 @@ def run_on_devices(job: Any, work: Work, node_rank: int) -> None:
         del store
 
 
-def publish(store: Any, job: TrainingJob) -> None:
+def publish(store: Any, job: Any) -> None:
     """What the other nodes need from node 0, as data: which step (they build the job from their
-    own copy of the experiment), the data's checksum (they read it from the shared workspace),
-    and a token that node 0 has just written into the step's work directory, where a store
-    impersonating node 0 cannot read it."""
+    own copy of the experiment), what the job says of itself (a training job its data's
+    checksum: they read the data from the shared workspace; an evaluation its records' key and
+    the chunks to score), and a token that node 0 has just written into the step's work
+    directory, where a store impersonating node 0 cannot read it."""
     token = secrets.token_hex(16)
     path = Path(job.work_dir) / RENDEZVOUS_TOKEN
 
@@ -163,8 +169,8 @@ def publish(store: Any, job: TrainingJob) -> None:
     message = {
         "step_id": job.step_id,
         "token": token,
-        "dataset_sha256": dataset_fingerprint(job.dataset_dict),
         "world_size": job.world_size,
+        **job.node_message(),  # a training job's data checksum, an evaluation's records
     }
     store.set(JOB_KEY, json.dumps(message))
 
@@ -302,6 +308,13 @@ def failure(
         if error is not None:
             return error
         kind = first_report.error_type.rpartition(".")[2]
+        lost = LOST_PEER.search(first_report.message)
+        if lost and job.rendezvous.num_nodes > 1:
+            return WorkerFailed(
+                f"rank {first_report.rank}: a worker on another node is gone (that node was "
+                f"lost, or its worker died: see its output; gloo: {lost.group(0)}); "
+                f"{job.AFTER_FAILURE}"
+            )
         return WorkerFailed(f"rank {first_report.rank}: {kind}: {first_report.message}")
     return WorkerFailed(f"a worker exited without a report (exit codes by rank: {exit_codes})")
 

@@ -1,16 +1,17 @@
-"""The other nodes of a multi-node `catwalk::train` step: how one joins (`catwalk-worker`,
-:mod:`catwalk_steps.commands.worker`, is its command line).
+"""The other nodes of a multi-node `catwalk::train` or `catwalk::evaluate` step: how one joins
+(`catwalk-worker`, :mod:`catwalk_steps.commands.worker`, is its command line).
 
 Node 0 runs `tango run EXPERIMENT` as usual and owns the workspace. This command builds the same
 experiment's step graph (nothing is computed) and the training job from it, on this node: node 0
-sends no code and no pickle, only data (JSON): which step it trains, a checksum of its data, and a
-token that it wrote into the step's work directory. This node checks all three against its own
-copy of the experiment and its view of the shared workspace (the step's data is read from there,
-as data), refuses in one line if any differs, connects to node 0's rendezvous (address and port
+sends no code and no pickle, only data (JSON): which step it runs, a checksum of its data (an
+evaluation: its records' key and the chunks to score), and a token that it wrote into the step's
+work directory. This node checks all three against its own copy of the experiment and its view
+of the shared workspace (the step's data is read from there, as data), refuses in one line if
+any differs, connects to node 0's rendezvous (address and port
 from the flags, `MASTER_ADDR` / `MASTER_PORT`, or the step's `master_addr` / `master_port`;
 node rank from the flag, `NODE_RANK` or `SLURM_NODEID`) and starts its `device_count` workers.
-It writes no step record; checkpoints go to the step's work directory, which must be on a
-filesystem every node sees at the same path.
+It writes no step record; checkpoints (an evaluation's records) go to the step's work
+directory, which must be on a filesystem every node sees at the same path.
 """
 
 from __future__ import annotations
@@ -32,10 +33,9 @@ from ..distributed.rendezvous import connect_store, wait_for_listener
 from ..errors import first_line
 from ..settings import DEFAULTS, TrainSettings
 from ..tasks import dataset_fingerprint
-from ..training.job import TrainingJob
 from .launcher import JOB_KEY, RENDEZVOUS_TOKEN, start_workers
 from .plan import build_job
-from .worker_process import RendezvousError
+from .worker_process import RendezvousError, Work, train_on_worker
 
 if TYPE_CHECKING:
     from tango.step import Step
@@ -117,16 +117,18 @@ def fetch_message(args: argparse.Namespace) -> dict:
         payload = store.get(JOB_KEY)
     except Exception as e:
         raise RendezvousError(
-            f"{where}: node 0 published no training job within {args.timeout:g} s "
+            f"{where}: node 0 published no job within {args.timeout:g} s "
             f"({first_line(e)}); is `tango run` running there?"
         ) from None
     try:
         message = json.loads(payload)
-        return {key: message[key] for key in ("step_id", "token", "dataset_sha256")}
-    except (ValueError, TypeError, KeyError):
+        if not isinstance(message, dict) or not {"step_id", "token"} <= message.keys():
+            raise ValueError("not a job")
+        return message
+    except (ValueError, TypeError):
         raise RendezvousError(
             f"{args.master_addr}:{args.master_port}: what was published there is not a "
-            "catwalk training job; refusing it"
+            "catwalk job; refusing it"
         ) from None
 
 
@@ -149,7 +151,7 @@ def check_message(message: dict, step: Step[Any], work_dir: Path, args: argparse
     """The same step, and node 0 itself: it wrote the token into the shared work directory."""
     if message["step_id"] != step.unique_id:
         raise ConfigurationError(
-            f"{args.experiment}: step '{args.step}' here is {step.unique_id}, but node 0 trains "
+            f"{args.experiment}: step '{args.step}' here is {step.unique_id}, but node 0 runs "
             f"{message['step_id']}; run the same experiment, overrides and ext vars on every node"
         )
     path = work_dir / RENDEZVOUS_TOKEN
@@ -177,7 +179,11 @@ def shared_dataset(step: Step[Any], workspace: Any, message: dict) -> Any:
     return dataset
 
 
-def local_job(args: argparse.Namespace) -> TrainingJob:
+def local_job(args: argparse.Namespace) -> tuple[Any, Work]:
+    """This node's job (training or evaluation) and what each of its workers does."""
+    from ..standalone.workers import score_share
+    from ..steps.evaluate import Evaluate
+
     step = training_step(args)
     args.master_addr, args.master_port = rendezvous_address(args, step)
     if args.timeout is None:
@@ -186,17 +192,21 @@ def local_job(args: argparse.Namespace) -> TrainingJob:
     workspace = shared_workspace(args)
     work_dir = workspace.step_dir(step) / "work"
     check_message(message, step, work_dir, args)
-    settings = TrainSettings(
-        **{**step.kwargs, "dataset_dict": shared_dataset(step, workspace, message)}
-    )
-    job = build_job(settings, step.unique_id, step.name, work_dir, None, logger)
+    work: Work = train_on_worker
+    if isinstance(step, Evaluate):
+        job, work = step.node_job(workspace, work_dir, message, logger), score_share
+    else:
+        settings = TrainSettings(
+            **{**step.kwargs, "dataset_dict": shared_dataset(step, workspace, message)}
+        )
+        job = build_job(settings, step.unique_id, step.name, work_dir, None, logger)
     rendezvous = replace(job.rendezvous, host=args.master_addr, port=args.master_port)
-    return replace(job, rendezvous=rendezvous)
+    return replace(job, rendezvous=rendezvous), work
 
 
 def join(args: argparse.Namespace) -> None:
     """This node's workers, once node 0's job is checked; returns when they have finished."""
-    job = local_job(args)
+    job, work = local_job(args)
     if args.node_rank >= job.rendezvous.num_nodes:
         raise ConfigurationError(
             f"--node-rank {args.node_rank}: the step has num_nodes {job.rendezvous.num_nodes} "
@@ -210,4 +220,4 @@ def join(args: argparse.Namespace) -> None:
         (args.node_rank + 1) * job.local_world_size - 1,
         job.world_size,
     )
-    start_workers(job, args.node_rank)
+    start_workers(job, args.node_rank, work)

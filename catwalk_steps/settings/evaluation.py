@@ -26,6 +26,10 @@ class EvaluationSettings:
     device: str | None = None  # "cuda", "cpu", or None: a GPU when there is one
     device_count: int = DEVICE_COUNT  # workers scoring shares (GPUs, else CPU processes)
     engine: Lazy[TrainingEngine] | None = None  # shards the model across the workers
+    num_nodes: int = 1  # machines; the others join with `catwalk-worker` (as for training)
+    master_addr: str | None = None  # node 0's address, for the rendezvous
+    master_port: int | None = None
+    rendezvous_timeout: float = 300.0  # seconds every node has to join
 
     @classmethod
     def of(cls, kwargs: Mapping[str, Any]) -> EvaluationSettings:
@@ -34,8 +38,8 @@ class EvaluationSettings:
 
     @property
     def here(self) -> bool:
-        """Scored in this process (one device, no engine), as it always was."""
-        return self.device_count == 1 and self.engine is None
+        """Scored in this process (one device, no engine, one node), as it always was."""
+        return self.device_count == 1 and self.engine is None and self.num_nodes == 1
 
 
 # Each evaluation setting's default, written once (above): the evaluate step's keys take theirs.

@@ -40,3 +40,9 @@ class EvaluationJob(PlacedJob):
     todo: list[int]  # the chunks still to score
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     include_package: tuple[str, ...] = ()
+
+    def node_message(self) -> dict[str, Any]:
+        """What node 0 tells the other nodes beside the step (data): the records' key (the
+        model's content, the requests, the settings: theirs must be the same) and the chunks
+        still to score."""
+        return {"records": self.journal.key, "todo": list(self.todo)}

@@ -16,6 +16,7 @@ from ..checks.start_warnings import training_warnings
 from ..components import lazy_params
 from ..console import announce
 from ..distributed.devices import evaluation_device, held_device, plan_devices
+from ..distributed.rendezvous import rendezvous_settings
 from ..kinds import kind_of
 from ..launch import run_job
 from ..scoring.choices import max_length_of, model_max_length
@@ -113,7 +114,10 @@ def evaluation_job(
     settings: EvaluationSettings,
     step: Any,
     log: logging.Logger,
+    todo: list[int] | None = None,
 ) -> EvaluationJob:
+    """The job of every worker on every node; `todo`: the chunks node 0 found still to score
+    (another node takes them from node 0 rather than reading the records again)."""
     devices = plan_devices(
         settings.device_count,
         requested=settings.device,
@@ -139,7 +143,14 @@ def evaluation_job(
         precision=settings.precision,
         devices=devices,
         journal=journal,
-        todo=journal.start(instances, kind_of(instances).is_answer, log),
+        todo=journal.start(instances, kind_of(instances).is_answer, log) if todo is None else todo,
+        rendezvous=rendezvous_settings(
+            settings.num_nodes,
+            settings.master_addr,
+            settings.master_port,
+            settings.rendezvous_timeout,
+            step="evaluate",
+        ),
         include_package=tuple(get_extra_imported_modules()),
     )
     return job

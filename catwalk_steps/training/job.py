@@ -102,6 +102,13 @@ class TrainingJob(PlacedJob):
     # (:mod:`~catwalk_steps.checkpoints.run_identity`).
     identity: dict[str, Any] = field(default_factory=dict)
 
+    def node_message(self) -> dict[str, Any]:
+        """What node 0 tells the other nodes beside the step (data): its data's checksum (they
+        read the data from the shared workspace, and check it is the same)."""
+        from ..tasks import dataset_fingerprint
+
+        return {"dataset_sha256": dataset_fingerprint(self.dataset_dict)}
+
 
 @dataclass
 class TrainerState:
