@@ -193,6 +193,7 @@ def local_job(args: argparse.Namespace) -> tuple[Any, Work]:
     work_dir = workspace.step_dir(step) / "work"
     check_message(message, step, work_dir, args)
     work: Work = train_on_worker
+    job: Any
     if isinstance(step, Evaluate):
         job, work = step.node_job(workspace, work_dir, message, logger), score_share
     else:

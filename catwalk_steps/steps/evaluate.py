@@ -200,8 +200,8 @@ class Evaluate(Step[dict]):
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine, num_nodes
         )
-        where = {"master_addr": master_addr, "master_port": master_port}
-        settings = replace(settings, **where, rendezvous_timeout=rendezvous_timeout)
+        settings = replace(settings, master_addr=master_addr, master_port=master_port)
+        settings = replace(settings, rendezvous_timeout=rendezvous_timeout)
         what = about.get("task", split or "validation")
         with said_when_stopped():
             metrics, summary = self.scored(source, instances, settings, what, task, extra_metrics)
