@@ -1,7 +1,8 @@
-"""An evaluation stopped halfway (SIGKILL, Ctrl-C, a killed worker) and run again scores only
-what its records lack, and ends with the uninterrupted run's result, byte for byte; records of
-other weights or other settings are never used, and a damaged or planted record costs its chunk
-and runs nothing. Through `tango run`, as a user would (catwalk_steps/standalone/journal.py)."""
+"""An evaluation stopped halfway (SIGKILL, Ctrl-C, a killed worker, a node lost from an
+evaluation on two nodes) and run again scores only what its records lack, and ends with the
+uninterrupted run's result, byte for byte; records of other weights or other settings are never
+used, and a damaged or planted record costs its chunk and runs nothing. Through `tango run` (and
+`catwalk-worker`), as a user would (catwalk_steps/standalone/journal.py)."""
 
 from __future__ import annotations
 
