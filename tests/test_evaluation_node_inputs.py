@@ -58,3 +58,32 @@ def test_through_tango_run_two_nodes_without_node_0_s_address_is_one_line(tmp_pa
     lines = error_lines(done.stdout + done.stderr)
     assert done.returncode == 1 and len(lines) == 1, lines or done.stdout[-3000:]
     assert NO_ADDRESS in lines[0] and 'Starting step "' not in done.stdout
+
+
+@pytest.mark.parametrize(
+    "said",
+    [  # gloo's two wordings (torch 2.13), whichever side notices first
+        "[/w/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:41344. This is "
+        "typically caused by a remote worker crashing. Check the logs ... GLHF!",
+        "[/w/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:11960: Connection reset by "
+        "peer. This is typically caused by a remote worker hanging ... GLHF!",
+    ],
+)
+def test_a_peer_lost_on_another_node_is_said_with_what_to_do(said):
+    from types import SimpleNamespace
+
+    from catwalk_steps.launch.launcher import WorkerReport, failure
+    from catwalk_steps.standalone import EvaluationJob
+
+    job = SimpleNamespace(
+        local_world_size=1,
+        rendezvous=SimpleNamespace(num_nodes=2),
+        AFTER_FAILURE=EvaluationJob.AFTER_FAILURE,
+    )
+    line = str(failure(job, 0, 0, [1], [WorkerReport(0, "builtins.RuntimeError", said, "")]))
+    assert line.startswith("rank 0: a worker on another node is gone (that node was lost")
+    assert "peer [127.0.0.1]:" in line and "GLHF" not in line
+    assert line.endswith("run the step again: it scores only what the evaluation's records lack")
+    job.rendezvous.num_nodes = 1  # one node: gloo's own words (a peer there is a local worker)
+    line = str(failure(job, 0, 0, [1], [WorkerReport(0, "builtins.RuntimeError", said, "")]))
+    assert line.startswith("rank 0: RuntimeError: [/w/gloo")

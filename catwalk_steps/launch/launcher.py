@@ -91,8 +91,10 @@ START_METHOD = (
 
 
 # What gloo says when the other end of a rank's connection is gone (checked with torch 2.13's
-# gloo: "[.../pair.cc:553] Connection closed by peer [127.0.0.1]:41344. This is typically ...").
-LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer \S*?(?=\.?\s|$)")
+# gloo: "[.../pair.cc:553] Connection closed by peer [127.0.0.1]:41344. This is typically ...",
+# or "[.../pair.cc:537] Read error [127.0.0.1]:11960: Connection reset by peer. This is ...").
+LOST_PEER = re.compile(r"Connection (closed|reset) by peer")
+PEER_ADDRESS = re.compile(r"\[[^\]]*\]:\d+")
 
 
 @one_line_error
@@ -310,10 +312,11 @@ def failure(
         kind = first_report.error_type.rpartition(".")[2]
         lost = LOST_PEER.search(first_report.message)
         if lost and job.rendezvous.num_nodes > 1:
+            peer = PEER_ADDRESS.search(first_report.message)
+            said = f"connection {lost.group(1)} by peer" + (f" {peer.group(0)}" if peer else "")
             return WorkerFailed(
                 f"rank {first_report.rank}: a worker on another node is gone (that node was "
-                f"lost, or its worker died: see its output; gloo: {lost.group(0)}); "
-                f"{job.AFTER_FAILURE}"
+                f"lost, or its worker died: see its output; gloo: {said}); {job.AFTER_FAILURE}"
             )
         return WorkerFailed(f"rank {first_report.rank}: {kind}: {first_report.message}")
     return WorkerFailed(f"a worker exited without a report (exit codes by rank: {exit_codes})")
