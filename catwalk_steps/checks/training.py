@@ -32,6 +32,7 @@ from ..scoring.choices import max_positions
 from ..scoring.tokenization import chat_tokenizer
 from ..settings import EngineSettings, LoaderSettings, Precision, TrainSettings
 from ..tasks import LOADED_SPLITS
+from .preference import check_preference_training
 from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
@@ -77,8 +78,12 @@ def check_schedule(settings: TrainSettings) -> None:
 
 def loaded_task(dataset_dict: Any) -> Any:
     """The task `dataset_dict` loads, when the step graph says (a `catwalk::load_task` step);
-    else None (known once the data is)."""
-    return getattr(dataset_dict, "kwargs", {}).get("task")
+    else None (known once the data is). Through a step that passes a load_task's data on
+    (`catwalk::reference_logprobs`), the task that step reads."""
+    kwargs = getattr(dataset_dict, "kwargs", {})
+    if "task" not in kwargs and "dataset_dict" in kwargs:
+        return loaded_task(kwargs["dataset_dict"])
+    return kwargs.get("task")
 
 
 def default_validation(dataset_dict: Any) -> dict[str, Any]:
@@ -288,6 +293,7 @@ def check_train_step(settings: TrainSettings) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
     check_schedule(settings)
     check_training_task(settings)
+    check_preference_training(settings)
     blocks = settings.blocks  # each lazy block read once
     engine = check_engine_settings(blocks.engine)
     check_devices_and_precision(settings, engine.precision)

@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from tango.common.exceptions import ConfigurationError
+
 from ..scoring.generation import Ranks
 from ..tasks.base import instance_record
 from .records import RECORDS
@@ -86,7 +88,12 @@ class TaskKind:
 
     def check_objective(self, objective: str | None, task: Any) -> None:
         """The model's training `objective` (None: left out, `lm`) against a task of this kind
-        trained on."""
+        trained on: `dpo` needs preference pairs."""
+        if objective == "dpo":
+            raise ConfigurationError(
+                f"model.objective: 'dpo' trains on preference pairs (a preference task), and "
+                f"task '{task.name}' is {self.name.replace('_', ' ')}"
+            )
 
     def validation_metrics(self, task: Any) -> tuple[str, ...]:
         """What `train.val_metric_name` may name when a split of this kind (of `task`, or an

@@ -148,6 +148,7 @@ class Generative(TaskKind):
     metrics_of_task = True  # its metric list
 
     def check_objective(self, objective, task):
+        super().check_objective(objective, task)
         if objective == "rank":
             raise ConfigurationError(
                 f"model.objective: 'rank' needs choices to rank, and task '{task.name}' is "

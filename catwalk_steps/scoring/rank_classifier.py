@@ -23,10 +23,12 @@ from tango.integrations.torch import Model
 from ..adapters.base import AdapterSpec
 from ..adapters.registry import parse_adapter, type_of
 from ..settings import INIT_SEED, OBJECTIVE, OBJECTIVES
+from ..settings.preference import DpoSettings
 from .causal_lm import build_causal_lm, checked_source
 from .choice_scoring import ChoiceScoring
 from .generation import decode_step
 from .model_saving import save_model_directory
+from .preference_objective import PreferenceScoring
 from .shared_context import packing_support
 from .tokenization import load_tokenizer
 
@@ -60,7 +62,7 @@ def check_model_arguments(
 
 
 @Model.register("catwalk::rank_classifier")
-class RankClassifier(Model, ChoiceScoring):
+class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
     """Scores each choice of a multiple-choice instance with a causal LM, or generates.
 
     :param pretrained: hub name or local directory of a causal LM (e.g. "gpt2").
@@ -68,7 +70,10 @@ class RankClassifier(Model, ChoiceScoring):
         randomly initialised model, e.g. a tiny GPT-2 for tests.
     :param tokenizer: hub name, path, or "catwalk::byte_level"; defaults to `pretrained`.
     :param objective: "lm" trains on the right choice's continuation tokens (mean token NLL, as
-        catwalk trains rank classification); "rank" is cross-entropy over the choices' scores.
+        catwalk trains rank classification); "rank" is cross-entropy over the choices' scores;
+        "dpo" trains on preference pairs (a preference task) by its `dpo` settings.
+    :param dpo: with objective "dpo": `{beta, loss_type, label_smoothing, rpo_alpha}`
+        (:class:`~catwalk_steps.settings.preference.DpoSettings`, TRL's names and defaults).
     :param init_seed: seed for the random init of a `config` model, and of the adapter's.
     :param adapter: an adapter to train instead of the whole model, `{type: 'lora', r, alpha,
         dropout, target_modules}` or another registered type's block
@@ -93,13 +98,17 @@ class RankClassifier(Model, ChoiceScoring):
         init_seed: int = INIT_SEED,
         adapter: dict[str, Any] | AdapterSpec | None = None,
         skeleton: bool = False,
+        dpo: dict[str, Any] | None = None,
     ):
         super().__init__()
         self.metrics_history = None
         self.run_card = None
         self.adapter = parse_adapter(adapter)
-        self.spec = self.spec_of(pretrained, config, tokenizer, objective, init_seed, self.adapter)
+        self.spec = self.spec_of(
+            pretrained, config, tokenizer, objective, init_seed, self.adapter, dpo
+        )
         check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
+        self.dpo = dpo_settings(objective, dpo)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         self.tokenizer = load_tokenizer(cast(str, tokenizer or pretrained), field)  # one is given
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
@@ -121,6 +130,7 @@ class RankClassifier(Model, ChoiceScoring):
         objective: str = OBJECTIVE,
         init_seed: int = INIT_SEED,
         adapter: dict[str, Any] | AdapterSpec | None = None,
+        dpo: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """What identifies the model: its constructor arguments. `init_seed` seeds only a random
         init, so pretrained weights are the same model whatever it says (one evaluation of a
@@ -138,6 +148,8 @@ class RankClassifier(Model, ChoiceScoring):
         }
         if spec is not None:
             identity["adapter"] = spec.as_config()
+        if dpo is not None:  # (left out: the identity of a model before DPO existed)
+            identity["dpo"] = dict(dpo)
         return identity
 
     @property
@@ -170,15 +182,29 @@ class RankClassifier(Model, ChoiceScoring):
 
     def forward(
         self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
         decoding: Mapping[str, Any] | None = None,
+        preference: Mapping[str, torch.Tensor] | None = None,
         **batch: Any,
     ) -> dict[str, Any]:
-        """A batch of multiple-choice instances (:meth:`choice_outputs`), or a `decoding` step
-        of generation (positions, cache): the next token's logits and the cache
+        """A batch of multiple-choice instances (:meth:`choice_outputs`), a batch of
+        `preference` pairs (:meth:`preference_outputs`), or a `decoding` step of generation
+        (positions, cache): the next token's logits and the cache
         (:func:`~catwalk_steps.scoring.generation.decode_step`). One forward, through the
-        engine's root wrapper, for both."""
+        engine's root wrapper, for all three."""
+        if preference is not None:
+            return self.preference_outputs(preference, **batch)
         if decoding is not None:
             return decode_step(self.lm, input_ids, attention_mask, **decoding)
+        assert input_ids is not None and attention_mask is not None, "a batch of choices"
         return self.choice_outputs(input_ids, attention_mask, **batch)
+
+
+def dpo_settings(objective: str, dpo: dict[str, Any] | None) -> DpoSettings:
+    """The `dpo` block checked (TRL's defaults when left out); only with objective "dpo"."""
+    if dpo is not None and objective != "dpo":
+        raise ConfigurationError(
+            f"model.dpo: settings of objective 'dpo', and the model's objective is {objective!r}"
+        )
+    return DpoSettings.of(dpo)

@@ -12,7 +12,7 @@ from tango.integrations.torch import Model
 
 from ..components import lazy_config
 
-OBJECTIVES = ("lm", "rank")  # the model's `objective`s (its docstring says what each trains)
+OBJECTIVES = ("lm", "rank", "dpo")  # the model's `objective`s (its docstring says what each trains)
 OBJECTIVE = OBJECTIVES[0]  # `objective`'s default
 INIT_SEED = 0  # `init_seed`'s default: a random init's seed, and an adapter's
 

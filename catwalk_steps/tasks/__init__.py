@@ -24,7 +24,8 @@ from .generation import GenerationInstance
 from .generative import GenerativeTask
 from .olmo_eval_labels import OlmoEvalInstance, OlmoEvalTask
 from .piqa import PiqaTask, piqa_instance, read_piqa_files
-from .synthetic import SyntheticTask
+from .preference import PreferenceInstance, PreferenceTask
+from .synthetic import SyntheticPreferenceTask, SyntheticTask
 from .templated import TemplatedTask
 
 __all__ = [
@@ -37,6 +38,9 @@ __all__ = [
     "OlmoEvalInstance",
     "OlmoEvalTask",
     "PiqaTask",
+    "PreferenceInstance",
+    "PreferenceTask",
+    "SyntheticPreferenceTask",
     "SyntheticTask",
     "Task",
     "TaskDataError",

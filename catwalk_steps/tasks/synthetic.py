@@ -13,6 +13,7 @@ from .answers import AnswerScoring
 from .base import ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError, TaskInstance
 from .generation import GenerationInstance, answer_text
 from .generative import WHITESPACE
+from .preference import PreferenceInstance
 
 
 @Task.register("catwalk::synthetic")
@@ -147,3 +148,37 @@ def _made_up_words(rng: random.Random, count: int) -> list[str]:
         word = "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(2))
         words.setdefault(word)
     return list(words)
+
+
+@Task.register("catwalk::synthetic_preference")
+class SyntheticPreferenceTask(SyntheticTask):
+    """The synthetic questions as preference pairs: the key's attribute chosen, another one
+    rejected, each written as `catwalk::synthetic_generative` answers it (the word, then a
+    newline). The same seed gives the same keys and attributes as the generative task, so a
+    model trained on that one starts DPO from knowing the mapping; from scratch, DPO learns it.
+    """
+
+    kind = "preference"
+
+    def __init__(
+        self,
+        seed: int = 0,
+        num_keys: int = 24,
+        num_attributes: int = 8,
+        sizes: Mapping[str, int] | None = None,
+    ):
+        super().__init__(seed, num_keys, num_attributes, num_choices=2, sizes=sizes)
+
+    @property
+    def name(self) -> str:
+        return "synthetic_preference"
+
+    def describe(self, split: str) -> str:
+        return f"synthetic preference task (seed {self.seed})"
+
+    def _instance(self, rng: random.Random) -> PreferenceInstance:  # type: ignore[override]
+        key = rng.choice(self.keys)
+        right = self.answer[key]
+        wrong = rng.choice([a for a in range(self.num_attributes) if a != right])
+        answer = lambda a: answer_text(self.attributes[a], " ", SyntheticGenerativeTask.until)  # noqa: E731
+        return PreferenceInstance(self.question(key), str(answer(right)), str(answer(wrong)))

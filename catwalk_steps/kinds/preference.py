@@ -1,0 +1,161 @@
+"""Preference pairs (a prompt, the answer chosen, the one rejected): trained on by DPO and its
+variants (`objective: 'dpo'`), validated and evaluated by TRL's metrics: the reward accuracy
+(`rewards/accuracies`: the chosen answer rewarded more), margins, each answer's reward and
+log-probability (`rewards/*`, `logps/*`), each with its standard error as a mean's
+(:mod:`.stderr`).
+
+A reward is beta times the model's log-probability of an answer over the reference's, so a pair
+scores against a reference: the one its `catwalk::reference_logprobs` step computed (carried by
+the instance), or, for a model with an adapter, its base with the adapter off. In the loop
+every batch is one forward through the engine's root wrapper on every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tango.common.exceptions import ConfigurationError
+
+from ..scoring.preference_objective import ACCURACIES, LOGPS_CHOSEN, PAIR_METRICS
+from ..tasks.preference import PreferenceInstance
+from .base import Scorer, TaskKind, register
+from .generative import squared
+from .preference_batches import batch_answers, preference_answers, preference_batch
+from .records import RECORDS, stderr_key, stderrs
+from .stderr import stderr_from_sums
+
+LOSS = "loss"
+
+
+def pair_values(answer: Mapping[str, Any]) -> dict[str, float]:
+    """A pair's metrics from its answer (TRL's names): log-probabilities always, rewards where
+    the model had a reference."""
+    chosen, rejected = answer["logps"]
+    values = {LOGPS_CHOSEN: chosen, "logps/rejected": rejected}
+    if answer.get("rewards") is not None:
+        good, bad = answer["rewards"]
+        values.update(
+            {
+                "rewards/chosen": good,
+                "rewards/rejected": bad,
+                ACCURACIES: float(good > bad),
+                "rewards/margins": good - bad,
+            }
+        )
+    return values
+
+
+class Preference(TaskKind):
+    name = "preference"
+
+    def check_objective(self, objective, task):
+        if objective != "dpo":
+            raise ConfigurationError(
+                f"model.objective: task '{task.name}' holds preference pairs, trained on with "
+                f"objective 'dpo'; got {objective or 'lm'!r}"
+            )
+
+    def validation_metrics(self, task):
+        return (*PAIR_METRICS, LOSS)
+
+    def lower_is_better(self, key):
+        return key == LOSS
+
+    def answers_cut(self, instances, tokenizer, max_length):
+        return 0  # a prompt that does not fit is a bad row; answers are cut as TRL cuts them
+
+    def widest(self, instances):
+        return 2  # two answers per pair (in one packed row)
+
+    def collate(self, collator, instances, weights):
+        encoder = collator.encoder
+        return preference_batch(encoder.tokenizer, encoder.max_length, instances, weights)
+
+    def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
+        outputs = scorer.forward(batch)
+        weights = batch["weights"].float().cpu()
+        sums = {LOSS: 0.0, "count": float(weights.sum())}
+        if LOSS in outputs:
+            sums[LOSS] = float(outputs[LOSS].detach().float().cpu()) * sums["count"]
+        for name in PAIR_METRICS:  # (every rank the same keys: the sums are added over ranks)
+            values = outputs[name].detach().float().cpu() if name in outputs else weights * 0
+            sums[name] = float((values * weights).sum())
+            sums[squared(name)] = float((values * values * weights).sum())
+        return sums
+
+    def compute(
+        self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
+    ) -> dict[str, float]:
+        count = float(sums["count"])
+        metrics: dict[str, Any] = {}
+        for name in PAIR_METRICS:
+            total, squares = float(sums[name]), float(sums[squared(name)])
+            metrics[name] = total / max(count, 1.0)
+            metrics[stderr_key(name)] = stderr_from_sums(total, squares, count)
+        if validating:
+            metrics[LOSS] = float(sums[LOSS]) / max(count, 1.0)
+        return {**metrics, "count": int(count)}
+
+    def answers(self, model, requests, options):
+        return preference_answers(model, requests, options)
+
+    def batch_answers(self, scorer, batch, items):
+        return batch_answers(scorer.forward(batch), len(items))[: len(items)]
+
+    def is_answer(self, request, answer):
+        logps = answer.get("logps") if isinstance(answer, dict) else None
+        return isinstance(logps, list) and len(logps) == 2
+
+    def records(self, instances, answers, context):
+        return [
+            {
+                "doc": index,
+                "request": {"prompt": i.prompt, "chosen": i.chosen, "rejected": i.rejected},
+                "answer": answer,
+                "gold": "chosen",
+                "metrics": pair_values(answer),
+            }
+            for index, (i, answer) in enumerate(zip(instances, answers, strict=True))
+        ]
+
+    def result(self, instances, answers, context):
+        records = self.records(instances, answers, context)
+        names = list(records[0]["metrics"]) if records else []
+        metrics: dict[str, Any] = {
+            name: sum(r["metrics"][name] for r in records) / len(records) for name in names
+        }
+        primary = ACCURACIES if ACCURACIES in metrics else LOGPS_CHOSEN
+        metrics.update(primary_metric=primary, n=len(records), kind=self.name)
+        return {**metrics, **stderrs(records), RECORDS: records}
+
+    def shown(self, result, metric):
+        if isinstance(result.get("primary_metric"), str):
+            return result["primary_metric"]
+        return ACCURACIES if ACCURACIES in result else LOGPS_CHOSEN
+
+    def encode(self, instance):
+        record = {
+            "prompt": instance.prompt,
+            "chosen": instance.chosen,
+            "rejected": instance.rejected,
+            "kind": self.name,
+        }
+        if instance.reference is not None:
+            record["reference"] = list(instance.reference)
+        return record
+
+    def decode(self, record, where):
+        reference = record.get("reference")
+        return PreferenceInstance(
+            prompt=record["prompt"],
+            chosen=record["chosen"],
+            rejected=record["rejected"],
+            reference=None if reference is None else (float(reference[0]), float(reference[1])),
+        )
+
+    def owns(self, result):
+        return ACCURACIES in result or LOGPS_CHOSEN in result
+
+
+PREFERENCE = register(Preference())

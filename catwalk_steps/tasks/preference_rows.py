@@ -1,0 +1,103 @@
+"""Preference rows as the Hugging Face preference sets write them, read into (prompt, chosen,
+rejected) texts:
+
+- text: `{prompt, chosen, rejected}`, each a string (the answers continue the prompt as they
+  are, TRL's "standard" form);
+- chat with an explicit prompt: `prompt`, `chosen` and `rejected` message lists (TRL's
+  "conversational" form: the prompt's turns, then each answer's assistant turn);
+- chat with the prompt inside the answers (Anthropic HH, UltraFeedback's `chosen` /
+  `rejected`): two conversations whose common first turns are the prompt (TRL's
+  `extract_prompt`); a `prompt` text beside them is the first user turn and is not repeated.
+
+Chat rows are rendered with the model's tokenizer's chat template as the chat tasks render
+prompts (:mod:`.chat`): the prompt's turns with the assistant's header, and each answer as what
+the template writes after it for the whole conversation (TRL's `apply_chat_template` rule). A
+row that cannot be read is one line naming its file and line (`where`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .base import TaskDataError
+from .chat import ChatRenderer
+
+FIELDS = ("prompt", "chosen", "rejected")
+
+
+def is_messages(value: Any) -> bool:
+    """A chat: a non-empty list of `{role, content}` messages."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in value)
+    )
+
+
+def checked_row(row: Mapping[str, Any], where: str) -> tuple[Any, Any, Any]:
+    """(prompt, chosen, rejected) of a row, as texts or message lists: every field there and of
+    one form, and the two answers different (nothing to prefer otherwise)."""
+    chat = is_messages(row.get("chosen"))
+    required = ("chosen", "rejected") if chat else FIELDS
+    for field in required:
+        if row.get(field) is None:
+            raise TaskDataError(
+                f"{where}: field '{field}' is missing (a row needs {', '.join(FIELDS)})"
+            )
+    for field in ("chosen", "rejected"):
+        if chat != is_messages(row[field]) or (not chat and not isinstance(row[field], str)):
+            raise TaskDataError(
+                f"{where}: field '{field}' must be a text, or a list of {{role, content}} "
+                f"messages as 'chosen' is; got {str(row[field])[:60]!r}"
+            )
+    prompt = row.get("prompt")
+    if not chat and not isinstance(prompt, str):
+        raise TaskDataError(f"{where}: field 'prompt' must be a text, got {str(prompt)[:60]!r}")
+    prompt, chosen, rejected = split_prompt(prompt, row["chosen"], row["rejected"], where)
+    if chosen == rejected:
+        raise TaskDataError(f"{where}: 'chosen' and 'rejected' are the same answer")
+    return prompt, chosen, rejected
+
+
+def split_prompt(prompt: Any, chosen: Any, rejected: Any, where: str) -> tuple[Any, Any, Any]:
+    """Chat answers that hold their prompt: the common first turns are the prompt (TRL's
+    `extract_prompt`); other rows as they are."""
+    if not is_messages(chosen) or is_messages(prompt):
+        return prompt, chosen, rejected
+    common = 0
+    while common < min(len(chosen), len(rejected)) - 1 and chosen[common] == rejected[common]:
+        common += 1
+    if common == 0:
+        if not isinstance(prompt, str) or not prompt:
+            raise TaskDataError(
+                f"{where}: field 'prompt' is missing ('chosen' and 'rejected' share no first "
+                "turn to be the prompt)"
+            )
+        return [{"role": "user", "content": prompt}], chosen, rejected
+    return list(chosen[:common]), list(chosen[common:]), list(rejected[common:])
+
+
+def rendered(
+    row: tuple[Any, Any, Any], renderer: ChatRenderer | None, where: str
+) -> tuple[str, str, str]:
+    """A checked row's three texts: a chat row rendered by the model's chat template."""
+    prompt, chosen, rejected = row
+    if not is_messages(chosen):
+        return prompt, chosen, rejected
+    if renderer is None:
+        raise TaskDataError(
+            f"{where}: a chat row (message lists) is rendered by the model's chat template; "
+            "give load_task.tokenizer"
+        )
+    head = renderer.render(list(prompt))
+    answers = []
+    for answer in (chosen, rejected):
+        whole = renderer.tokenizer.apply_chat_template([*prompt, *answer], tokenize=False)
+        if not whole.startswith(head):
+            raise TaskDataError(
+                f"{where}: the chat template of tokenizer '{renderer.tokenizer_name}' does not "
+                "write the prompt's turns the same way before an answer"
+            )
+        answers.append(whole[len(head) :])
+    return head, answers[0], answers[1]
