@@ -28,11 +28,13 @@ def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
         group: [report.histories[r] for r in runs if report.histories.get(r)]
         for group, runs in report.groups().items()
     }
+    shown = validation_metric(report, metric)
+    # Runs that validated on another metric (SFT, then DPO: a chained report) are left out.
+    groups = {g: [c for c in curves if shown in c[0]] for g, curves in groups.items()}
     groups = {group: curves for group, curves in groups.items() if curves}
     if not groups:
         return False
     figure, axes = _figure()
-    shown = validation_metric(report, metric)
     for group, curves in groups.items():
         label = f"{group} (n={len(curves)})" if report.aggregated else group
         _band(axes, curves, lambda point: point[shown], label)

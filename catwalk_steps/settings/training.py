@@ -60,6 +60,9 @@ class TrainSettings:
     keep_last_checkpoints: int = 2  # the newest kept (the best one is always kept)
     resume_from: str | None = None  # a checkpoint (or a run's work directory) to go on from
     evaluate_tasks: list[Task] | None = None  # scored in the loop whenever the step validates
+    # A step's model (or a model directory) whose weights the model block starts from: DPO
+    # after SFT. None: the block's own weights.
+    init_from: Any = None
 
     def as_mapping(self) -> dict[str, Any]:
         """Key -> value, the values themselves (no copies: they hold lazy components)."""

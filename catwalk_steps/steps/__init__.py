@@ -1,5 +1,5 @@
 """The steps that experiment files name (`catwalk::load_task`, `::train`, `::evaluate`,
-`::report`, `::suite_report`, `::export_checkpoint`, `::checkpoints`).
+`::reference_logprobs`, `::report`, `::suite_report`, `::export_checkpoint`, `::checkpoints`).
 
 Steps are thin: they check their inputs (:mod:`catwalk_steps.checks`), build objects and call the
 plain functions below them.
@@ -9,6 +9,7 @@ from .checkpoints import CheckpointModel, CheckpointReport, EvaluateCheckpoints
 from .evaluate import Evaluate
 from .export import ExportCheckpoint
 from .load_task import LoadTask
+from .reference_logprobs import ReferenceLogprobs
 from .report import MetricsReport, SuiteReport
 from .train import TrainRankClassifier
 
@@ -20,6 +21,7 @@ __all__ = [
     "ExportCheckpoint",
     "LoadTask",
     "MetricsReport",
+    "ReferenceLogprobs",
     "SuiteReport",
     "TrainRankClassifier",
 ]

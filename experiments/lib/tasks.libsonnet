@@ -5,6 +5,8 @@
   synthetic: { type: 'catwalk::synthetic', seed: 1 },
   // The same questions answered in words (a generative task: exact match), to train on.
   synthetic_generative: { type: 'catwalk::synthetic_generative', seed: 1 },
+  // The same questions as preference pairs (the right answer chosen, a wrong one rejected).
+  synthetic_preference: { type: 'catwalk::synthetic_preference', seed: 1 },
 
   // PIQA from the Hugging Face hub (parquet copy, as lm-evaluation-harness uses).
   // PIQA's distribution files on disk instead: add data_dir (docs/experiments.md).

@@ -1,0 +1,135 @@
+"""`catwalk::reference_logprobs`: the reference model's log-probability of every preference
+pair's answers, computed once and cached as data (the instances' JSON, each pair with its
+`reference`), for DPO training to read instead of running a second model.
+
+The result depends on the reference model, the data, the tokenizer and `max_length` only: a
+sweep over `beta`, learning rate or seed trains every cell on the one cached result. It is
+scored as `catwalk::evaluate` scores (one device, or `device_count` workers each scoring a
+share, an `engine` sharding a model too large for one), resumable from its records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from tango import Step
+from tango.common import DatasetDict, Lazy
+from tango.common.exceptions import ConfigurationError
+from tango.integrations.torch import Model, TrainingEngine
+
+from ..kinds import kind_of
+from ..scoring.tokenization import load_tokenizer
+from ..settings import EVALUATION_DEFAULTS as DEFAULTS
+from ..settings import OBJECTIVE
+from ..standalone import (
+    EvaluationSettings,
+    configured_model_of,
+    evaluation_scores,
+    model_block,
+    model_source,
+)
+from ..workspace.formats import InstancesFormat
+from .evaluate import Evaluate
+
+BATCH_SIZE = 8  # pairs per forward
+
+
+def reference_block(model: Any) -> Any:
+    """A model block as the reference's identity: its answers do not depend on how it would
+    be trained (`objective`, `dpo`), so the policy's own block names the same reference."""
+    block = model_block(model)
+    if isinstance(block, dict):
+        block = {k: v for k, v in block.items() if k != "dpo"} | {"objective": OBJECTIVE}
+    return block
+
+
+def check_same_tokenizer(reference: str, policy: str | None, field: str) -> None:
+    """The reference tokenizes the answers as the policy does (the same vocabulary and special
+    tokens), or the log-probabilities are of other tokens: one line."""
+    if policy is None or reference == policy:
+        return
+    ours = load_tokenizer(reference, field)
+    theirs = load_tokenizer(policy, "reference_logprobs.tokenizer")
+    same_specials = ours.all_special_tokens == theirs.all_special_tokens
+    if ours.get_vocab() != theirs.get_vocab() or not same_specials:
+        raise ConfigurationError(
+            f"{field}: the reference's tokenizer '{reference}' differs from the policy's "
+            f"'{policy}'; DPO compares the two models' log-probabilities of the same tokens: "
+            "give a reference with the policy's tokenizer"
+        )
+
+
+@Step.register("catwalk::reference_logprobs")
+class ReferenceLogprobs(Evaluate):
+    """Each preference pair's answers scored by the reference model (see the module).
+
+    :param model: the reference: a model block, or a step's model (`lib.ref('sft')`).
+    :param dataset_dict: a `catwalk::load_task` step of a preference task.
+    :param tokenizer: the policy's tokenizer: the reference's must be the same.
+    :param max_length: the policy's loader's `max_length` (answers are cut as training cuts them).
+    :param splits: the splits scored (default: all of them).
+
+    `batch_size`, `precision`, `device`, `device_count` and `engine` are `catwalk::evaluate`'s.
+    """
+
+    VERSION = "001"
+    DETERMINISTIC = True
+    CACHEABLE = True
+    FORMAT = InstancesFormat()
+    SKIP_DEFAULT_ARGUMENTS: dict[str, Any] = {}
+    METADATA = {"artifact_kind": "data"}
+    SCORES_REFERENCE = True  # what a `catwalk::train` step with objective 'dpo' reads
+
+    @classmethod
+    def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if "model" in kwargs:
+            kwargs = {**kwargs, "model": reference_block(kwargs["model"])}
+        configured = configured_model_of(kwargs.get("model"))
+        if configured is not None:
+            check_same_tokenizer(
+                configured.tokenizer_name(), kwargs.get("tokenizer"), "reference_logprobs.model"
+            )
+        return kwargs
+
+    def run(  # type: ignore[override]
+        self,
+        model: Lazy[Model],  # by the time `run` is called, a block (data) or a SavedModel
+        dataset_dict: DatasetDict,
+        tokenizer: str | None = None,
+        max_length: int | None = None,
+        splits: list[str] | None = None,
+        batch_size: int = BATCH_SIZE,
+        precision: str = DEFAULTS["precision"],
+        device: str | None = DEFAULTS["device"],
+        device_count: int = DEFAULTS["device_count"],
+        engine: Lazy[TrainingEngine] | None = DEFAULTS["engine"],
+    ) -> DatasetDict:
+        source = model_source(model)
+        check_same_tokenizer(source.tokenizer_name(), tokenizer, "reference_logprobs.model")
+        names = list(splits or dataset_dict.keys())
+        for name in names:
+            if name not in dataset_dict:
+                raise ConfigurationError(
+                    f"reference_logprobs.splits: '{name}' is not in the dataset (splits: "
+                    f"{', '.join(dataset_dict.keys())})"
+                )
+        instances = [i for name in names for i in dataset_dict[name]]
+        if kind_of(instances).name != "preference":
+            raise ConfigurationError(
+                "reference_logprobs.dataset_dict: a preference task's data (pairs to score)"
+            )
+        settings = EvaluationSettings(
+            batch_size, max_length, precision, device, device_count, engine
+        )
+        answers, _ = evaluation_scores(source, instances, settings, self, self.logger)
+        result, start = {}, 0
+        for name in names:
+            split = list(dataset_dict[name])
+            scores = answers[start : start + len(split)]
+            result[name] = [
+                replace(i, reference=tuple(a["logps"])) for i, a in zip(split, scores, strict=True)
+            ]
+            start += len(split)
+        self.logger.info("Reference log-probabilities of %d pairs", len(instances))
+        return DatasetDict(splits=result, metadata={**dataset_dict.metadata})
