@@ -96,11 +96,13 @@ def write_model_info(
     history: dict | None,
     run_card: dict | None = None,
     model: RankClassifier | None = None,
+    dpo: dict | None = None,
 ) -> None:
     """`catwalk_model.json`: what a Hugging Face directory does not say about a rank classifier
     (its training objective), the run's metric history and its run card (None before training);
     beside an adapter's checkpoints, the adapter and the base it trains on (`base`: the model
-    block without the adapter), from which exporting rebuilds the model."""
+    block without the adapter), from which exporting rebuilds the model; a model trained by DPO,
+    its `dpo` settings (its rewards in an evaluation are scaled by its `beta`)."""
     info: dict[str, Any] = {
         "objective": objective,
         "metrics_history": history,
@@ -109,6 +111,8 @@ def write_model_info(
     if model is not None and model.adapter is not None:
         info["adapter"] = model.adapter.as_config()
         info["base"] = model.base_spec
+    if dpo is not None:
+        info["dpo"] = dpo
     write_json_atomic(Path(directory) / MODEL_INFO, info)
 
 

@@ -163,9 +163,11 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         return identity_of(self.spec)
 
     @classmethod
-    def from_directory(cls, directory: str | Path, objective: str = OBJECTIVE) -> RankClassifier:
+    def from_directory(
+        cls, directory: str | Path, objective: str = OBJECTIVE, dpo: dict[str, Any] | None = None
+    ) -> RankClassifier:
         """Loads a model saved by :meth:`save_pretrained` (weights and tokenizer)."""
-        return cls(pretrained=str(directory), objective=objective)
+        return cls(pretrained=str(directory), objective=objective, dpo=dpo)
 
     def save_pretrained(self, directory: str | Path, adapter_only: bool = False) -> None:
         """Writes a standard Hugging Face directory that `from_pretrained` loads outside Tango

@@ -62,8 +62,12 @@ def prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
 class PreferenceTask(Task):
     """Preference pairs from files, a `datasets` directory or the hub (see the module).
 
-    :param source: "files" (`data_files: {split: path}`), "datasets" (`path`: a directory that
-        `DatasetDict.save_to_disk` wrote) or "hub" (`hub: {path, name}`).
+    :param name: what reports call the task.
+    :param source: "files" (`data_files`), "datasets" (`path`) or "hub" (`hub`).
+    :param data_files: with source "files": `{split: path}` (JSON lines, CSV, Parquet, or a
+        `datasets.save_to_disk` directory).
+    :param path: with source "datasets": the directory `DatasetDict.save_to_disk` wrote.
+    :param hub: with source "hub": `{path, name}` for `datasets.load_dataset`.
     :param split_names: `{split: the data's name for it}` (`{train: 'train_prefs', validation:
         'test_prefs'}`); left out, the same names.
     :param max_length: the tokens a prompt may have (the loader's `max_length`): a longer prompt

@@ -62,7 +62,8 @@ def checked_row(row: Mapping[str, Any], where: str) -> tuple[Any, Any, Any]:
 
 def split_prompt(prompt: Any, chosen: Any, rejected: Any, where: str) -> tuple[Any, Any, Any]:
     """Chat answers that hold their prompt: the common first turns are the prompt (TRL's
-    `extract_prompt`); other rows as they are."""
+    `extract_prompt`); with none in common, the `prompt` text is the user's turn (left out of an
+    answer that starts with it); other rows as they are."""
     if not is_messages(chosen) or is_messages(prompt):
         return prompt, chosen, rejected
     common = 0
@@ -74,7 +75,9 @@ def split_prompt(prompt: Any, chosen: Any, rejected: Any, where: str) -> tuple[A
                 f"{where}: field 'prompt' is missing ('chosen' and 'rejected' share no first "
                 "turn to be the prompt)"
             )
-        return [{"role": "user", "content": prompt}], chosen, rejected
+        head = {"role": "user", "content": prompt}
+        chosen, rejected = ([m for m in a[:1] if m != head] + a[1:] for a in (chosen, rejected))
+        return [head], chosen, rejected
     return list(chosen[:common]), list(chosen[common:]), list(rejected[common:])
 
 

@@ -156,6 +156,12 @@ class SyntheticPreferenceTask(SyntheticTask):
     rejected, each written as `catwalk::synthetic_generative` answers it (the word, then a
     newline). The same seed gives the same keys and attributes as the generative task, so a
     model trained on that one starts DPO from knowing the mapping; from scratch, DPO learns it.
+
+    :param seed: draws the task (the same keys and answers as `catwalk::synthetic_generative`'s
+        for the same seed).
+    :param num_keys: keys (entities) in the task.
+    :param num_attributes: attributes per key.
+    :param sizes: pairs per split (default `{train: 2048, validation: 256}`).
     """
 
     kind = "preference"

