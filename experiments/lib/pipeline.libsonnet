@@ -201,20 +201,22 @@ local cells(grid) = std.foldl(
   //   dpo: the model's `dpo` block ({beta, loss_type, label_smoothing, rpo_alpha}).
   //   reference: a model block or a step's model (ref('sft_trained')); null: the policy's
   //              starting weights (`init_from`'s, else the model block's). With an adapter on
-  //              the model, the reference is its base with the adapter off: no reference step.
+  //              the model, training's reference is its base with the adapter off (nothing
+  //              precomputed); the reference step then only serves the evaluations (the model
+  //              saved after training is merged: its base is gone).
   //   init_from: a step's model the policy starts from (DPO after SFT), or null.
   preference(task, model, engine, training={}, dpo={}, reference=null, init_from=null, prefix='dpo_'):: {
     local t = for_model(grids.training(training_defaults, training), model),
     local data = prefix + 'data',
     local adapter = std.objectHas(model, 'adapter') && model.adapter != null,
-    local scored = if adapter then data else prefix + 'reference',
+    local scored = prefix + 'reference',
     local start = if init_from != null then init_from else model,
     local policy = model { objective: 'dpo', dpo: dpo },
 
     steps+: {
       [data]: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'],
                 tokenizer: models.tokenizer(model) },
-      [prefix + 'trained']: train_step(policy, engine, t, scored)
+      [prefix + 'trained']: train_step(policy, engine, t, if adapter then data else scored)
                             + (if init_from != null then { init_from: init_from } else {}),
       [prefix + 'eval_before']: eval_step(start, t, scored),
       [prefix + 'eval_after']: eval_step(ref(prefix + 'trained'), t, scored),
@@ -223,16 +225,15 @@ local cells(grid) = std.foldl(
         title: 'Preference tuning: reward accuracy before and after',
         metrics: { before: ref(prefix + 'eval_before'), after: ref(prefix + 'eval_after') },
       },
-    } + (if adapter then {} else {
-      [prefix + 'reference']: {
+      [scored]: {
         type: 'catwalk::reference_logprobs',
-        model: if reference != null then reference else start,
+        model: if reference != null then reference else start { adapter:: null },
         dataset_dict: ref(data),
         tokenizer: models.tokenizer(model),
         max_length: t.max_length,
         batch_size: t.eval_batch_size,
       },
-    }),
+    },
   },
 
   // A grid of preference tunings sharing their data and their reference step: the reference's
@@ -245,14 +246,16 @@ local cells(grid) = std.foldl(
     local name(c) = prefix + cell_name(c),
     local setting(c) = for_model(grids.training(training_defaults, training { [k]: c[k] for k in std.objectFields(c) if k != 'beta' }), model),
     local dpo_of(c) = dpo + (if std.objectHas(c, 'beta') then { beta: c.beta } else {}),
-    local scored = base.steps[prefix + 'trained'].dataset_dict.ref,
+    local adapter = std.objectHas(model, 'adapter') && model.adapter != null,
+    local scored = prefix + 'reference',
+    local trained_on = if adapter then prefix + 'data' else scored,
 
     steps+: {
       [k]: base.steps[k]
       for k in std.objectFields(base.steps)
       if !std.member([prefix + 'trained', prefix + 'eval_after', prefix + 'report'], k)
     } + {
-      ['trained,' + name(c)]: train_step(model { objective: 'dpo', dpo: dpo_of(c) }, engine, setting(c), scored)
+      ['trained,' + name(c)]: train_step(model { objective: 'dpo', dpo: dpo_of(c) }, engine, setting(c), trained_on)
                               + (if init_from != null then { init_from: init_from } else {})
       for c in all
     } + {
