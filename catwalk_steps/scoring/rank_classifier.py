@@ -197,9 +197,9 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         engine's root wrapper, for all three."""
         if preference is not None:
             return self.preference_outputs(preference, **batch)
+        assert input_ids is not None and attention_mask is not None, "a batch of tokens"
         if decoding is not None:
             return decode_step(self.lm, input_ids, attention_mask, **decoding)
-        assert input_ids is not None and attention_mask is not None, "a batch of choices"
         return self.choice_outputs(input_ids, attention_mask, **batch)
 
 

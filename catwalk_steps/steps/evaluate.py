@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tango import Step
+from tango import Format, Step
 from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
@@ -93,7 +93,7 @@ class Evaluate(Step[dict]):
     VERSION = "003"
     DETERMINISTIC = True
     CACHEABLE = True
-    FORMAT = EvaluationFormat()
+    FORMAT: Format = EvaluationFormat()  # (catwalk::reference_logprobs stores instances)
     # Keys added later leave the unique ids of steps that do not set them as they were.
     SKIP_DEFAULT_ARGUMENTS = {
         "device_count": DEFAULTS["device_count"],

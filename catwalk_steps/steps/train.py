@@ -117,8 +117,9 @@ class TrainRankClassifier(Step[RankClassifier]):
     def _replace_steps_with_results(self, o: Any, workspace: Any) -> Any:
         # `init_from`: a model step stays a handle (its directory), as evaluate keeps one
         # (:meth:`Evaluate._replace_steps_with_results`): workers load the weights.
-        if isinstance(o, Step) and o is self.kwargs.get("init_from"):
-            return saved_model_directory(o, workspace, self)
+        init_from = self.kwargs.get("init_from")
+        if isinstance(init_from, Step) and o is init_from:
+            return saved_model_directory(init_from, workspace, self)
         return super()._replace_steps_with_results(o, workspace)
 
     def run(self, **keys: Any) -> RankClassifier:
