@@ -125,3 +125,20 @@ def test_a_beta_sweep_computes_the_reference_once(tmp_path):
     assert 'Starting step "dpo_reference"' not in more
     assert more.count('Starting step "trained,dpo_beta=') == 1  # the new cell alone
     assert len(list((workspace / "cache").glob("ReferenceLogprobs-*"))) == 1
+
+
+def references(workspace: Path, run: str) -> list:
+    stored = json.loads(
+        (step_result(workspace, run, "dpo_reference") / "instances.json").read_text()
+    )
+    return [x for split in stored["splits"].values() for pair in split for x in pair["reference"]]
+
+
+def test_the_reference_step_sharded_over_two_workers_gives_the_one_device_numbers(tmp_path):
+    """Scored as evaluate scores: each worker a share of the pairs, the same log-probabilities."""
+    run_tango(TINY_DPO, tmp_path / "one", "one", extra=("-s", "dpo_reference"))
+    two = {"steps.dpo_reference.device_count": 2}
+    output = run_tango(TINY_DPO, tmp_path / "two", "two", two, extra=("-s", "dpo_reference"))
+    assert "Evaluating on 2 CPU processes" in output
+    one, shared = references(tmp_path / "one", "one"), references(tmp_path / "two", "two")
+    assert len(one) == 2 * 40 and shared == pytest.approx(one, abs=1e-5)
