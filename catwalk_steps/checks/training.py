@@ -77,9 +77,8 @@ def check_schedule(settings: TrainSettings) -> None:
 
 
 def loaded_task(dataset_dict: Any) -> Any:
-    """The task `dataset_dict` loads, when the step graph says (a `catwalk::load_task` step);
-    else None (known once the data is). Through a step that passes a load_task's data on
-    (`catwalk::reference_logprobs`), the task that step reads."""
+    """The task `dataset_dict` loads, when the step graph says (a `catwalk::load_task` step, or
+    one that passes its data on: `catwalk::reference_logprobs`); else None (known later)."""
     kwargs = getattr(dataset_dict, "kwargs", {})
     if "task" not in kwargs and "dataset_dict" in kwargs:
         return loaded_task(kwargs["dataset_dict"])

@@ -176,6 +176,14 @@ class TaskKind:
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in answer)
         )
 
+    def with_references(self, instances: list, answers: list) -> list:
+        """The instances carrying a reference model's answers to them (what DPO compares a
+        policy with: `catwalk::reference_logprobs`); only pairs to prefer have them."""
+        raise ConfigurationError(
+            "reference_logprobs.dataset_dict: a reference's log-probabilities are of preference "
+            f"pairs, and these instances are {self.name.replace('_', ' ')}"
+        )
+
     def records(self, instances: list, answers: list, context: ResultContext) -> list[dict]:
         """One record per document (:mod:`.records`): the request, the model's answer, the
         gold, and each metric's value on that document."""

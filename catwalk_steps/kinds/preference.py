@@ -13,6 +13,7 @@ every batch is one forward through the engine's root wrapper on every rank.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
@@ -106,6 +107,12 @@ class Preference(TaskKind):
     def is_answer(self, request, answer):
         logps = answer.get("logps") if isinstance(answer, dict) else None
         return isinstance(logps, list) and len(logps) == 2
+
+    def with_references(self, instances, answers):
+        return [
+            replace(instance, reference=(float(answer["logps"][0]), float(answer["logps"][1])))
+            for instance, answer in zip(instances, answers, strict=True)
+        ]
 
     def records(self, instances, answers, context):
         return [

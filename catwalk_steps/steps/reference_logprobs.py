@@ -10,7 +10,6 @@ share, an `engine` sharding a model too large for one), resumable from its recor
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from tango import Step
@@ -115,21 +114,16 @@ class ReferenceLogprobs(Evaluate):
                     f"{', '.join(dataset_dict.keys())})"
                 )
         instances = [i for name in names for i in dataset_dict[name]]
-        if kind_of(instances).name != "preference":
-            raise ConfigurationError(
-                "reference_logprobs.dataset_dict: a preference task's data (pairs to score)"
-            )
+        kind = kind_of(instances)
+        kind.with_references([], [])  # one line, before any forward, for other data than pairs
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine
         )
         answers, _ = evaluation_scores(source, instances, settings, self, self.logger)
-        result, start = {}, 0
+        scored, start = kind.with_references(instances, answers), 0
+        result = {}
         for name in names:
-            split = list(dataset_dict[name])
-            scores = answers[start : start + len(split)]
-            result[name] = [
-                replace(i, reference=tuple(a["logps"])) for i, a in zip(split, scores, strict=True)
-            ]
-            start += len(split)
+            result[name] = scored[start : start + len(dataset_dict[name])]
+            start += len(result[name])
         self.logger.info("Reference log-probabilities of %d pairs", len(instances))
         return DatasetDict(splits=result, metadata={**dataset_dict.metadata})
