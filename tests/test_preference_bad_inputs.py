@@ -24,6 +24,14 @@ BAD_ROWS = {
         {"prompt": "Q: two?\nA:", "chosen": " yes", "rejected": " yes"},
         ":2: 'chosen' and 'rejected' are the same answer",
     ),
+    "answer_forms_differ": (
+        {
+            "prompt": "Q: two?\nA:",
+            "chosen": [{"role": "assistant", "content": "yes"}],
+            "rejected": "no",
+        },
+        ":2: field 'rejected' must be a text, or a list of {role, content} messages as 'chosen' is",
+    ),
     "prompt_too_long": (
         {"prompt": "Q: " + "two " * 40 + "?\nA:", "chosen": " yes", "rejected": " no"},
         ":2: the prompt has 167 tokens, and max_length 128 leaves no room for an answer",
@@ -45,12 +53,34 @@ SETTINGS = {
         f"ConfigurationError: reference_logprobs.model: the reference's tokenizer '{TOKENIZER}' "
         "differs from the policy's 'catwalk::byte_level'",
     ),
-    "dpo_on_choices": (
+    "pairs_trained_as_lm": (
+        {"steps.dpo_trained.model.objective": "lm"},
+        "ConfigurationError: model.objective: task 'synthetic_preference' holds preference pairs, "
+        "trained on with objective 'dpo'; got 'lm'",
+    ),
+    "no_reference": (
+        {"steps.dpo_trained.dataset_dict": {"type": "ref", "ref": "dpo_data"}},
+        "ConfigurationError: train.dataset_dict: objective 'dpo' compares the model with a "
+        "reference: give the data through a catwalk::reference_logprobs step",
+    ),
+    "reference_split": (
+        {"steps.dpo_reference.splits": ["test"]},
+        "ConfigurationError: reference_logprobs.splits: 'test' is not in the dataset (splits: "
+        "train, validation)",
+    ),
+    "reference_of_choices": (
         {"steps.dpo_data.task": {"type": "catwalk::synthetic", "sizes": {"train": 8}}},
-        "ConfigurationError: model.objective: 'dpo' trains on preference pairs (a preference "
-        "task), and task 'SyntheticTask' is multiple choice",
+        "ConfigurationError: reference_logprobs.dataset_dict: a reference's log-probabilities "
+        "are of preference pairs, and these instances are multiple choice",
     ),
 }
+
+
+DEMO = REPO / "experiments" / "demo.jsonnet"
+ON_CHOICES = (
+    "ConfigurationError: model.objective: 'dpo' trains on preference pairs (a preference task), "
+    "and task 'SyntheticTask' is multiple choice"
+)
 
 
 def bad_rows_case(tmp_path: Path, name: str) -> tuple[Path, dict]:
@@ -69,6 +99,7 @@ def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
         for name in BAD_ROWS
     }
     cases.update({name: (DPO, o, line) for name, (o, line) in SETTINGS.items()})
+    cases["dpo_on_choices"] = (DEMO, {"steps.trained.model.objective": "dpo"}, ON_CHOICES)
     started = {}
     for name, (experiment, overrides, _) in cases.items():
         argv = tango_command(experiment, tmp_path / name, name, overrides)

@@ -17,7 +17,8 @@ from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 
-from ..kinds import kind_of
+from ..checks.training import loaded_task
+from ..kinds import kind_of, kind_of_task
 from ..scoring.tokenization import load_tokenizer
 from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..settings import OBJECTIVE
@@ -29,7 +30,7 @@ from ..standalone import (
     model_source,
 )
 from ..workspace.formats import InstancesFormat
-from .evaluate import Evaluate
+from .evaluate import Evaluate, loaded_splits
 
 BATCH_SIZE = 8  # pairs per forward
 
@@ -57,6 +58,15 @@ def check_same_tokenizer(reference: str, policy: str | None, field: str) -> None
             f"'{policy}'; DPO compares the two models' log-probabilities of the same tokens: "
             "give a reference with the policy's tokenizer"
         )
+
+
+def check_splits(splits: list[str] | None, loaded: list[str] | None) -> None:
+    for name in splits or []:
+        if loaded is not None and name not in loaded:
+            raise ConfigurationError(
+                f"reference_logprobs.splits: '{name}' is not in the dataset (splits: "
+                f"{', '.join(loaded)})"
+            )
 
 
 @Step.register("catwalk::reference_logprobs")
@@ -89,6 +99,10 @@ class ReferenceLogprobs(Evaluate):
             check_same_tokenizer(
                 configured.tokenizer_name(), kwargs.get("tokenizer"), "reference_logprobs.model"
             )
+        task = loaded_task(kwargs.get("dataset_dict"))
+        if task is not None:  # known now: the data's kind and splits
+            kind_of_task(task).with_references([], [])
+            check_splits(kwargs.get("splits"), loaded_splits(kwargs.get("dataset_dict")))
         return kwargs
 
     def run(  # type: ignore[override]
@@ -107,12 +121,7 @@ class ReferenceLogprobs(Evaluate):
         source = model_source(model)
         check_same_tokenizer(source.tokenizer_name(), tokenizer, "reference_logprobs.model")
         names = list(splits or dataset_dict.keys())
-        for name in names:
-            if name not in dataset_dict:
-                raise ConfigurationError(
-                    f"reference_logprobs.splits: '{name}' is not in the dataset (splits: "
-                    f"{', '.join(dataset_dict.keys())})"
-                )
+        check_splits(names, list(dataset_dict.keys()))
         instances = [i for name in names for i in dataset_dict[name]]
         kind = kind_of(instances)
         kind.with_references([], [])  # one line, before any forward, for other data than pairs
