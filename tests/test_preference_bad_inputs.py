@@ -82,6 +82,11 @@ ON_CHOICES = (
     "and task 'SyntheticTask' is multiple choice"
 )
 
+IN_LOOP = (
+    "ConfigurationError: train.evaluate_tasks: task 'synthetic_preference' holds preference "
+    "pairs, whose rewards are scored against a reference"
+)
+
 
 def bad_rows_case(tmp_path: Path, name: str) -> tuple[Path, dict]:
     """The tiny DPO run on a file of two rows, the second bad."""
@@ -100,6 +105,8 @@ def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
     }
     cases.update({name: (DPO, o, line) for name, (o, line) in SETTINGS.items()})
     cases["dpo_on_choices"] = (DEMO, {"steps.trained.model.objective": "dpo"}, ON_CHOICES)
+    in_loop = {"steps.trained.evaluate_tasks": [{"type": "catwalk::synthetic_preference"}]}
+    cases["pairs_in_the_loop"] = (DEMO, in_loop, IN_LOOP)
     started = {}
     for name, (experiment, overrides, _) in cases.items():
         argv = tango_command(experiment, tmp_path / name, name, overrides)

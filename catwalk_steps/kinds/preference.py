@@ -57,6 +57,13 @@ class Preference(TaskKind):
                 f"objective 'dpo'; got {objective or 'lm'!r}"
             )
 
+    def check_in_loop(self, task, max_length):
+        raise ConfigurationError(
+            f"train.evaluate_tasks: task '{task.name}' holds preference pairs, whose rewards are "
+            "scored against a reference: validate on them as the training step's data (through "
+            "catwalk::reference_logprobs), or evaluate them after training"
+        )
+
     def validation_metrics(self, task):
         return (*PAIR_METRICS, LOSS)
 
