@@ -196,3 +196,11 @@ def test_without_a_reference_or_adapter_training_says_so():
     model.train()
     with pytest.raises(RuntimeError, match="no reference log-probabilities"):
         model(**batch)
+
+
+def test_text_rows_need_the_model_s_tokenizer_only_to_count_against_max_length(tmp_path):
+    rows = [{"prompt": "p", "chosen": " a", "rejected": " b"}]
+    assert not files(tmp_path, rows).renders_chat  # load_task takes no tokenizer for it
+    assert files(tmp_path, rows, max_length=16).renders_chat
+    chat = [{"prompt": [user("hi")], "chosen": [assistant("a")], "rejected": [assistant("b")]}]
+    assert files(tmp_path, chat).renders_chat

@@ -95,9 +95,11 @@ class PreferenceTask(Task):
         self.max_length, self.max_instances = max_length, max_instances
         self.split_names = dict(split_names or {})
         self.source = preference_source(name, source, data_files, path, hub)
+        self.chat_rows = not isinstance(self.source, FileSource)  # unknown until loaded
         if isinstance(self.source, FileSource):  # known now: every row checked before a step
             for split in self.source.splits():
-                self.checked_rows(split)
+                rows = self.checked_rows(split)
+                self.chat_rows |= any(is_messages(row[1]) for row, _ in rows)
 
     @property
     def name(self) -> str:
@@ -105,8 +107,9 @@ class PreferenceTask(Task):
 
     @property
     def renders_chat(self) -> bool:
-        """The model's tokenizer renders chat rows and counts the prompts' tokens."""
-        return True
+        """Whether the model's tokenizer is needed: to render chat rows (hub rows may be), or
+        to count the prompts' tokens against `max_length`."""
+        return self.chat_rows or self.max_length is not None
 
     def data_split(self, split: str) -> str:
         return self.split_names.get(split, split)
