@@ -179,6 +179,20 @@ def shared_dataset(step: Step[Any], workspace: Any, message: dict) -> Any:
     return dataset
 
 
+def shared_model_directory(init_from: Any, workspace: Any) -> Any:
+    """`init_from` as node 0 reads it: a step's model from the shared workspace."""
+    from tango import Step
+
+    if not isinstance(init_from, Step):
+        return init_from  # a directory already
+    if init_from not in workspace.step_cache:
+        raise ConfigurationError(
+            f"{workspace.step_dir(init_from)}: train.init_from's model is not in the workspace; "
+            "catwalk-worker reads it from the workspace node 0 uses (-w)"
+        )
+    return workspace.step_cache.step_dir(init_from)
+
+
 def local_job(args: argparse.Namespace) -> tuple[Any, Work]:
     """This node's job (training or evaluation) and what each of its workers does."""
     from ..standalone.workers import score_share
@@ -197,9 +211,10 @@ def local_job(args: argparse.Namespace) -> tuple[Any, Work]:
     if isinstance(step, Evaluate):
         job, work = step.node_job(workspace, work_dir, message, logger), score_share
     else:
-        settings = TrainSettings(
-            **{**step.kwargs, "dataset_dict": shared_dataset(step, workspace, message)}
-        )
+        kwargs = {**step.kwargs, "dataset_dict": shared_dataset(step, workspace, message)}
+        if step.kwargs.get("init_from") is not None:  # a step's model: its shared directory
+            kwargs["init_from"] = str(shared_model_directory(step.kwargs["init_from"], workspace))
+        settings = TrainSettings(**kwargs).started()
         job = build_job(settings, step.unique_id, step.name, work_dir, None, logger)
     rendezvous = replace(job.rendezvous, host=args.master_addr, port=args.master_port)
     return replace(job, rendezvous=rendezvous), work

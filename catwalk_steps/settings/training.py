@@ -10,12 +10,15 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
-from tango.common import DatasetDict, Lazy
+from tango.common import DatasetDict, Lazy, Params
+from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
 
+from ..components import lazy_params
 from ..tasks import Task
 from .engine import EngineSettings
 from .evaluation import DEVICE_COUNT
@@ -72,6 +75,19 @@ class TrainSettings:
     def blocks(self) -> TrainBlocks:
         """The lazy blocks, each read once from its config for every reader of these settings."""
         return TrainBlocks.of(self)
+
+    def started(self) -> TrainSettings:
+        """These settings with the model block loading `init_from`'s weights (a directory by
+        now: the step's own, or on another node the shared workspace's); the block's `config`
+        and `pretrained` give way, its `objective`, `dpo` and `adapter` stay."""
+        if self.init_from is None:
+            return self
+        directory = str(self.init_from)
+        if not Path(directory).is_dir():
+            raise ConfigurationError(f"train.init_from: {directory}: no such model directory")
+        params = {k: v for k, v in lazy_params(self.model).items() if k != "config"}
+        params.update(pretrained=directory, tokenizer=params.get("tokenizer") or directory)
+        return replace(self, model=Lazy(Model, Params(params)), init_from=None)
 
     @property
     def port(self) -> int | None:

@@ -4,12 +4,11 @@ checkpoint's model as a Hugging Face directory."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tango import Step
-from tango.common import Lazy, Params
+from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.common.util import get_extra_imported_modules
 from tango.integrations.torch import Model
@@ -23,7 +22,6 @@ from ..checkpoints import (
 )
 from ..checks.trackers import split_trackers
 from ..checks.training import check_train_step, default_validation
-from ..components import lazy_params
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
@@ -123,7 +121,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         return super()._replace_steps_with_results(o, workspace)
 
     def run(self, **keys: Any) -> RankClassifier:
-        settings = started_from(TrainSettings(**keys))  # the keys: `run.__signature__` below
+        settings = TrainSettings(**keys).started()  # the keys: `run.__signature__` below
         if settings.processes > 1:
             # Only for a step that trains (not when its result is cached); its imports run
             # while the job is planned (the in-loop tasks read, the data checked).
@@ -164,18 +162,6 @@ def saved_model_directory(step: Step, workspace: Any, needed_by: Step) -> str:
     else:
         step.result(workspace=workspace, needed_by=needed_by)
     return str(SavedModel(step, workspace).directory())
-
-
-def started_from(settings: TrainSettings) -> TrainSettings:
-    """The settings with the model block loading `init_from`'s weights (`pretrained`)."""
-    if settings.init_from is None:
-        return settings
-    directory = str(settings.init_from)
-    if not Path(directory).is_dir():
-        raise ConfigurationError(f"train.init_from: {directory}: no such model directory")
-    params = {k: v for k, v in lazy_params(settings.model).items() if k != "config"}
-    params.update(pretrained=directory, tokenizer=params.get("tokenizer") or directory)
-    return replace(settings, model=Lazy(Model, Params(params)), init_from=None)
 
 
 class TrainingStopped(KeyboardInterrupt):
