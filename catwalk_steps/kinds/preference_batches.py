@@ -85,8 +85,10 @@ def batch_answers(outputs: Mapping[str, Any], count: int) -> list[dict[str, Any]
 def preference_answers(
     model: Any, requests: list, options: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """Every pair's answer from `model` on one device, `batch_size` pairs a forward."""
-    device, size = torch.device(options["device"]), int(options.get("batch_size") or 8)
+    """Every pair's answer from `model` on one device: `batch_size` answers (half as many
+    pairs) a forward, as sharded workers batch them."""
+    device = torch.device(options["device"])
+    size = max(1, int(options.get("batch_size") or 16) // 2)
     precision = options.get("precision")
     autocast = precision.autocast(device.type) if precision is not None else torch.no_grad()
     answers: list[dict[str, Any]] = []

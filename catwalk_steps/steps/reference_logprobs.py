@@ -32,7 +32,7 @@ from ..standalone import (
 from ..workspace.formats import InstancesFormat
 from .evaluate import Evaluate, loaded_splits
 
-BATCH_SIZE = 8  # pairs per forward
+BATCH_SIZE = 16  # answers per forward (8 pairs), as evaluate's batch_size counts sequences
 
 
 def reference_block(model: Any) -> Any:
