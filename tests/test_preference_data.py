@@ -167,17 +167,25 @@ def batch_of(model: RankClassifier, pairs: list[PreferenceInstance]) -> dict:
     return collator(pairs)
 
 
-def test_with_an_adapter_the_reference_is_the_base_with_the_adapter_off():
+# adapter block, the weights moved (LoRA's B starts at 0), the weights that train
+ADAPTERS = {
+    "lora": ({"type": "lora", "r": 2, "target_modules": [".*c_attn", ".*c_fc"]}, "lora_B", "lora_"),
+    "ia3": ({"type": "ia3", "target_modules": [".*c_attn", ".*c_fc"]}, "ia3_l", "ia3_l"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ADAPTERS))
+def test_with_an_adapter_the_reference_is_the_base_with_the_adapter_off(kind):
     """No reference given: the loss compares the adapted model with its own base; once the
     adapter has moved, the policy's log-probabilities differ and the base's stay."""
-    adapter = {"type": "lora", "r": 2, "target_modules": [".*c_attn", ".*c_fc"]}
+    adapter, moved, trained = ADAPTERS[kind]
     model = RankClassifier(**TINY, adapter=adapter)
     base = RankClassifier(**TINY)  # the same init seed
     pairs = [PreferenceInstance("Question: x?\nAnswer:", " yes\n", " no\n")] * 2
     batch = batch_of(model, pairs)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if "lora_B" in name:
+            if moved in name:
                 parameter.normal_()
     model.train()
     outputs = model(**batch)
@@ -187,7 +195,7 @@ def test_with_an_adapter_the_reference_is_the_base_with_the_adapter_off():
     reference = (outputs["logps/chosen"] - outputs["rewards/chosen"] / 0.1).detach()
     assert torch.allclose(reference, chosen, atol=1e-4)
     assert not torch.allclose(outputs["logps/chosen"], chosen, atol=1e-3)
-    assert all(p.grad is None for n, p in model.named_parameters() if "lora" not in n)
+    assert all(p.grad is None for n, p in model.named_parameters() if trained not in n)
 
 
 def test_without_a_reference_or_adapter_training_says_so():
