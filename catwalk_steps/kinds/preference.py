@@ -18,7 +18,15 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from ..scoring.preference_objective import ACCURACIES, LOGPS_CHOSEN, PAIR_METRICS
+from ..scoring.preference_objective import (
+    ACCURACIES,
+    LOGPS_CHOSEN,
+    LOGPS_REJECTED,
+    MARGINS,
+    PAIR_METRICS,
+    REWARDS_CHOSEN,
+    REWARDS_REJECTED,
+)
 from ..tasks.preference import PreferenceInstance
 from .base import Scorer, TaskKind, register
 from .generative import squared
@@ -33,15 +41,15 @@ def pair_values(answer: Mapping[str, Any]) -> dict[str, float]:
     """A pair's metrics from its answer (TRL's names): log-probabilities always, rewards where
     the model had a reference."""
     chosen, rejected = answer["logps"]
-    values = {LOGPS_CHOSEN: chosen, "logps/rejected": rejected}
+    values = {LOGPS_CHOSEN: chosen, LOGPS_REJECTED: rejected}
     if answer.get("rewards") is not None:
         good, bad = answer["rewards"]
         values.update(
             {
-                "rewards/chosen": good,
-                "rewards/rejected": bad,
+                REWARDS_CHOSEN: good,
+                REWARDS_REJECTED: bad,
                 ACCURACIES: float(good > bad),
-                "rewards/margins": good - bad,
+                MARGINS: good - bad,
             }
         )
     return values
