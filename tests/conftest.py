@@ -209,6 +209,34 @@ def evaluate_library(tmp_path: Path, jsonnet: str):
     return experiment_params(path)["value"]
 
 
+# The files that take longest (a fresh clone's --durations, docs/reference/tests.md), run first:
+# pytest-xdist (`--dist loadfile`) hands files out in collection order, so a long file collected
+# last ran alone on one core at the end while the other waited.
+LONGEST_FIRST = (
+    "test_lora.py",
+    "test_hosts.py",
+    "test_dpo_training.py",
+    "test_bad_inputs.py",
+    "test_one_line_through_tango_run.py",
+    "test_sharded_training.py",
+    "test_suite_pipeline.py",
+    "test_pipeline.py",
+    "test_resume.py",
+    "test_parallel_interrupt.py",
+    "test_sweeps.py",
+    "test_killed_run_leftovers.py",
+    "test_generative_training.py",
+    "test_checkpoints_demo.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files in :data:`LONGEST_FIRST` order, then the others as collected; each file's tests
+    keep their order."""
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_configure(config):
     """One torch thread in the test process too (see TANGO_ENV)."""
     import torch

@@ -6,12 +6,14 @@ interrupted; a sweep over beta computes the reference's log-probabilities once."
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from . import commands
-from .conftest import EXPERIMENTS, REPO, run_tango, step_result, tango_command
+from .conftest import EXPERIMENTS, REPO, history, run_tango, step_result, tango_command
 from .training import TINY_WITH_DROPOUT
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -38,12 +40,15 @@ def metrics(workspace: Path, run: str, step: str) -> dict:
 
 @pytest.fixture(scope="module")
 def demo_workspace(tmp_path_factory) -> Path:
-    """The demo run with FSDP2 (its engine), then its DPO step again with FairScale in the same
-    workspace (the SFT model and the reference's log-probabilities are cached: reused)."""
+    """The demo run with FSDP2 (its engine: all of it, the generation suite and the reports
+    too), then its DPO step again with FairScale in the same workspace, as far as the
+    evaluation after it (the SFT model and the reference's log-probabilities are cached:
+    reused)."""
     workspace = tmp_path_factory.mktemp("dpo_demo") / "ws"
     run_tango(DEMO, workspace, "fsdp2", SMALL_DEMO)
     fairscale = {**SMALL_DEMO, "steps.dpo_trained.training_engine.type": "catwalk::fairscale"}
-    output = run_tango(DEMO, workspace, "fairscale", fairscale)
+    steps = ("-s", "dpo_eval_before", "-s", "dpo_eval_after")
+    output = run_tango(DEMO, workspace, "fairscale", fairscale, extra=steps)
     assert 'Starting step "dpo_reference"' not in output  # cached: the same reference, data
     return workspace
 
@@ -142,3 +147,37 @@ def test_the_reference_step_sharded_over_two_workers_gives_the_one_device_number
     assert "Evaluating on 2 CPU processes" in output
     one, shared = references(tmp_path / "one", "one"), references(tmp_path / "two", "two")
     assert len(one) == 2 * 40 and shared == pytest.approx(one, abs=1e-5)
+
+
+ADAPTER_DPO = f"""
+local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';
+local tuned = lib.preference(
+  task=lib.tasks.synthetic_preference {{ sizes: {{ train: 32, validation: 8 }} }},
+  model=lib.models.tiny_gpt2 {{ adapter: lib.models.lora(targets=lib.models.gpt2_projections) }},
+  engine=lib.engines.torch_fsdp() {{
+    precision: 'bf16', max_grad_norm: 1.0, activation_checkpointing: true }},
+  training=lib.training.demo {{ device_count: 2, batch_size: 4, grad_accum: 2, train_steps: 4,
+                                validate_every: 4, checkpoint_every: 4, log_every: 1 }},
+  dpo={{ beta: 0.1 }},
+);
+tuned {{ steps+: {{ dpo_trained+: {{ callbacks: [{{ type: 'test::base_unchanged' }}] }} }} }}
+"""
+
+
+def test_a_lora_adapter_trains_by_dpo_under_fsdp2_in_bf16_with_every_option(tmp_path):
+    """DPO with a LoRA adapter (the reference: the base with the adapter off, in the same model)
+    under FSDP2 on 2 processes, in bf16 with clipping, gradient accumulation and activation
+    checkpointing: finite losses, the base bitwise unchanged, the adapter trained, the reward
+    accuracy scored after."""
+    experiment = tmp_path / "lora_dpo.jsonnet"
+    experiment.write_text(ADAPTER_DPO)
+    workspace = tmp_path / "ws"
+    run_tango(experiment, workspace, "lora")
+    trained = step_result(workspace, "lora", "dpo_trained")
+    losses = [entry["loss"] for entry in history(workspace, "lora", "dpo_trained")["train"]]
+    assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses), losses
+    checked = json.loads((trained / "work" / "base_unchanged.json").read_text())
+    assert checked["compared"] > 10  # every base weight, gathered whole, bitwise as built
+    adapter = load_file(trained / "adapter" / "adapter_model.safetensors")
+    assert any(value.abs().sum() > 0 for name, value in adapter.items() if "lora_B" in name)
+    assert metrics(workspace, "lora", "dpo_eval_after")[f"{ACCURACY}_stderr"] is not None
