@@ -17,13 +17,14 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
-	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --no-compile $(TORCH_PIP_FLAGS) "$(TORCH)"
-	$(BIN)/python -m pip install --no-compile -c constraints.txt -e '.[dev]'
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install $(TORCH_PIP_FLAGS) "$(TORCH)"
+	$(BIN)/python -m pip install -c constraints.txt -e '.[dev]'
 	$(BIN)/python -m catwalk_startup
-	@# Bytecode once, for the modules that run (where PYTHONDONTWRITEBYTECODE is set, every
-	@# fresh interpreter would compile them again: the tests start many), not for every file
-	@# of site-packages as pip would (catwalk_startup/bytecode.py says what it saves)
-	@$(BIN)/python -m catwalk_startup.bytecode
+	@# Bytecode for this checkout once (where PYTHONDONTWRITEBYTECODE is set, every fresh
+	@# interpreter would compile the package again: the tests start many). pip compiles every
+	@# file it installs: compiling only what the tests import instead (catwalk_startup's
+	@# imports) left torch's and transformers' lazily imported modules to every process, and a
+	@# fresh clone's `make test` took 69 s longer.
 	@$(BIN)/python -m compileall -q catwalk_steps catwalk_startup tests > /dev/null
 	@touch $@
 
