@@ -251,3 +251,17 @@ def test_a_step_failing_in_a_slot_is_one_line_on_the_terminal(tmp_path):
         "TaskDataError: task 'gsm8k_gold_bpb_5shot': document 0's continuation is 123" in (lines[0])
     )
     assert "Exception occurred during processing of request" not in output
+
+
+def test_a_slot_whose_parent_closed_its_pipe_stops_without_a_traceback():
+    """Stopped while its step ended (Ctrl-C reached the step too late): `tango run` has closed
+    the pipes, and the slot's last message finds no reader; it ends quietly (its step's state
+    is in the workspace), not with a BrokenPipeError traceback on the terminal."""
+    import multiprocessing
+
+    from catwalk_steps.parallel.slot import send
+
+    reader, writer = multiprocessing.Pipe(duplex=False)
+    assert send(writer, {"ready": True})
+    reader.close()
+    assert not send(writer, {"finished": "trained", "ok": True, "model": None})

@@ -51,8 +51,13 @@ class SlotSettings:
     include_package: tuple[str, ...] = ()
 
 
-def send(channel: Any, message: dict[str, Any]) -> None:
-    channel.send_bytes(json.dumps(message).encode())
+def send(channel: Any, message: dict[str, Any]) -> bool:
+    """False when the other end has closed its pipe (`tango run` stopped, or gone)."""
+    try:
+        channel.send_bytes(json.dumps(message).encode())
+    except OSError:  # BrokenPipeError, or the pipe closed on this side
+        return False
+    return True
 
 
 def receive(channel: Any) -> dict[str, Any] | None:
@@ -101,14 +106,16 @@ def serve(settings: SlotSettings, inbox: Any, outbox: Any) -> None:
     workspace = Workspace.from_url(settings.workspace)
     graph = StepGraph.from_file(settings.graph)
     executor = Executor(workspace=workspace, include_package=list(settings.include_package))
-    send(outbox, {"ready": True})
+    if not send(outbox, {"ready": True}):
+        return
     while (request := receive(inbox)) is not None:
         name = request.get("run")
         if not isinstance(name, str) or name not in graph:
             return
         log_under(f"step {name}")
         ok = run_step(graph[name], executor)
-        send(outbox, {"finished": name, "ok": ok, "model": held_model_key()})
+        if not send(outbox, {"finished": name, "ok": ok, "model": held_model_key()}):
+            return  # stopped while the step ended: its state is in the workspace
 
 
 def become_slot(settings: SlotSettings) -> None:
