@@ -195,9 +195,6 @@ def shared_model_directory(init_from: Any, workspace: Any) -> Any:
 
 def local_job(args: argparse.Namespace) -> tuple[Any, Work]:
     """This node's job (training or evaluation) and what each of its workers does."""
-    from ..standalone.workers import score_share
-    from ..steps.evaluate import Evaluate
-
     step = training_step(args)
     args.master_addr, args.master_port = rendezvous_address(args, step)
     if args.timeout is None:
@@ -208,8 +205,9 @@ def local_job(args: argparse.Namespace) -> tuple[Any, Work]:
     check_message(message, step, work_dir, args)
     work: Work = train_on_worker
     job: Any
-    if isinstance(step, Evaluate):
-        job, work = step.node_job(workspace, work_dir, message, logger), score_share
+    node_job = getattr(step, "node_job", None)  # a step of its own workers (an evaluation)
+    if callable(node_job):
+        job, work = node_job(workspace, work_dir, message, logger)
     else:
         kwargs = {**step.kwargs, "dataset_dict": shared_dataset(step, workspace, message)}
         if step.kwargs.get("init_from") is not None:  # a step's model: its shared directory

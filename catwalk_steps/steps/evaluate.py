@@ -32,6 +32,7 @@ from ..standalone import (
     model_source,
 )
 from ..standalone.scores import evaluation_job
+from ..standalone.workers import score_share
 from ..tasks import LOADED_SPLITS, ModelTokenizer, Task
 from ..workspace.formats import EvaluationFormat, HFModelFormat
 from .load_task import LoadTask
@@ -149,12 +150,12 @@ class Evaluate(Step[dict]):
 
     def node_job(
         self, workspace: Any, work_dir: Path, message: Mapping[str, Any], log: Any
-    ) -> EvaluationJob:
+    ) -> tuple[EvaluationJob, Any]:
         """This step's job as another node of a multi-node evaluation builds it
-        (`catwalk-worker`): from this node's copy of the experiment, the model and data steps
-        read from the shared workspace (never computed here). The chunks to score are node 0's
-        (`message`, data), once the records' key (the model's content, the requests, the
-        scoring settings) is the same here."""
+        (`catwalk-worker`), and what each of that node's workers does with it: from this node's
+        copy of the experiment, the model and data steps read from the shared workspace (never
+        computed here). The chunks to score are node 0's (`message`, data), once the records'
+        key (the model's content, the requests, the scoring settings) is the same here."""
         for needed in self.dependencies:
             if needed not in workspace.step_cache:
                 raise ConfigurationError(
@@ -175,7 +176,7 @@ class Evaluate(Step[dict]):
                 f"step '{self.name}': this node's model, requests or settings differ from node "
                 "0's (another key for the records); give every node the same files and config"
             )
-        return job
+        return job, score_share
 
     def run(  # type: ignore[override]
         self,
