@@ -21,6 +21,7 @@ from catwalk_steps.scoring.preference import (
     pack_pairs,
 )
 from catwalk_steps.scoring.preference_loss import preference_loss
+from catwalk_steps.scoring.preference_objective import adapters_off
 
 from .fixtures.make_dpo_fixture import GATHERED, build_model, digest, key_of, set_lora_weights
 
@@ -42,27 +43,12 @@ def with_lora(model):
     return model
 
 
-@contextlib.contextmanager
-def adapter_off(model):
-    """The base model: every peft layer's adapter disabled (TRL's reference with an adapter)."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    layers = [m for m in model.modules() if isinstance(m, BaseTunerLayer)]
-    for layer in layers:
-        layer.enable_adapters(False)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            layer.enable_adapters(True)
-
-
 def ours(case: dict, layout: str) -> tuple[float, dict, dict, dict]:
     """Our loss, metrics' means and per-pair values, and gradient digests for one case."""
     policy = build_model(FIXTURE["seed"])
     batch = LAYOUTS[layout](PAIRS, 0)
     if case["lora"]:
-        policy, reference, off = with_lora(policy), policy, adapter_off(policy)
+        policy, reference, off = with_lora(policy), policy, adapters_off(policy)
     else:
         reference, off = build_model(FIXTURE["seed"] + 1), contextlib.nullcontext()
     policy.train()

@@ -77,30 +77,31 @@ def train_on_worker(job: TrainingJob, rank: int, local_rank: int) -> None:
     Trainer(job, train_config_for(job, rank, local_rank)).run()
 
 
-def die_with(launcher: int) -> None:
-    """SIGKILL this worker as soon as the launcher process is gone, even killed outright.
+def die_with(launcher: int, signum: int = signal.SIGKILL) -> None:
+    """`signum` to this process (SIGKILL: a worker) as soon as the `launcher` process is gone,
+    even killed outright.
 
-    A forked worker's parent is the fork server, not the launcher, and the server lives as long
-    as its children do, so Linux's parent-death signal would never fire; a thread waits on a
-    pidfd of the launcher instead (Linux >= 5.3; elsewhere it checks once a second).
+    A forked process's parent is the fork server, not the launcher, and the server lives as
+    long as its children do, so Linux's parent-death signal would never fire; a thread waits on
+    a pidfd of the launcher instead (Linux >= 5.3; elsewhere it checks once a second).
     """
 
-    def wait_then_die() -> None:
+    def wait_then_signal() -> None:
         try:
             descriptor = os.pidfd_open(launcher)
         except ProcessLookupError:
-            os.kill(os.getpid(), signal.SIGKILL)
+            pass
         except (AttributeError, OSError):  # no pidfd here: poll
-            while _alive(launcher):
+            while alive(launcher):
                 time.sleep(1.0)
         else:
             select.select([descriptor], [], [])  # readable once the launcher has exited
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signum)
 
-    threading.Thread(target=wait_then_die, name="die-with-launcher", daemon=True).start()
+    threading.Thread(target=wait_then_signal, name="die-with-launcher", daemon=True).start()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

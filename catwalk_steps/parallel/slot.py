@@ -26,15 +26,12 @@ import contextlib
 import ctypes
 import json
 import os
-import select
 import signal
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..launch.worker_process import SLOT_ENV
+from ..launch.worker_process import SLOT_ENV, die_with
 
 MESSAGE_LIMIT = 1 << 16  # bytes: a message is a step's name and a model's key
 
@@ -133,36 +130,6 @@ def become_slot(settings: SlotSettings) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
 
 
-def stop_with_parent(parent: int) -> None:
-    """SIGTERM (handled as Ctrl-C) once `tango run` is gone, even killed outright. A forked
-    slot's parent is the fork server, so Linux's parent-death signal would name the wrong
-    process: a thread waits on a pidfd of `tango run` (elsewhere it checks once a second)."""
-
-    def wait_then_stop() -> None:
-        try:
-            descriptor = os.pidfd_open(parent)
-        except ProcessLookupError:
-            pass
-        except (AttributeError, OSError):  # no pidfd here: poll
-            while alive(parent):
-                time.sleep(1.0)
-        else:
-            select.select([descriptor], [], [])  # readable once `tango run` has exited
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=wait_then_stop, name="stop-with-parent", daemon=True).start()
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class InterruptOnce:
     """The slot's Ctrl-C and SIGTERM handler: KeyboardInterrupt once (the running step stops,
     marked failed, its lock released), then nothing. A slot is sent both when Ctrl-C reaches
@@ -189,7 +156,9 @@ def run_slot(settings: SlotSettings, inbox: Any, outbox: Any) -> None:
     interrupt = InterruptOnce()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, interrupt)
-    stop_with_parent(settings.parent)
+    # SIGTERM (handled as Ctrl-C) once `tango run` is gone, even killed outright: a forked
+    # slot's parent is the fork server, so Linux's parent-death signal would name the wrong one
+    die_with(settings.parent, signal.SIGTERM)
     log_under("slot")
     code = 0
     try:
