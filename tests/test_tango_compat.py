@@ -245,6 +245,40 @@ def test_the_executor_still_has_what_catwalk_executor_uses(tmp_path):
     )
 
 
+def test_an_included_package_is_walked_once_per_process(tmp_path, monkeypatch):
+    """tango_fixes/imports.py: Tango imports every `--include-package` again before each step
+    (and each worker and slot as it starts); once walked whole, a package is not walked again,
+    while one walked with modules excluded is walked as Tango walks it."""
+    import importlib
+    import sys
+
+    import tango.common.util
+    from tango.common.util import import_extra_module, import_module_and_submodules
+
+    from catwalk_steps.tango_fixes import imports
+
+    # what this test walks is forgotten after it (the workers of later tests import the list)
+    extra = tango.common.util._extra_imported_modules
+    monkeypatch.setattr(tango.common.util, "_extra_imported_modules", set(extra))
+    monkeypatch.setattr(imports, "WALKED", set(imports.WALKED))
+    package = tmp_path / "walked_once"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "inner.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import_extra_module("walked_once")
+    import_extra_module("catwalk_steps")
+    assert "walked_once.inner" in sys.modules
+    cleared: list[int] = []
+    original = importlib.invalidate_caches
+    monkeypatch.setattr(importlib, "invalidate_caches", lambda: cleared.append(1) or original())
+    import_extra_module("walked_once")
+    import_extra_module("catwalk_steps")
+    assert cleared == []
+    import_module_and_submodules("walked_once", exclude={"walked_once.other"})
+    assert len(cleared) == 2  # the package and its module, walked as Tango walks them
+
+
 def test_tangos_messages_are_still_the_ones_we_parse():
     """tango_fixes/registry.py, tasks/base.py and catwalk_startup/one_line.py read Tango's
     message text (it gives no field naming the key): each pattern matches what Tango says."""
