@@ -38,4 +38,32 @@ def is_a_main_process():
     return 0 if fresh else 5
 
 
-ALL = [returns_none, exits_3, exits_with_a_message, raises, interrupted, is_a_main_process]
+def says_goodbye_at_exit():
+    """An `atexit` handler, and a file object that only shutdown flushes (buffered, unclosed)."""
+    import atexit
+
+    atexit.register(print, "goodbye")
+    sys.stdout.write("unflushed")
+    return 4
+
+
+def a_thread_outlives_main():
+    """Shutdown waits for a non-daemon thread before `atexit`."""
+    import atexit
+    import threading
+    import time
+
+    atexit.register(print, "atexit after the thread")
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread done"))).start()
+
+
+ALL = [
+    returns_none,
+    exits_3,
+    exits_with_a_message,
+    raises,
+    interrupted,
+    is_a_main_process,
+    says_goodbye_at_exit,
+    a_thread_outlives_main,
+]

@@ -28,8 +28,12 @@ def test_a_served_command_exits_as_a_fresh_interpreter_would(main, tmp_path):
         env=TANGO_ENV,
         capture_output=True,
     )
-    served = commands.run_served(f"tests.exit_cases:{main.__name__}", ["x"], tmp_path / "out")
+    out, err = tmp_path / "out", tmp_path / "err"
+    served = commands.run_served(f"tests.exit_cases:{main.__name__}", ["x"], out, err)
     assert served == fresh.returncode, fresh.stderr
+    assert out.read_bytes() == fresh.stdout
+    # a traceback's frames differ (the served one starts in the server): its last line
+    assert err.read_bytes().splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
 
 
 @pytest.mark.parametrize("arguments", [["/tmp"], ["--help"]])
