@@ -1,6 +1,7 @@
 """One temporary directory per `tango run`, for the files its processes share only while it
 runs: the step graph its `--parallelism` slots read, the rendezvous file its workers meet
-through, and multiprocessing's own directory (the fork server's socket).
+through, multiprocessing's own directory (the fork server's socket) and the files torch names
+for a failed worker's traceback (which it unpickles: out of other users' reach here).
 
 Each of those was a name of its own in $TMPDIR (`catwalk-graph-*.jsonnet`,
 `catwalk-rendezvous-*`, `pymp-*`), removed by the process that made it as it exits: a `tango run`

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tango.common.exceptions import ConfigurationError
 from tango.step_info import StepState
@@ -136,6 +138,32 @@ def test_a_worker_lost_while_the_workers_start_stops_those_started_in_one_line(m
         "pipe); the other workers were stopped (run the step again)"
     )
     assert started[0].exitcode == -signal.SIGTERM
+
+
+def test_torchs_error_files_are_named_in_the_runs_own_directory(tmp_path, monkeypatch):
+    """Torch unpickles a failed worker's error file: named in a shared $TMPDIR, another user
+    could put a pickle there first (and one written there outlived a killed run)."""
+    import stat
+    import tempfile
+    from types import SimpleNamespace
+
+    from catwalk_startup.exit_with_parent import RUN_ENV
+    from catwalk_steps.launch import launcher
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    monkeypatch.setenv(RUN_ENV, str(run_dir))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(launcher, "START_METHOD", "fork")  # no fork server for two no-ops
+    monkeypatch.setattr(launcher, "worker_main", print)  # print(i, *args): prints, returns
+    job = SimpleNamespace(local_world_size=2)
+    context = launcher.launched(job, 0, None, None)
+    while not context.join():
+        pass
+    assert [Path(f).parent for f in context.error_files] == [run_dir, run_dir]
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert tempfile.gettempdir() == str(tmp_path)  # the default is back
 
 
 def test_a_worker_dies_with_its_launcher_even_when_the_launcher_is_killed_outright(tmp_path):

@@ -201,16 +201,22 @@ def launched(job: Any, node_rank: int, errors: Any, work: Work) -> torch_mp.Proc
     its job from the fork server (killed, out of memory) breaks the start of that worker, and
     torch neither stops those already started nor returns them: they would wait for the lost
     one to join until the rendezvous timeout, and keep this process from exiting. They are
-    stopped here; the cause is one line."""
+    stopped here; the cause is one line.
+
+    Torch names a file per worker for its traceback in `tempfile`'s directory and unpickles it
+    when the worker fails: in a shared $TMPDIR another user could put a pickle at that name
+    (and a file written there outlived a killed run); they are made in the run's own directory
+    (0700, removed with the run)."""
     before = set(multiprocessing.active_children())
     try:
-        return torch_mp.start_processes(
-            worker_main,
-            args=(job, node_rank, errors, os.getpid(), work),
-            nprocs=job.local_world_size,
-            join=False,
-            start_method=START_METHOD,
-        )
+        with temp_files_in_run_dir():
+            return torch_mp.start_processes(
+                worker_main,
+                args=(job, node_rank, errors, os.getpid(), work),
+                nprocs=job.local_world_size,
+                join=False,
+                start_method=START_METHOD,
+            )
     except BaseException as e:
         stop([p for p in multiprocessing.active_children() if p not in before])
         if isinstance(e, (OSError, EOFError)):
