@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,37 @@ def test_torchs_error_files_are_named_in_the_runs_own_directory(tmp_path, monkey
     assert [Path(f).parent for f in context.error_files] == [run_dir, run_dir]
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     assert tempfile.gettempdir() == str(tmp_path)  # the default is back
+
+
+def test_a_worker_whose_launcher_is_gone_exits_without_a_traceback_file(tmp_path, monkeypatch):
+    """A failing worker reports to its launcher through a pipe; with the launcher gone, the
+    report fails too (a broken pipe), and the worker still exits at once, code 1, instead of
+    raising into torch's wrapper, which wrote a traceback file (left behind by a killed run)."""
+    import tempfile
+    from types import SimpleNamespace
+
+    import torch.multiprocessing as torch_mp
+
+    from catwalk_steps.launch.worker_process import worker_main
+
+    class LauncherGone:
+        def put(self, report):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    job = SimpleNamespace(local_world_size=1)  # no include_package: the worker fails at once
+    context = torch_mp.start_processes(
+        worker_main,
+        args=(job, 0, LauncherGone(), os.getpid(), None),
+        nprocs=1,
+        join=False,
+        start_method="fork",
+    )
+    with pytest.raises(torch_mp.ProcessExitedException) as failed:  # not ProcessRaisedException
+        while not context.join():
+            pass
+    assert failed.value.exit_code == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_worker_dies_with_its_launcher_even_when_the_launcher_is_killed_outright(tmp_path):

@@ -66,8 +66,10 @@ def worker_main(
         work(job, rank, local_rank)
         dist.barrier()  # every rank is done before any tears the group down (gloo aborts else)
     except BaseException as e:  # Ctrl-C too: the launcher decides what happens next
-        errors.put(report_of(rank, e))
-        os._exit(1)  # no teardown, no interpreter shutdown: a peer may be gone mid-collective
+        try:
+            errors.put(report_of(rank, e))  # fails where the launcher is gone (a broken pipe)
+        finally:
+            os._exit(1)  # no teardown, no interpreter shutdown: a peer may be gone mid-collective
     destroy_process_group_if_initialized()
     leave_finished_worker()
 
