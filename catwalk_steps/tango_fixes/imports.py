@@ -27,11 +27,12 @@ def walk_each_package_once() -> None:
         def import_module_and_submodules(
             package_name: str, exclude: Any = None, recursive: bool = True
         ) -> None:
-            whole = recursive and not exclude and "/" not in package_name
+            a_path = "/" in package_name or package_name.endswith(".py")  # as Tango tells
+            whole = recursive and not exclude and not a_path
             if whole and package_name in WALKED:
                 return
             original(package_name, exclude=exclude, recursive=recursive)
-            if whole and not package_name.endswith(".py"):
+            if whole:
                 WALKED.add(package_name)
 
         return import_module_and_submodules
