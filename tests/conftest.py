@@ -141,6 +141,9 @@ def step_result(workspace: Path, run_name: str, step_name: str) -> Path:
 PARITY = REPO / "tests" / "fixtures" / "engines_parity.jsonnet"
 
 
+MAIN_JOB_OUTPUT = "make_run_output.txt"  # beside main_job_run's workspace
+
+
 @pytest.fixture(scope="session")
 def main_job_run(tmp_path_factory) -> Path:
     """`make run`'s experiment as shipped (demo_fsdp.jsonnet), run "first" in a workspace that
@@ -149,7 +152,8 @@ def main_job_run(tmp_path_factory) -> Path:
     fresh interpreter, training workers included, are the console-script tests' and
     test_lease_directory's."""
     workspace = tmp_path_factory.mktemp("main") / "workspace"
-    run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "first")
+    output = run_tango(EXPERIMENTS / "demo_fsdp.jsonnet", workspace, "first")
+    (workspace.parent / MAIN_JOB_OUTPUT).write_text(output)  # what `make run` printed
     return workspace
 
 

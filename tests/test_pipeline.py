@@ -157,3 +157,50 @@ def test_a_saved_model_is_readable_like_its_directory_and_an_export_keeps_the_ru
     assert done.returncode == 0, done.stderr
     card = json.loads((exported / "catwalk_model.json").read_text())["run_card"]
     assert card["step"]["name"] == "trained" and card["checkpoint"].endswith("step000000200")
+
+
+NUMBER = re.compile(r"[+-]?\d+\.\d+|\d+")
+# How far a shown figure may be from a fresh run's: accuracy, its standard error and the paired
+# difference move with the machine's float order only (bf16 on 2 processes); `n` is exact. The
+# training's peak MiB and tokens/s are the machine's own: shown, positive, not compared.
+SHOWN_TOLERANCE = 0.05
+
+
+def shape(line: str) -> str:
+    """A line of the table with its figures taken out and rich's column padding collapsed (a
+    wider number widens its column)."""
+    line = NUMBER.sub("#", line.replace("MetricsReport-003-", "MetricsReport-"))
+    line = re.sub(r"cache/MetricsReport-\w+", "cache/MetricsReport-<id>", line)
+    line = re.sub(r"in \S+/cache/", "in workspace/cache/", line)
+    return re.sub(r"([━─ ])\1+", r"\1", line.strip())
+
+
+def test_the_readme_shows_what_make_run_prints(demo_run: Path):
+    """The README's "It ends with:" block is what `make run` prints: the same lines in the same
+    shape (title, columns, rows, ± cells, the paired lines, where the report is), the figures
+    within SHOWN_TOLERANCE."""
+    from .conftest import MAIN_JOB_OUTPUT, REPO
+
+    readme = (REPO / "README.md").read_text()
+    shown = re.search(r"It ends with:\n\n```\n(.*?)```", readme, re.S).group(1).splitlines()
+    printed = (demo_run.parent / MAIN_JOB_OUTPUT).read_text().splitlines()
+    start = next(i for i, line in enumerate(printed) if line.strip() == "Metrics")
+    end = next(i for i, line in enumerate(printed) if line.startswith("report.md / report.csv"))
+    printed = printed[start : end + 1]
+    assert [shape(line) for line in shown] == [shape(line) for line in printed]
+    for said, run in zip(shown, printed, strict=True):
+        if "│" in said and NUMBER.search(said):  # a row: acc ± se, acc_norm ± se, n, peak, tokens/s
+            said_cells, run_cells = said.split("│")[2:-1], run.split("│")[2:-1]
+            for column, (a, b) in enumerate(zip(said_cells, run_cells, strict=True)):
+                a_numbers, b_numbers = NUMBER.findall(a), NUMBER.findall(b)
+                assert len(a_numbers) == len(b_numbers), (said, run)
+                if column == 2:  # n
+                    assert a_numbers == b_numbers, (said, run)
+                elif column < 2:
+                    for x, y in zip(a_numbers, b_numbers, strict=True):
+                        assert abs(float(x) - float(y)) <= SHOWN_TOLERANCE, (said, run)
+                else:
+                    assert all(float(y) > 0 for y in b_numbers), run
+        elif "paired" in said:
+            for x, y in zip(NUMBER.findall(said), NUMBER.findall(run), strict=True):
+                assert abs(float(x) - float(y)) <= SHOWN_TOLERANCE, (said, run)
