@@ -3,6 +3,7 @@ batches whatever the number of ranks."""
 
 from __future__ import annotations
 
+import torch
 from torch.utils.data import DataLoader
 
 from catwalk_steps.kinds.collate import MultipleChoiceCollator, Padding
@@ -51,3 +52,23 @@ def test_sharded_loader_outside_a_process_group_is_one_shard():
     batches = list(loader)
     assert [int(b["weights"].sum()) for b in batches] == [4, 4, 2]
     assert batches[0]["input_ids"].shape[0] == 16  # 4 instances x 4 choices
+
+
+def test_collating_processes_give_the_same_batches_from_every_place_in_an_epoch():
+    """`num_workers` (and torch's other collating keys the loader names) reach torch's loader,
+    in a whole epoch and in one a resumed run jumps into."""
+    instances = SyntheticTask(sizes={"train": 10}).load(["train"])["train"]
+    collate = MultipleChoiceCollator("catwalk::byte_level")
+
+    def loader(**keys):
+        return ShardedDataLoader(instances, batch_size=4, collate_fn=collate, **keys)
+
+    here, ahead = loader(), loader(num_workers=1, prefetch_factor=1, timeout=60)
+    assert ahead.num_workers == 1 and ahead.prefetch_factor == 1 and ahead.timeout == 60
+    assert type(ahead.epoch_batches(0)).__name__ == "_MultiProcessingDataLoaderIter"
+    for skip in (0, 1):
+        plain, collated = list(here.epoch_batches(0, skip)), list(ahead.epoch_batches(0, skip))
+        assert len(plain) == len(collated) == 3 - skip
+        for a, b in zip(plain, collated, strict=True):
+            assert torch.equal(a["input_ids"], b["input_ids"])
+    assert len(list(loader(drop_last=True).epoch_batches(0))) == 2  # the short batch left out

@@ -201,3 +201,36 @@ def test_every_key_on_the_page_says_what_it_is():
     """Each row has a text: a docstring or comment in the code, else docs/keys_notes.yml."""
     empty = [line for line in PAGE.read_text().splitlines() if re.match(r"^\| `.*\|  \|$", line)]
     assert not empty, f"keys without a text (add a :param: or a note): {empty[:5]}"
+
+
+def passes_keys_unlisted(cls: type) -> bool:
+    """Whether Tango hands `cls` keys that no signature names: a constructor taking `**kwargs`
+    that reach a class Tango does not read (a torch class), where the page cannot list them."""
+    from tango.common.from_params import FromParams
+
+    if cls.__init__ is object.__init__:  # no constructor: Tango gives it no keys
+        return False
+    signature = inspect.signature(cls.__init__)
+    if not any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values()):
+        return False
+    # Tango reads the next FromParams class's constructor for them (as `infer_method_params`);
+    # one with no constructor of its own (Registrable's) hands them on unread.
+    above = next((c for c in cls.mro()[1:] if issubclass(c, FromParams)), None)
+    if above is None or above.__init__ is object.__init__:
+        return True
+    return passes_keys_unlisted(above)
+
+
+def test_no_component_passes_keys_the_page_cannot_list():
+    """A component whose `**kwargs` go on to a class Tango does not read (`catwalk::sharded`
+    did, to torch's DataLoader: `num_workers` worked and was on no page) names each key it
+    passes, so the page lists it and Tango refuses any other in one line."""
+    unlisted = [
+        names
+        for targets in gen_keys.registered().values()
+        for target, names in targets.items()
+        if inspect.isclass(target) and not issubclass(target, Step) and passes_keys_unlisted(target)
+    ]
+    assert not unlisted, f"these pass keys through **kwargs unlisted: {unlisted}"
+    sharded = page_keys(PAGE.read_text())[("Data loaders", "catwalk::sharded")]
+    assert {"num_workers", "pin_memory", "prefetch_factor", "timeout", "drop_last"} <= sharded

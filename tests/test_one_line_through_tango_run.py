@@ -84,6 +84,14 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
         "key; did you mean 'max_instances'? (it takes label, max_instances, metric)",
         False,
     ),
+    "loader_key_torch_takes_the_loader_does_not": (
+        DEMO,
+        {**TINY, f"{T}.train_dataloader.persistent_workers": True},
+        "ConfigurationError: train_dataloader.persistent_workers: ShardedDataLoader has no such "
+        "key; (it takes batch_size, collate_fn, drop_last, num_workers, pin_memory, "
+        "prefetch_factor, seed, shuffle, timeout)",
+        False,
+    ),
     "override_not_an_object": (
         DEMO,
         [1],

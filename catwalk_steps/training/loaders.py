@@ -57,6 +57,15 @@ class ShardedDataLoader(DataLoader):
     :param shuffle: reshuffle every epoch with `seed`.
     :param seed: the shuffling seed; left out, `catwalk::train` uses its own `seed`, so that one
         seed (also one overridden with `-o`) drives data order, dropout and the rest.
+    :param num_workers: processes that collate batches ahead of the training step (torch's
+        `DataLoader`); 0 collates in the training process.
+    :param pin_memory: collate into page-locked memory, for faster copies to a GPU (torch's).
+    :param drop_last: leave out each epoch's last batch when it is short.
+    :param prefetch_factor: batches each collating process prepares ahead (with `num_workers`).
+    :param timeout: seconds to wait for a collating process's batch before failing (0: no limit).
+
+    Torch's other `DataLoader` arguments are refused (the sampler is this loader's own: each
+    rank's share), so no key a config gives is dropped unread.
     """
 
     def __init__(
@@ -66,12 +75,21 @@ class ShardedDataLoader(DataLoader):
         shuffle: bool = False,
         seed: int | None = None,
         collate_fn: DataCollator | None = None,
-        **kwargs: Any,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        prefetch_factor: int | None = None,
+        timeout: float = 0,
     ) -> None:
         if collate_fn is None:
             raise ConfigurationError(
                 "train_dataloader.collate_fn: catwalk::sharded needs one "
                 "(e.g. {type: 'catwalk::multiple_choice', tokenizer: ...})"
+            )
+        if prefetch_factor is not None and num_workers == 0:
+            raise ConfigurationError(
+                "train_dataloader.prefetch_factor: batches prepared ahead by collating "
+                "processes; give num_workers > 0 too"
             )
         rank, world_size = distributed_position()
         padded = PaddedDataset(dataset, world_size)
@@ -84,16 +102,24 @@ class ShardedDataLoader(DataLoader):
             seed=seed or 0,
             drop_last=False,
         )
-        # Its own generator: starting an iteration draws a seed from the loader's generator,
-        # and from torch's global one when it has none, which would shift every dropout mask
-        # after a resume mid-epoch (see `epoch_batches`).
-        kwargs.setdefault("generator", torch.Generator().manual_seed(seed or 0))
+        # What torch's loader does with the batches, the same in every epoch (`epoch_batches`).
+        self.collating: dict[str, Any] = dict(
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            prefetch_factor=prefetch_factor,
+            timeout=timeout,
+        )
         super().__init__(
             padded,
             batch_size=batch_size,
             collate_fn=collate_fn,
             sampler=sampler,  # type: ignore[arg-type]  # Tango's annotation: its Registrable only
-            **kwargs,
+            drop_last=drop_last,
+            # Its own generator: starting an iteration draws a seed from the loader's generator,
+            # and from torch's global one when it has none, which would shift every dropout mask
+            # after a resume mid-epoch (see `epoch_batches`).
+            generator=torch.Generator().manual_seed(seed or 0),
+            **self.collating,
         )
 
     def use_default_seed(self, seed: int) -> None:
@@ -119,8 +145,7 @@ class ShardedDataLoader(DataLoader):
                 self.dataset,
                 batch_sampler=chunks,
                 collate_fn=self.collate_fn,
-                num_workers=self.num_workers,
-                pin_memory=self.pin_memory,
                 generator=torch.Generator().manual_seed(epoch),  # never the global one
+                **self.collating,
             )
         )
