@@ -83,3 +83,17 @@ def test_the_readme_shows_the_demo_experiment_as_it_is():
     shown = re.search(r"```jsonnet\n(.*?)```", readme, re.S)
     assert shown is not None
     assert shown.group(1) == (REPO / "experiments" / "demo_fsdp.jsonnet").read_text()
+
+
+def test_the_api_steps_page_shows_every_registered_step():
+    from tango import Step
+
+    every_module()
+    page = (DOCS / "reference" / "api" / "steps.md").read_text()
+    shown = set(re.findall(r"^::: ([\w.]+)$", page, re.M))
+    ours = {
+        f"{target.__module__}.{target.__qualname__}"
+        for name, (target, _) in Step._registry[Step].items()
+        if name.startswith("catwalk::")
+    }
+    assert not ours - shown, f"docs/reference/api/steps.md: add {sorted(ours - shown)}"
