@@ -11,6 +11,7 @@ from tango.integrations.torch import TrainConfig
 from catwalk_steps.training.callbacks import HISTORY_FILE, RunMetrics
 
 from .distributed import run_distributed
+from .test_trackers import NO_DATA
 
 
 def outputs(correct: float, correct_norm: float, count: float, loss: float) -> dict:
@@ -26,7 +27,7 @@ def callback(work_dir: Path, world_size: int = 1, rank: int = 0) -> RunMetrics:
     config = TrainConfig(
         "test", work_dir, worker_id=rank, is_distributed=world_size > 1, world_size=world_size
     )
-    return RunMetrics(None, config, None, None, None)
+    return RunMetrics(None, config, None, NO_DATA, None)
 
 
 def scored(batches: list[dict], world_size: int = 1) -> dict:

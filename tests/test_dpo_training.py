@@ -63,6 +63,14 @@ def test_the_demo_s_held_out_reward_accuracy_rises_from_chance_to_above_0_9(demo
     assert after[f"{ACCURACY}_stderr"] is not None
     history = after["training_history"]["validation"]
     assert history[-1][ACCURACY] == pytest.approx(after[ACCURACY])  # the loop's, the same pairs
+    # tokens/s as every other run has it: in each logged window, and in the report's table
+    assert all(entry["tokens_per_s"] > 0 for entry in after["training_history"]["train"])
+    if run != "fsdp2":  # (the FairScale run stops after its evaluations)
+        return
+    table = (step_result(demo_workspace, run, "dpo_report") / "report.md").read_text()
+    header = next(line for line in table.splitlines() if line.startswith("| run |"))
+    row = next(line for line in table.splitlines() if line.startswith("| after |"))
+    assert "tokens/s" in header and row.split("|")[-2].strip(), (header, row)
 
 
 def test_the_fairscale_run_trained_another_model_from_the_same_sft_and_reference(demo_workspace):

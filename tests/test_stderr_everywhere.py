@@ -18,7 +18,7 @@ from catwalk_steps.training.callbacks import RunMetrics
 from catwalk_steps.training.run_card import finished
 from catwalk_steps.training.trackers import TensorBoardTracker, WandbTracker
 
-from .test_trackers import config, tensorboard_scalars, wandb_history
+from .test_trackers import NO_DATA, config, tensorboard_scalars, wandb_history
 
 
 def in_loop_scores(correct: int, count: int) -> dict:
@@ -102,7 +102,7 @@ def offline(monkeypatch):
 def test_trackers_get_an_in_loop_tasks_standard_error_at_its_step(tmp_path, offline):
     import wandb
 
-    metrics = RunMetrics(None, config(tmp_path), None, None, None)
+    metrics = RunMetrics(None, config(tmp_path), None, NO_DATA, None)
     tensorboard = TensorBoardTracker(None, config(tmp_path), None, None, None)
     trackers = [tensorboard, WandbTracker(None, config(tmp_path), None, None, None, project="p")]
     for tracker in trackers:

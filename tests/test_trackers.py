@@ -10,16 +10,21 @@ from typing import Any
 
 import pytest
 import torch
+from tango.common import DatasetDict
 from tango.integrations.torch import TrainConfig
 
 from catwalk_steps.engines import throughput
-from catwalk_steps.engines.throughput import Throughput, batch_tokens
+from catwalk_steps.engines.throughput import Throughput
+from catwalk_steps.kinds import default_kind, kind_named
 from catwalk_steps.training.callbacks import RunMetrics
 from catwalk_steps.training.trackers import TensorBoardTracker, Tracker, WandbTracker
 from catwalk_steps.training.trackers.base import entry_scalars, history_rows
 from catwalk_steps.training.trackers.wandb import wandb_api_key_found, wandb_mode
 
 from .distributed import run_distributed
+
+NO_DATA = DatasetDict(splits={"train": []})  # a training split of the default kind
+TOKENS = default_kind().batch_tokens  # what a batch of multiple choice runs
 
 
 def config(work_dir: Path, rank: int = 0, world_size: int = 1) -> TrainConfig:
@@ -83,7 +88,7 @@ def train(metrics: RunMetrics, tracker: Tracker, steps: range, validate: set[int
 
 
 def tracked(tmp_path: Path, rank: int = 0, holds: int = 0) -> tuple[RunMetrics, Recorder]:
-    metrics = RunMetrics(None, config(tmp_path, rank), None, None, None)
+    metrics = RunMetrics(None, config(tmp_path, rank), None, NO_DATA, None)
     tracker = Recorder(None, config(tmp_path, rank), None, None, None, holds=holds)
     tracker.follow(metrics)
     return metrics, tracker
@@ -153,7 +158,7 @@ def batch(lengths: list[int], width: int = 6) -> dict:
 def test_a_window_counts_real_tokens_over_training_time_without_validation(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(throughput.time, "perf_counter", clock)
-    meter = Throughput(torch.device("cpu"), distributed=False)
+    meter = Throughput(torch.device("cpu"), distributed=False, tokens_of=TOKENS)
     meter.step_started([batch([3, 5]), batch([6])])  # 14 tokens, grad_accum 2
     clock.now += 2.0
     meter.pause()  # validation: 10 s that are not training
@@ -172,9 +177,9 @@ def test_a_window_counts_real_tokens_over_training_time_without_validation(monke
 
 
 def test_batches_that_do_not_say_their_tokens():
-    assert batch_tokens([{"input_ids": torch.zeros(2, 7)}]) == 14  # no mask: every position
-    assert batch_tokens([[1, 2, 3]]) is None
-    meter = Throughput(torch.device("cpu"), distributed=False)
+    assert TOKENS({"input_ids": torch.zeros(2, 7)}) == 14  # no mask: every position
+    assert TOKENS([1, 2, 3]) is None
+    meter = Throughput(torch.device("cpu"), distributed=False, tokens_of=TOKENS)
     meter.step_started([[1, 2, 3]])
     assert "tokens_per_s" not in meter.measure()
 
@@ -184,7 +189,7 @@ def _two_ranks(rank: int, world_size: int, port: int) -> dict:
 
     clock = Clock()
     with mock.patch.object(throughput.time, "perf_counter", clock):
-        meter = Throughput(torch.device("cpu"), distributed=True)
+        meter = Throughput(torch.device("cpu"), distributed=True, tokens_of=TOKENS)
         meter.step_started([batch([4] * (rank + 1))])  # rank 0: 4 tokens, rank 1: 8
         clock.now += 2.0 + rank  # rank 1 began early and waited a second for rank 0
         return meter.measure()
@@ -203,7 +208,7 @@ def test_the_history_records_learning_rate_and_throughput(tmp_path):
     class Engine:
         optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.25)
 
-    metrics = RunMetrics(None, config(tmp_path), Engine(), None, None)
+    metrics = RunMetrics(None, config(tmp_path), Engine(), NO_DATA, None)
     metrics.pre_batch(0, 0, [batch([2, 3])])
     Engine.optimizer.param_groups[0]["lr"] = 0.5  # a scheduler steps after the optimizer
     metrics.log_batch(0, 0, 1.5, [])
@@ -373,3 +378,15 @@ def test_a_generative_tasks_in_loop_scores_are_tracked_under_lm_evals_keys():
             },
         )
     ]
+
+
+def test_a_preference_batch_counts_each_prompt_once_and_both_answers():
+    from catwalk_steps.kinds.preference_batches import preference_batch
+    from catwalk_steps.scoring.tokenization import load_tokenizer
+    from catwalk_steps.tasks.preference import PreferenceInstance
+
+    tokenizer = load_tokenizer("catwalk::byte_level", "model.tokenizer")  # a byte a token
+    pairs = [PreferenceInstance("Q: one?\nA:", " yes", " no"), PreferenceInstance("Q:", " a", "b")]
+    batch = preference_batch(tokenizer, 64, pairs, [1.0, 1.0])
+    # each answer ends with its end-of-text token, as TRL tokenizes a completion
+    assert kind_named("preference").batch_tokens(batch) == (10 + 5 + 4) + (2 + 3 + 2)

@@ -3,8 +3,9 @@
 What counts: a window opens when the first step after a logged step gets its batch and closes
 when the next logged step is logged, so it holds whole training steps (forward, backward,
 optimizer step, the loading of all but its first batch) and no checkpoint writing; validation
-inside a window is paused out. Tokens are the non-pad positions of every sequence (each choice
-is a sequence), summed over micro-batches and ranks. Memory is each rank's peak since its start:
+inside a window is paused out. Tokens are what the batches' kind counts (the non-pad positions
+of every sequence, each choice a sequence; a preference pair's prompt once and both answers),
+summed over micro-batches and ranks. Memory is each rank's peak since its start:
 the CUDA allocator's on a GPU worker, the process's resident set on a CPU worker, following the
 worker's device, never whether CUDA is available.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,24 +32,18 @@ def peak_memory_mib(device: torch.device) -> float:
     return peak / MIB if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB else
 
 
-def batch_tokens(micro_batches: Iterable[Any]) -> int | None:
-    """Non-pad token positions in the micro-batches; None when a batch does not say."""
-    total = 0
-    for batch in micro_batches:
-        if not isinstance(batch, dict):
-            return None
-        mask = batch.get("attention_mask", batch.get("input_ids"))
-        if not torch.is_tensor(mask):
-            return None
-        total += int(mask.sum()) if "attention_mask" in batch else mask.numel()
-    return total
-
-
 class Throughput:
     """One rank's meter; :meth:`measure` is a collective (every rank calls it on logged steps)."""
 
-    def __init__(self, device: torch.device, distributed: bool):
-        self.device, self.distributed = device, distributed
+    def __init__(
+        self,
+        device: torch.device,
+        distributed: bool,
+        tokens_of: Callable[[Any], int | None],
+    ):
+        """`tokens_of`: a micro-batch's token positions, as its kind counts them (None: it
+        does not say, and tokens/s is left out)."""
+        self.device, self.distributed, self.tokens_of = device, distributed, tokens_of
         self.reset()
 
     def reset(self) -> None:
@@ -62,8 +57,9 @@ class Throughput:
         if self.opened is None:
             self.opened = time.perf_counter()
         self.steps += 1
-        tokens = batch_tokens(micro_batches)
-        self.tokens = None if tokens is None or self.tokens is None else self.tokens + tokens
+        for batch in micro_batches:
+            tokens = self.tokens_of(batch)
+            self.tokens = None if tokens is None or self.tokens is None else self.tokens + tokens
 
     def pause(self) -> None:
         """Validation starts: its time is not the training's."""

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
 from tango.common.exceptions import ConfigurationError
 
 from ..scoring.generation import Ranks
@@ -117,6 +118,16 @@ class TaskKind:
 
     def collate(self, collator: Any, instances: list, weights: list[float]) -> Any:
         raise NotImplementedError
+
+    def batch_tokens(self, batch: Any) -> int | None:
+        """The token positions one collated training batch runs, for tokens/s: each sequence's
+        non-pad tokens (each choice is a sequence); None when the batch does not say."""
+        if not isinstance(batch, Mapping):
+            return None
+        mask = batch.get("attention_mask", batch.get("input_ids"))
+        if not torch.is_tensor(mask):
+            return None
+        return int(mask.sum()) if "attention_mask" in batch else mask.numel()
 
     def answers_cut(self, instances: list, tokenizer: Any, max_length: int) -> int:
         """How many instances have an answer longer than `max_length` tokens (it is cut: an

@@ -18,6 +18,8 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from ..scoring.packing import CONTEXT_SEGMENT
+from ..scoring.preference import ANSWER_TOKENS
 from ..scoring.preference_objective import (
     ACCURACIES,
     LOGPS_CHOSEN,
@@ -87,6 +89,13 @@ class Preference(TaskKind):
     def collate(self, collator, instances, weights):
         encoder = collator.encoder
         return preference_batch(encoder.tokenizer, encoder.max_length, instances, weights)
+
+    def batch_tokens(self, batch):
+        """Each pair's prompt once and both its answers, as a packed row holds them (the same
+        count whether the model runs packed rows or TRL's two rows per pair)."""
+        pairs = batch["preference"]
+        prompts = int((pairs["packed_segments"] == CONTEXT_SEGMENT).sum())
+        return prompts + int(pairs[ANSWER_TOKENS].sum())
 
     def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         outputs = scorer.forward(batch)

@@ -22,6 +22,7 @@ from tango.integrations.torch import TrainCallback
 
 from ..engines.throughput import Throughput
 from ..files import write_json_atomic
+from ..kinds import kind_of
 
 HISTORY_FILE = "metrics_history.json"
 
@@ -43,7 +44,8 @@ class RunMetrics(TrainCallback):
         self.given: dict[str, Any] | None = None
         self.history: dict[str, Any] = {"train": [], "validation": []}
         device = torch.device(getattr(self.train_config, "device", "cpu"))
-        self.throughput = Throughput(device, self.train_config.is_distributed)
+        trained = kind_of(self.dataset_dict[self.train_config.train_split])
+        self.throughput = Throughput(device, self.train_config.is_distributed, trained.batch_tokens)
         self.step_lr: float | None = None
         self.listeners: list[Any] = []
 
