@@ -45,6 +45,19 @@ def test_the_cpu_fallback_note_says_why_and_how_to_use_the_gpu():
     assert plan_devices(2, visible_gpus=2).describe() == "2 GPUs"
 
 
+def test_more_workers_than_simulated_gpus_say_they_lease_none(monkeypatch):
+    """CATWALK_SIMULATED_GPUS=1 and the demo's device_count 2: CPU processes that hold no lease,
+    as on a node of one GPU, said in one line (before, nothing was said)."""
+    monkeypatch.setenv("CATWALK_SIMULATED_GPUS", "1")
+    plan = plan_devices(2, visible_gpus=0)
+    assert plan.devices == (-1, -1)
+    assert plan.note == (
+        "device_count 2 exceeds the 1 simulated GPU: training on 2 CPU processes that lease "
+        "none, beside the steps that hold them (set device_count: 1 to lease them)"
+    )
+    assert plan_devices(1, visible_gpus=0).note is None  # it leases the simulated GPU
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -338,6 +338,36 @@ def test_a_killed_adapter_run_resumes_bit_for_bit(tmp_path, engine_type):
     assert changed  # the adapter trained
 
 
+@pytest.mark.slow
+def test_catwalk_export_follows_the_latest_and_best_pointers(tmp_path):
+    """`catwalk-export <work>/checkpoints/latest OUT --adapter` exports the checkpoint the
+    pointer names (it said "no complete checkpoint": the pointer was taken for a work
+    directory); a pointer that names no checkpoint is one line."""
+    from catwalk_steps.checkpoints import resolve_checkpoint
+    from catwalk_steps.checkpoints.layout import checkpoint_dir, checkpoints_root
+    from catwalk_steps.launch.launcher import run_training
+
+    from . import commands
+
+    run = lora_job(tmp_path / "run", "catwalk::torch", device_count=1, train_steps=4)
+    run_training(run)
+    root = checkpoints_root(run.work_dir)
+    export = str(Path(sys.executable).with_name("catwalk-export"))
+    done = commands.run([export, str(root / "latest"), str(tmp_path / "out"), "--adapter"])
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    assert resolve_checkpoint(root / "best") == checkpoint_dir(run.work_dir, 4)
+    (root / "latest").write_text("../../elsewhere\n")
+    done = commands.run([export, str(root / "latest"), str(tmp_path / "bad")])
+    assert done.returncode == 1 and done.stderr.strip() == (
+        f"catwalk-export: CheckpointError: {root / 'latest'}: a pointer naming '../../elsewhere', "
+        "not a checkpoint"
+    )
+
+
 def history_of(work: Path) -> dict:
     from .training import history as job_history
 

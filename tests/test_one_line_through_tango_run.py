@@ -315,6 +315,32 @@ def test_a_stopped_evaluation_says_so_once_and_caches_nothing(tmp_path, sig):
 
 
 @pytest.mark.slow
+def test_a_stopped_reference_scoring_says_so_once(tmp_path):
+    """Ctrl-C while `catwalk::reference_logprobs` scores: one line, as a stopped evaluation's
+    (before: a bare `KeyboardInterrupt:`), and nothing cached."""
+    import signal
+
+    pairs = {"type": "catwalk::synthetic_preference", "sizes": {"train": 20000}}
+    data = {"type": "catwalk::load_task", "task": pairs, "splits": ["train"]}
+    reference = {"type": "catwalk::reference_logprobs", "model": TINY_MODEL, "batch_size": 2}
+    reference["dataset_dict"] = {"type": "ref", "ref": "data"}
+    path = tmp_path / "reference.jsonnet"
+    path.write_text(json.dumps({"steps": {"data": data, "reference": reference}}))
+    command = commands.start(tango_command(path, tmp_path / "ws", "ref"), tmp_path / "out.txt")
+    started_scoring(command, "Scoring:")
+    command.send_signal(signal.SIGINT)
+    assert command.wait(60) != 0
+    lines = error_lines(command.output())
+    stopped = (
+        "EvaluationStopped: reference scoring stopped; its result was not cached: run the same "
+        "command again, it scores only what the reference scoring's records lack"
+    )
+    assert len(lines) == 1 and stopped in lines[0], lines or command.output()[-3000:]
+    assert "KeyboardInterrupt:" not in command.output()
+    assert not list((tmp_path / "ws" / "cache").glob("ReferenceLogprobs*/instances.json"))
+
+
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_a_killed_evaluation_worker_says_the_evaluation_starts_over(tmp_path):
     import signal

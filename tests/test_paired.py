@@ -42,8 +42,9 @@ def test_a_paired_difference_with_a_known_answer():
 
 
 def test_results_of_other_documents_are_not_paired():
-    with pytest.raises(NotPairedError, match="task 'x': 3 documents against 2; not the same"):
-        paired(records([1, 0, 1]), records([1, 0]), "acc", "task 'x'")
+    # B against A (B - A): B's count first, as `what` names them.
+    with pytest.raises(NotPairedError, match="B against A: 2 documents against 3; not the same"):
+        paired(records([1, 0, 1]), records([1, 0]), "acc", "B against A")
     other = records([1, 0, 1])
     other[1]["request"] = {"context": "another question"}
     with pytest.raises(NotPairedError, match="document 1 differs"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, TANGO_ENV, run_tango
+from .conftest import EXPERIMENTS, REPO, TANGO_ENV, TINY_DEMO, run_tango
 from .served import Served
 
 pytestmark = [pytest.mark.slow]
@@ -120,6 +120,12 @@ def test_the_crowding_line_says_how_many_steps_wait(monkeypatch):
         "for devices"
     )
     assert sizing.crowding_line(2, cells) is None  # 2 x 2 GPUs fit
+    # Steps that run CPU processes beside them, leasing none, are counted too.
+    assert sizing.crowding_line(3, [*cells, Step(6), Step(1, "cpu")]) == (
+        "--parallelism 3: 3 steps take 2 GPUs each and this node has 4: 2 at a time, 1 waiting "
+        "for devices; 2 steps of up to 6 CPU processes run beside them, leasing no GPU "
+        "(device_count above the node's 4 or device: cpu)"
+    )
     assert sizing.crowding_line(3, [Step(2, "cpu")] * 3) is not None  # CPU processes: cores
     from catwalk_steps.engines import base
 
@@ -161,6 +167,31 @@ def test_steps_side_by_side_wait_for_their_leased_gpus(tmp_path):
     waits = [line for line in output.splitlines() if "waits for 2 of this node's 2 GPUs" in line]
     assert len(waits) == 1, output[-3000:]
     assert output.count("holds simulated GPUs 0, 1") == 2
+
+
+def test_a_step_of_more_workers_than_gpus_says_it_leases_none(tmp_path):
+    """The demo's `device_count: 2` on 1 simulated GPU with `--parallelism 2`: the training
+    step's 2 CPU processes lease nothing (as on a node of one GPU) and say so when it starts,
+    and the line at the start counts it beside the 2 evaluations that take the GPU in turn.
+    Before, it trained beside an evaluation holding GPU 0 without a word."""
+    env = {**TANGO_ENV, "CATWALK_SIMULATED_GPUS": "1", "CATWALK_LEASE_DIR": str(tmp_path / "l")}
+    tiny = {**TINY_DEMO, "steps.trained.device_count": 2}
+    tiny.update({f"steps.trained.{key}": 1 for key in STEP_COUNTS})
+    output = run_tango(EXPERIMENTS / "demo.jsonnet", tmp_path / "ws", "beside", tiny, env=env,
+                       extra=("--parallelism", "2"))  # fmt: skip
+    assert (
+        "--parallelism 2: 2 steps take 1 GPU each and this node has 1: 1 at a time, 1 waiting "
+        "for devices; 1 step of 2 CPU processes runs beside them, leasing no GPU (device_count "
+        "above the node's 1)" in output
+    ), output[-3000:]
+    assert (
+        "[step trained] device_count 2 exceeds the 1 simulated GPU: training on 2 CPU processes "
+        "that lease none, beside the steps that hold them (set device_count: 1 to lease them)"
+    ) in output
+    assert "holds simulated GPU" not in "".join(
+        line for line in output.splitlines() if "[step trained]" in line
+    )
+    assert output.count("holds simulated GPU 0") == 2  # each evaluation
 
 
 def slot_processes(parent: int) -> list[int]:

@@ -1,11 +1,13 @@
 """A task's data and a model's chat template, through the real command: a split the files lack, a
-chat template that renders nothing or fails, a training row whose target is null, each one line
-naming the task and the cause (at graph build where it is known then: no step starts); and a
-generative task without `metric_list` scored as lm-evaluation-harness scores it."""
+chat template that renders nothing or fails, a row whose target is null (trained or evaluated:
+refused where it is read), each one line naming the task and the cause (at graph build where it
+is known then: no step starts); and a generative task without `metric_list` scored as
+lm-evaluation-harness scores it."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -84,8 +86,9 @@ def model_with(tokenizer: str) -> dict:
     return {**TINY_MODEL, "tokenizer": tokenizer}
 
 
-def cases(tmp_path: Path) -> dict[str, tuple[Path | dict, dict, str, bool]]:
-    """name -> (experiment file or contents, overrides, the error line, whether a step starts)."""
+def cases(tmp_path: Path) -> dict[str, tuple[Path | dict, dict, str, bool | str]]:
+    """name -> (experiment file or contents, overrides, the error line, whether a step starts,
+    or the one step that starts)."""
     validation = write_rows(tmp_path / "fruit_validation.jsonl", ROWS)
     forbidden = write_rows(tmp_path / "forbidden.jsonl", [{**ROWS[0], "question": "forbidden?"}])
     pairs = write_rows(tmp_path / "pairs.jsonl", PAIRS)
@@ -93,6 +96,11 @@ def cases(tmp_path: Path) -> dict[str, tuple[Path | dict, dict, str, bool]]:
     chat = {"apply_chat_template": True}
     exact = {"metric_list": [{"metric": "exact_match"}]}  # as before its default
     cause = "ConfigurationError: task 'fruit'.apply_chat_template: the chat template of tokenizer "
+    null = (
+        f"TaskDataError: task 'capitals': {pairs}:2: doc_to_target is null (no answer to score or "
+        "train on; lm-evaluation-harness would take the text 'None'); give the row its answer or "
+        "leave the row out"
+    )
     return {
         "validation_file_alone_trained": (
             DEMO,
@@ -166,14 +174,10 @@ def cases(tmp_path: Path) -> dict[str, tuple[Path | dict, dict, str, bool]]:
             cause.replace("fruit", "capitals") + f"'{toks['raises']}' fails: TemplateError: boom",
             False,
         ),
-        "null_target_trained": (
-            DEMO,
-            {**TRAIN, "steps.data.task": capitals(pairs, **exact)},
-            "TaskDataError: train: task 'capitals', split 'train': instance 2 has no target to "
-            f"train on ({pairs}:2: doc_to_target is null); a generative task trains on its first "
-            "target",
-            True,
-        ),
+        # Refused where the rows are read: the load step (training never starts), the evaluation
+        # (lm-eval would score the gold answer "None").
+        "null_target_trained": (DEMO, {**TRAIN, "steps.data.task": capitals(pairs)}, null, "data"),
+        "null_target_evaluated": (evaluate(task=capitals(pairs)), {}, null, "ev"),
     }
 
 
@@ -210,6 +214,9 @@ def fault(name: str, command, out: Path, case: tuple, tmp_path: Path) -> str | N
         return "a misleading warning: refused a system turn"
     if not starts and 'Starting step "' in text:
         return "a step started"
+    started = re.findall(r'Starting step "([^"]+)"', text)
+    if isinstance(starts, str) and started != [starts]:
+        return f"steps started: {started}, only {starts!r} should"
     cache = tmp_path / name / "cache"
     if isinstance(experiment, dict) and list(cache.glob("Evaluate*/data.json")):
         return "its one step failed, but a number is cached"

@@ -21,6 +21,7 @@ from .layout import (
     CheckpointError,
     checkpoint_step,
     checkpoints_root,
+    followed,
     is_checkpoint_dir,
     pointed,
 )
@@ -46,9 +47,9 @@ def checkpoint_dirs(work_dir: Path) -> list[Path]:
 
 def resume_candidates(source: Path) -> list[Path]:
     """Checkpoints to resume from in `source` (a step's work directory, its `checkpoints/`
-    directory, or one checkpoint directory), newest first: incomplete ones too, so that
-    skipping them is said."""
-    source = Path(source)
+    directory, or one checkpoint directory or its `latest`/`best` pointer), newest first:
+    incomplete ones too, so that skipping them is said."""
+    source = followed(source)
     if has_manifest(source) or is_checkpoint_dir(source):
         return [source]
     if source.name == "checkpoints":
@@ -123,9 +124,9 @@ def latest_checkpoint(work_dir: Path) -> Path:
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A usable checkpoint directory from what the user names; the latest whole one of a work
-    directory."""
-    path = Path(path)
+    """A usable checkpoint directory from what the user names (a checkpoint, the `latest` or
+    `best` pointer naming one); the latest whole one of a work directory."""
+    path = followed(path)
     if has_manifest(path) or is_checkpoint_dir(path):
         problem = problem_with(path)
         if problem:

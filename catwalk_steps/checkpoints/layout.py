@@ -76,6 +76,18 @@ def pointed(work_dir: Path, name: str) -> Path | None:
     return checkpoints_root(work_dir) / path.read_text().strip()
 
 
+def followed(path: Path) -> Path:
+    """A path a user gives for a checkpoint, with a `latest` or `best` pointer file followed to
+    the checkpoint it names (beside it); any other path as it is."""
+    path = Path(path)
+    if path.name not in (LATEST, BEST) or not path.is_file():
+        return path
+    named = path.read_text(errors="replace").strip()
+    if not is_checkpoint_dir(Path(named)) or Path(named).name != named:
+        raise CheckpointError(f"{path}: a pointer naming {named[:60]!r}, not a checkpoint")
+    return path.parent / named
+
+
 def remove_stale(work_dir: Path, keep: set[Path]) -> None:
     """Deletes every checkpoint directory but `keep` (rank 0, once the new one is complete)."""
     keep = {Path(p).resolve() for p in keep}

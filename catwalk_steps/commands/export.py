@@ -3,8 +3,9 @@ share it.
 
     catwalk-export CHECKPOINT OUT_DIR [--force] [--adapter]
 
-CHECKPOINT is a checkpoint directory (`.../checkpoints/step000000400`), a step's work directory
-or its `checkpoints/` directory (then the latest complete checkpoint). OUT_DIR is new or empty
+CHECKPOINT is a checkpoint directory (`.../checkpoints/step000000400`), the `latest` or `best`
+pointer beside it (the checkpoint it names), a step's work directory or its `checkpoints/`
+directory (then the latest complete checkpoint). OUT_DIR is new or empty
 (`--force` writes into one that is not). A checkpoint of an adapter run is exported as the
 trained step's result is: the merged model, with the peft adapter directory in `adapter/`; with
 `--adapter`, the peft adapter directory alone (the base is rebuilt from its source either way).

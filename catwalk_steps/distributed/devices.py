@@ -102,14 +102,27 @@ def plan_devices(
             f"(device_count), but {gpus} {'is' if gpus == 1 else 'are'} visible; "
             "lower device_count or set device: cpu"
         )
-    note = None
-    if gpus > 0:
-        note = (
-            f"device_count {device_count} exceeds the {gpus} visible "
-            f"GPU{'s' if gpus > 1 else ''}: {purpose} on {device_count} CPU processes instead "
-            f"(set device_count: {gpus} to use the GPU{'s' if gpus > 1 else ''})"
+    return DevicePlan((-1,) * device_count, cpu_note(device_count, gpus, purpose))
+
+
+def cpu_note(device_count: int, gpus: int, purpose: str) -> str | None:
+    """Why `device_count` workers are CPU processes holding no GPU: the node's GPUs (or its
+    simulated ones, :mod:`.lease`, which CPU workers lease as GPUs) are too few for them."""
+    simulated = simulated_gpus() if gpus == 0 else None
+    if simulated is not None and device_count > simulated:
+        return (
+            f"device_count {device_count} exceeds the {simulated} simulated "
+            f"GPU{'s' if simulated > 1 else ''}: {purpose} on {device_count} CPU processes that "
+            f"lease none, beside the steps that hold them (set device_count: {simulated} to "
+            "lease them)"
         )
-    return DevicePlan((-1,) * device_count, note)
+    if gpus == 0:
+        return None
+    return (
+        f"device_count {device_count} exceeds the {gpus} visible "
+        f"GPU{'s' if gpus > 1 else ''}: {purpose} on {device_count} CPU processes instead "
+        f"(set device_count: {gpus} to use the GPU{'s' if gpus > 1 else ''})"
+    )
 
 
 def evaluation_device(
@@ -164,7 +177,7 @@ def held_plan(plan: DevicePlan, holder: str) -> Iterator[DevicePlan]:
     """The plan on GPUs this process holds while the block runs (:mod:`.lease`): steps side by
     side never share one. CPU workers hold nothing, unless GPUs are simulated."""
     names = lease_names(plan.device_type == "cuda")
-    if names is None or plan.count > len(names):  # as on a node with too few: CPU, no lease
+    if names is None or plan.count > len(names):  # too few: CPU, no lease (the plan's note)
         yield plan
         return
     with leased(plan.count, names, holder) as indices:

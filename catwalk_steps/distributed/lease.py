@@ -14,7 +14,9 @@ GPUs between users is the cluster scheduler's business. The lock files hold the 
 step name as text, read only for the waiting line.
 
 `CATWALK_SIMULATED_GPUS=N` gives CPU workers a lease from N simulated indices (the workers still
-run on the CPU): how the lease is tested on a machine without GPUs.
+run on the CPU): how the lease is tested on a machine without GPUs. A step of more workers than N
+is as a step of more workers than a node's GPUs: CPU processes that lease none, which it says
+when it starts (:func:`.devices.cpu_note`), and `--parallelism`'s line counts it.
 """
 
 from __future__ import annotations

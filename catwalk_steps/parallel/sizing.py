@@ -45,8 +45,10 @@ def slot_threads(parallelism: int) -> int:
 
 def crowding_line(parallelism: int, steps: Sequence[Any]) -> str | None:
     """One line when `parallelism` steps side by side need more of the node than it has: on
-    GPUs, how many of the steps that take the most run at a time and how many wait for devices;
-    on CPU, that their processes share the cores. None when they fit."""
+    GPUs, how many of the steps that take the most run at a time and how many wait for devices,
+    and how many steps run CPU processes beside them, leasing none (`device: cpu`, or more
+    devices than the node has); on CPU, that their processes share the cores. None when they
+    fit."""
     if parallelism < 2:
         return None
     gpus = node_gpus()
@@ -62,6 +64,7 @@ def crowding_line(parallelism: int, steps: Sequence[Any]) -> str | None:
             f"--parallelism {parallelism}: {biggest} steps take {largest} "
             f"GPU{'s' if largest > 1 else ''} each and this "
             f"node has {gpus}: {at_once} at a time, {biggest - at_once} waiting for devices"
+            + cpu_beside(wanted, gpus)
         )
     on_cpu = [count for count, _ in wanted if count > 0]
     cores = usable_cores()
@@ -71,4 +74,20 @@ def crowding_line(parallelism: int, steps: Sequence[Any]) -> str | None:
         f"--parallelism {parallelism}: steps of up to {max(on_cpu)} CPU processes side by side "
         f"on {cores} cores: they share the cores ({slot_threads(parallelism)} thread(s) per "
         "slot)"
+    )
+
+
+def cpu_beside(wanted: list[tuple[int, bool]], gpus: int) -> str:
+    """The steps of `wanted` (devices, asked for the CPU) that run CPU processes beside the GPU
+    steps, leasing none: each says why when it starts (:func:`..distributed.devices.cpu_note`)."""
+    beside = [(count, cpu) for count, cpu in wanted if count > 0 and (cpu or count > gpus)]
+    if not beside:
+        return ""
+    reasons = [f"device_count above the node's {gpus}"] if any(not c for _, c in beside) else []
+    reasons += ["device: cpu"] if any(cpu for _, cpu in beside) else []
+    n, top = len(beside), max(count for count, _ in beside)
+    processes = f"{top}" if n == 1 else f"up to {top}"
+    return (
+        f"; {n} step{'s' if n > 1 else ''} of {processes} CPU processes run{'s' if n == 1 else ''} "
+        f"beside them, leasing no GPU ({' or '.join(reasons)})"
     )

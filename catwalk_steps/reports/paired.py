@@ -69,9 +69,10 @@ class Paired:
 
 def same_documents(a: Sequence[Mapping], b: Sequence[Mapping], what: str) -> None:
     """Raises :class:`NotPairedError` unless `a` and `b` are records of the same documents in
-    the same order (the same requests, the same gold)."""
+    the same order (the same requests, the same gold). `what` names them as every comparison
+    does, B first (`B against A`: B - A), and the counts follow it."""
     if len(a) != len(b):
-        raise NotPairedError(f"{what}: {len(a)} documents against {len(b)}; not the same ones")
+        raise NotPairedError(f"{what}: {len(b)} documents against {len(a)}; not the same ones")
     for x, y in zip(a, b, strict=True):
         if x.get("request") != y.get("request") or x.get("gold") != y.get("gold"):
             raise NotPairedError(

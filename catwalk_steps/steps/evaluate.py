@@ -260,14 +260,16 @@ class EvaluationStopped(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def said_when_stopped() -> Iterator[None]:
+def said_when_stopped(what: str = "evaluation") -> Iterator[None]:
+    """A stop while the block scores, said as :class:`EvaluationStopped` (`what` is scored: an
+    evaluation, a reference's log-probabilities)."""
     try:
         yield
     except KeyboardInterrupt as e:
         how = f" by {e}" if str(e) else ""
         raise EvaluationStopped(
-            f"evaluation stopped{how}; its result was not cached: run the same command again, it "
-            "scores only what the evaluation's records lack"
+            f"{what} stopped{how}; its result was not cached: run the same command again, it "
+            f"scores only what the {what}'s records lack"
         ) from None
 
 

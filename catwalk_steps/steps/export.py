@@ -29,8 +29,9 @@ class ExportCheckpoint(Step[RankClassifier]):
     """A training checkpoint (intermediate or final) as a rank classifier, stored as a Hugging
     Face directory like `catwalk::train`'s result, so `catwalk::evaluate` can score it.
 
-    :param checkpoint: a checkpoint directory (`.../checkpoints/step000000400`), or a step's work
-        directory (its latest complete checkpoint). The same as `catwalk-export CHECKPOINT DIR`.
+    :param checkpoint: a checkpoint directory (`.../checkpoints/step000000400`), the `latest` or
+        `best` pointer beside it (the checkpoint it names), or a step's work directory (its
+        latest complete checkpoint). The same as `catwalk-export CHECKPOINT DIR`.
 
     The cache key includes the checkpoint's manifest, so a newer checkpoint at the same path is
     exported again.

@@ -30,7 +30,7 @@ from ..standalone import (
     model_source,
 )
 from ..workspace.formats import InstancesFormat
-from .evaluate import Evaluate, loaded_splits
+from .evaluate import Evaluate, loaded_splits, said_when_stopped
 
 BATCH_SIZE = 16  # answers per forward (8 pairs), as evaluate's batch_size counts sequences
 
@@ -128,7 +128,8 @@ class ReferenceLogprobs(Evaluate):
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine
         )
-        answers, _ = evaluation_scores(source, instances, settings, self, self.logger)
+        with said_when_stopped("reference scoring"):  # one line, as a stopped evaluation's
+            answers, _ = evaluation_scores(source, instances, settings, self, self.logger)
         scored, start = kind.with_references(instances, answers), 0
         result = {}
         for name in names:

@@ -6,7 +6,7 @@ around them (Tango 1.3.2 has no other seam for it).
   loads each model once. Without `--parallelism`, or with 0 (Tango documents 0 as every step
   in the main process) or 1, steps run in this process, as Tango's default executor runs them;
   with `--parallelism N` in N warm slot processes (:mod:`catwalk_steps.parallel`; -1: a slot
-  per core), a model's evaluations in the slot that holds it.
+  per core), a model's evaluations in the slot that holds it. Below -1 is refused in one line.
 - The run's reports are printed once it is over, cached or not, also with `--parallelism`, in
   this process: Tango calls a step's `ensure_result` in whichever process runs it, and does not
   touch a cached step at all, so a table printed by the step would appear only sometimes.
@@ -22,10 +22,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
-from tango import Step
+from tango import Step, Workspace
+from tango.common.exceptions import ConfigurationError
 from tango.executor import Executor
 from tango.step_graph import StepGraph
 
@@ -40,6 +41,15 @@ from ..standalone import release_model
 @Executor.register("catwalk::executor")
 class CatwalkExecutor(Executor):
     """Runs a step graph as the module says."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        include_package: Sequence[str] | None = None,
+        parallelism: int | None = None,
+    ) -> None:
+        check_parallelism(parallelism)  # before the run is registered or any step runs
+        super().__init__(workspace, include_package, parallelism)
 
     def execute_step_graph(self, step_graph: StepGraph, run_name: str | None = None) -> Any:
         install_sigterm_as_interrupt()
@@ -57,6 +67,16 @@ class CatwalkExecutor(Executor):
         finally:
             release_model()
             print_reports(step_graph, self.workspace)
+
+
+def check_parallelism(parallelism: int | None) -> None:
+    """`--parallelism` is a number of slots, 0 or 1 (every step in this process), or -1 (a slot
+    per core); anything below -1 is one line (it ran a slot per core, as -1)."""
+    if parallelism is not None and parallelism < -1:
+        raise ConfigurationError(
+            f"--parallelism: {parallelism} is not a number of steps side by side; give N >= 2 "
+            "for N slots, 0 or 1 for every step in this process, or -1 for a slot per core"
+        )
 
 
 def execution_order(steps: Iterable[Step]) -> list[Step]:

@@ -27,7 +27,7 @@ class GenerationInstance:
     :ivar training: a training example: its batches hold the prompt and `answer`, for the loss
         (:meth:`~catwalk_steps.kinds.generative.Generative.training_instances`).
     :ivar no_answer: for a row without `answer`, where it is and why (`file:line: doc_to_target
-        is null`), for training to name it; None otherwise (and then not in its record).
+        is empty`), for training to name it; None otherwise (and then not in its record).
     """
 
     context: str

@@ -118,13 +118,11 @@ TASKS: dict[str, dict[str, Any]] = {
 @dataclass(frozen=True)
 class RenderedRequest(Rendered):
     """A row rendered for generation: `target` is what an example shows (a list's first answer;
-    None for an empty list), `listed` whether the row's target is a list, `null` whether it was
-    read from a null field (lm-eval's text "None": nothing to train on), `where` the row."""
+    None for an empty list), `listed` whether the row's target is a list, `where` the row."""
 
     target: str | None
     targets: tuple[str, ...] = ()
     listed: bool = False
-    null: bool = False
     where: str = ""
 
 
@@ -145,6 +143,13 @@ class GenerationBuilder(InstanceBuilder):
             except (TemplateError, KeyError) as e:
                 raise TaskDataError(f"task '{self.task.name}': {where}: {key}: {e}") from None
         text, target = str(values["doc_to_text"]), values["doc_to_target"]
+        if target in (None, "None") and self.templates["doc_to_target"].reads_null(row):
+            # lm-eval scores the text "None", and training would teach it: neither is an answer.
+            raise TaskDataError(
+                f"task '{self.task.name}': {where}: doc_to_target is null (no answer to score or "
+                "train on; lm-evaluation-harness would take the text 'None'); give the row its "
+                "answer or leave the row out"
+            )
         task = self.task
         assert isinstance(task, GenerativeTask)
         listed = isinstance(target, list)
@@ -154,9 +159,7 @@ class GenerationBuilder(InstanceBuilder):
             targets = tuple(str(t) for t in (target if listed else list(str(target))))
         else:
             targets = (str(target),)  # a list's text, where the first document's is no list
-        # A null field: lm-eval scores the text "None"; training on it would teach that text.
-        null = target in (None, "None") and self.templates["doc_to_target"].reads_null(row)
-        return RenderedRequest(text, (), shown, targets, listed, null, where)
+        return RenderedRequest(text, (), shown, targets, listed, where)
 
     def example(self, doc: Rendered) -> str:
         assert isinstance(doc, RenderedRequest)
@@ -174,8 +177,7 @@ class GenerationBuilder(InstanceBuilder):
         assert isinstance(doc, RenderedRequest) and isinstance(doc.text, str)
         task = self.task
         assert isinstance(task, GenerativeTask)
-        answer = None if doc.null else answer_text(doc.target, self.target_delimiter, task.until)
-        why = f"{doc.where}: doc_to_target is {'null' if doc.null else 'empty'}"
+        answer = answer_text(doc.target, self.target_delimiter, task.until)
         return GenerationInstance(
             context=prompt(doc.text),
             targets=doc.targets,
@@ -183,7 +185,7 @@ class GenerationBuilder(InstanceBuilder):
             max_gen_toks=task.max_gen_toks,
             scoring=task.scoring,
             answer=answer,
-            no_answer=why if answer is None else None,
+            no_answer=f"{doc.where}: doc_to_target is empty" if answer is None else None,
         )
 
 

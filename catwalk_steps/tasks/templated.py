@@ -245,13 +245,15 @@ class InstanceBuilder:
         examples: dict[int, Example] = {}
         instances = []
         task, delimiter = self.task, self.spec.fewshot_delimiter
+        pool_split = task.fewshot_split_of(self.source, split)  # where examples are named
         for index, row in enumerate(rows):
             doc = self.render(row, self.source.where(split, index))
             description = self.templates["description"].apply(row, self.extra)
             shots = []
             for i in sampler.draw(task.num_fewshot, row) if sampler else []:
                 if i not in examples:
-                    example = self.render(pool[i], f"few-shot example {i}")
+                    where = f"few-shot example {self.source.where(pool_split, i)}"
+                    example = self.render(pool[i], where)
                     text = self.example(example)
                     examples[i] = Example(example_question(example), example_answer(example), text)
                 shots.append(examples[i])
@@ -285,8 +287,7 @@ class InstanceBuilder:
             raise TaskDataError(
                 f"task '{self.task.name}': num_fewshot {self.task.num_fewshot}, but {available}"
             )
-        sampler = FewshotSampler(pool, self.task.fewshot_seed, self.spec.fewshot_sampler, exclude)
-        return sampler
+        return FewshotSampler(pool, self.task.fewshot_seed, self.spec.fewshot_sampler, exclude)
 
     def render(self, row: Mapping[str, Any], where: str) -> Rendered:
         values = {}
