@@ -11,6 +11,10 @@ experiment or imports `catwalk_steps`:
 - :mod:`.registry_search`: a `catwalk::` type imports `catwalk_steps`, also under settings of
   one's own that do not include it.
 
+Imported by the fork server that workers fork from (the launcher's `PRELOAD`), not at
+interpreter start: :mod:`.exit_with_parent` (it ends with the process that started it) and
+:mod:`.fork_requests` (it refuses a malformed request and goes on serving).
+
 `make setup` writes `catwalk_startup.pth` into the environment's site-packages (`python -m
 catwalk_startup` does it for any environment): every interpreter of the environment installs an
 import hook that patches Tango's logging, settings and registry modules as they are imported.

@@ -5,6 +5,7 @@ but the standard library."""
 
 from __future__ import annotations
 
+import platform
 from importlib import metadata
 
 # package -> the releases checked (a release also covers its local builds: 2.13.0+cpu).
@@ -12,10 +13,14 @@ CHECKED = {
     "ai2-tango": ("1.3.2",),
     "fairscale": ("0.4.13",),
     "torch": ("2.11", "2.12", "2.13"),
+    "python": ("3.10", "3.11", "3.12", "3.13"),  # its fork server (catwalk_startup.fork_requests)
 }
 
 
 def installed(package: str) -> str | None:
+    """The installed version of `package` ("python": this interpreter's)."""
+    if package == "python":
+        return platform.python_version()
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -34,8 +39,12 @@ def refusal(package: str, patch_name: str, version: str | None) -> str:
     """The one line a patch says when it meets a version it was not checked against."""
     versions = CHECKED[package]
     pin = f"{package}=={versions[0]}" if len(versions) == 1 else f"{package} {versions[-1]}"
+    if package == "python":
+        use = f"use Python {versions[-1]}"
+    else:
+        use = f"install {pin} (as pyproject.toml pins it)"
     return (
         f"catwalk_steps: the patch '{patch_name}' was checked against {package} "
-        f"{' or '.join(versions)}, but {version or 'none'} is installed; install {pin} (as "
-        "pyproject.toml pins it) or check the patch against the new code"
+        f"{' or '.join(versions)}, but {version or 'none'} is installed; {use} or check the "
+        "patch against the new code"
     )

@@ -96,10 +96,12 @@ def one_line(error: BaseException) -> str | None:
 
 def refusal_reason(error: BaseException) -> str:
     """What torch's weights-only reader refused, whole: its line naming the global ("Trying to
-    load unsupported GLOBAL posix.system whose module posix is blocked."), else its first
-    sentence (its first line is a paragraph about `weights_only`)."""
+    load unsupported GLOBAL posix.system whose module posix is blocked.", or "Unsupported
+    operand 0" for bytes that are no pickle), else its first sentence (its first line is a
+    paragraph about `weights_only`)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    named = [line for line in lines if "GLOBAL" in line or "Unsupported global" in line]
+    said = ("GLOBAL", "Unsupported global", "Unsupported operand")
+    named = [line for line in lines if any(words in line for words in said)]
     if named:
         return named[0]
     first = first_line(error)

@@ -1,6 +1,6 @@
 """How we change someone else's library where it breaks ordinary use: one named patch per fix,
 each applied once, each refusing to apply to a version it was not checked against (the one
-table: :data:`catwalk_startup.checked.CHECKED`; Tango, FairScale, torch).
+table: :data:`catwalk_startup.checked.CHECKED`; Tango, FairScale, torch, Python's fork server).
 
 A patch of Tango replaces one attribute (a function, method or classmethod) with a wrapper of
 the original (:func:`patch`); FairScale's and torch's patches (:mod:`catwalk_steps.engines.
@@ -13,7 +13,6 @@ wrapping code that no longer does what the wrapper expects.
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
 
 from catwalk_startup import checked
@@ -30,10 +29,7 @@ class TangoChanged(PackageChanged):
 def check_version(package: str, patch_name: str) -> None:
     """One line naming the patch, the package and both versions, unless the installed version
     is one the patch was checked against (:data:`catwalk_startup.checked.CHECKED`)."""
-    try:
-        version: str | None = metadata.version(package)
-    except metadata.PackageNotFoundError:
-        version = None
+    version = checked.installed(package)
     if not checked.is_checked(package, version):
         error = TangoChanged if package == "ai2-tango" else PackageChanged
         raise error(checked.refusal(package, patch_name, version))

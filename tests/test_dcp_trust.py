@@ -5,8 +5,9 @@ torch.distributed.checkpoint stores what is not a tensor (the optimizer's `param
 torch.save blobs inside its `.distcp` files, and its default planner reads them with
 `weights_only=False`. Here a blob is replaced with a pickle that would create a marker file
 (its manifest rewritten to vouch for it), or a `.metadata` of DCP's own classes marks a model
-weight as bytes pointing at such a pickle; a rerun and a `resume_from` run, through `tango run`,
-skip that checkpoint for the one before it in one line naming the file, and the marker never
+weight as bytes pointing at such a pickle, or a model weight's own bytes in a `.distcp` file are
+written over (a pickle, zeros); a rerun and a `resume_from` run, through `tango run`, skip that
+checkpoint for the one before it in one line naming the file (and entry), and the marker never
 appears.
 """
 
@@ -18,6 +19,7 @@ import json
 import pickle
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -145,14 +147,35 @@ def one_skip_naming(output: str, planted: Path) -> None:
     assert "Traceback" not in output
 
 
-@pytest.mark.parametrize("how", ["rerun", "resume_from"])
-@pytest.mark.parametrize("vector", ["optimizer entry", "model weight as bytes"])
-def test_a_pickle_planted_in_an_fsdp2_checkpoints_data_never_runs(stopped, tmp_path, vector, how):
+def write_over(checkpoint: Path, damage: str, marker: Path) -> str:
+    """Writes over the bytes of rank 0's part of the model weight `WEIGHT` in its `.distcp`
+    file (a pickle that would create `marker`, or 200 zero bytes), the file's size kept, and
+    vouches for it; returns the file and entry the refusal must name."""
+    directory = checkpoint / DCP_MODEL_DIR
+    storage = read_metadata(directory).storage_data
+    info = next(
+        info
+        for index, info in storage.items()
+        if index.fqn == WEIGHT and info.relative_path == "__0_0.distcp"
+    )
+    data = pickle.dumps(Payload(marker), protocol=2) if damage == "pickle" else bytes(200)
+    assert len(data) <= info.length
+    with open(directory / info.relative_path, "r+b") as f:
+        f.seek(info.offset)
+        f.write(data)
+    vouch(checkpoint)
+    return f"{directory / info.relative_path} (entry '{WEIGHT}')"
+
+
+def resumed_past(stopped, tmp_path: Path, how: str, damage: Callable[[Path, Path], object]):
+    """Damages the stopped run's newest checkpoint (`damage(checkpoint, marker)` returns what
+    the skip must name), runs again (`how`), and checks that the run skipped it in one line
+    for the one before, and finished; nothing planted ran."""
     workspace, overrides = stopped
     copy = copy_of(workspace, tmp_path)
     work_dir = work_dir_in(copy)
     marker = tmp_path / "pwned"
-    planted = plant(checkpoint_dir(work_dir, PLANTED), vector, marker)
+    planted = damage(checkpoint_dir(work_dir, PLANTED), marker)
     if how == "rerun":  # the same command again: the failed step resumes
         done = tango(copy, overrides, "rerun")
     else:  # another run resuming from the planted one's work directory
@@ -163,6 +186,48 @@ def test_a_pickle_planted_in_an_fsdp2_checkpoints_data_never_runs(stopped, tmp_p
     assert done.returncode == 0, output[-6000:]
     one_skip_naming(output, planted)
     assert f"Resumed from {checkpoint_dir(work_dir, EARLIER)} at step {EARLIER}" in output
+
+
+@pytest.mark.parametrize("how", ["rerun", "resume_from"])
+@pytest.mark.parametrize("vector", ["optimizer entry", "model weight as bytes"])
+def test_a_pickle_planted_in_an_fsdp2_checkpoints_data_never_runs(stopped, tmp_path, vector, how):
+    resumed_past(
+        stopped, tmp_path, how, lambda checkpoint, marker: plant(checkpoint, vector, marker)
+    )
+
+
+@pytest.mark.parametrize(("how", "damage"), [("rerun", "pickle"), ("resume_from", "zeros")])
+def test_a_model_weight_written_over_in_a_distcp_file_costs_that_checkpoint(
+    stopped, tmp_path, how, damage
+):
+    """The tensor's own bytes, which DCP reads inside the collective load: every rank skips the
+    checkpoint together, the line names the file and entry (it ended `WorkerFailed: rank 0:
+    CheckpointException: CheckpointException ranks:dict_keys([0])` on every rerun)."""
+    resumed_past(
+        stopped, tmp_path, how, lambda checkpoint, marker: write_over(checkpoint, damage, marker)
+    )
+
+
+@pytest.mark.parametrize("damage", ["pickle", "zeros"])
+def test_a_model_weight_written_over_is_named_with_its_file_and_entry(stopped, tmp_path, damage):
+    """The load (here the whole model, as `catwalk-export` reads it) says which entry of which
+    file it could not read, as data, in one line."""
+    from catwalk_steps.checkpoints.dcp_loading import whole_state
+    from catwalk_steps.checkpoints.layout import CheckpointError
+
+    workspace, _ = stopped
+    checkpoint = shutil.copytree(checkpoint_dir(work_dir_in(workspace), PLANTED), tmp_path / "c")
+    marker = tmp_path / "pwned"
+    named = write_over(checkpoint, damage, marker)
+    with pytest.raises(CheckpointError) as error:
+        whole_state(checkpoint / DCP_MODEL_DIR)
+    message = str(error.value)
+    assert message.startswith(f"{named}: holds something other than tensors and plain data"), (
+        message
+    )
+    reason = "GLOBAL posix.system" if damage == "pickle" else "Unsupported operand 0"
+    assert reason in message and "\n" not in message, message
+    assert not marker.exists()
 
 
 def test_catwalk_export_refuses_a_model_weight_stored_as_bytes(stopped, tmp_path):

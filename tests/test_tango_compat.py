@@ -44,7 +44,7 @@ def test_a_patch_is_applied_once():
 
 
 def test_a_patch_refuses_another_tango_version_in_one_line(monkeypatch):
-    monkeypatch.setattr(patching.metadata, "version", lambda name: "1.4.0")
+    monkeypatch.setattr(metadata, "version", lambda name: "1.4.0")
     owner = types.SimpleNamespace(f=lambda: 1)
     with pytest.raises(patching.TangoChanged) as error:
         patching.patch(owner, "f", "a_fix", lambda original: original)
@@ -314,7 +314,7 @@ def test_every_patch_of_fairscale_and_torch_refuses_another_version(monkeypatch)
     assert checked.is_checked("torch", "2.13.0+cpu") and checked.is_checked("torch", "2.11.1")
     assert not checked.is_checked("torch", "2.14.0") and not checked.is_checked("torch", "2.1.0")
     versions = {"fairscale": "0.4.14", "torch": "2.13.0"}
-    monkeypatch.setattr(patching.metadata, "version", lambda name: versions[name])
+    monkeypatch.setattr(metadata, "version", lambda name: versions[name])
     with pytest.raises(patching.PackageChanged) as error:
         patching.check_version("fairscale", "FairScale FSDP on CPU workers")
     assert str(error.value) == (

@@ -10,6 +10,13 @@ that any entry, a model weight too, is such a blob. Every DCP load here goes thr
 tensor. Before any rank loads, :func:`check_entries` reads every blob of a checkpoint on its own
 rank (no collective), so a planted or damaged entry costs that checkpoint, skipped by the resume
 with the file named, never the run.
+
+The tensors themselves DCP reads weights-only inside the collective load (its reader's
+`torch.load(weights_only=True)`), so one written over (a pickle, zeros) runs nothing, but
+its failure named neither file nor entry (`CheckpointException ranks:dict_keys([0])`) and was
+no CheckpointError, so the resume never fell back. :class:`DataReader` names them: every rank
+raises the same CheckpointError (DCP gathers each rank's failure to all), and the resume skips
+that checkpoint on all of them together.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ from torch.distributed.checkpoint import (
     CheckpointException,
     DefaultLoadPlanner,
     LoadPlan,
+    LoadPlanner,
     Metadata,
     ReadItem,
     TensorStorageMetadata,
 )
 from torch.distributed.checkpoint.planner import LoadItemType
+from torch.futures import Future
 
 from .dcp_metadata import (
     METADATA_FILE,
@@ -64,13 +73,45 @@ class DataPlanner(DefaultLoadPlanner):
         super().load_bytes(read_item, saved(data))
 
     def entry(self, read_item: ReadItem) -> str:
-        """An entry, for messages: the file that holds it (`relative_path` of DCP's private
-        `_StorageInfo`, which its file-system writer puts in the metadata; torch 2.13.0), and
-        its name."""
-        info = self.metadata.storage_data.get(read_item.storage_index) if self.metadata else None
-        relative = getattr(info, "relative_path", None)
-        path = self.directory / relative if relative else self.directory
-        return f"{path} (entry '{read_item.dest_index.fqn}')"
+        storage = self.metadata.storage_data if self.metadata else {}
+        return entry_name(self.directory, storage, read_item)
+
+
+def entry_name(directory: Path, storage: dict[Any, Any], read_item: ReadItem) -> str:
+    """An entry, for messages: the file that holds it (`relative_path` of DCP's private
+    `_StorageInfo`, which its file-system writer puts in the metadata; torch 2.13.0), and its
+    name."""
+    relative = getattr(storage.get(read_item.storage_index), "relative_path", None)
+    path = Path(directory) / relative if relative else Path(directory)
+    return f"{path} (entry '{read_item.dest_index.fqn}')"
+
+
+class DataReader(MetadataCheckingReader):
+    """DCP's file-system reader, its metadata read as data, whose failure to read a tensor
+    names the file and the entry."""
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        try:
+            return super().read_data(plan, planner)
+        except CheckpointError:
+            raise
+        except Exception:
+            self.refuse_unreadable(plan)  # a CheckpointError naming the entry, when it is one
+            raise
+
+    def refuse_unreadable(self, plan: LoadPlan) -> None:
+        """This rank's tensor entries read again, each alone and as data, as DCP's reader reads
+        them (the bytes the metadata points at, `torch.load(weights_only=True)`): the first
+        that cannot be read is a CheckpointError naming its file and entry."""
+        storage = self.storage_data  # what DCP's reader read its plan from (torch 2.11-2.13)
+        for item in plan.items:
+            info = storage[item.storage_index]
+            if item.type == LoadItemType.BYTE_IO or info.transform_descriptors:
+                continue  # bytes: read by DataPlanner; transformed: not what we write
+            with open(Path(self.path) / info.relative_path, "rb") as f:
+                f.seek(info.offset)
+                where = entry_name(Path(self.path), storage, item)
+                load_data(io.BytesIO(f.read(info.length)), where)
 
 
 def saved(data: Any) -> io.BytesIO:
@@ -89,11 +130,12 @@ def stored_as_bytes(directory: Path, name: str) -> str:
 
 def load_as_data(state: dict[str, Any], directory: Path, no_dist: bool = False) -> None:
     """`dcp.load` of the checkpoint in `directory` into `state`, its metadata and its entries
-    read as data; collective unless `no_dist`. A refused entry is one CheckpointError (DCP
-    wraps each rank's failure into an exception that prints every rank's traceback)."""
+    read as data; collective unless `no_dist`. A refused or unreadable entry is one
+    CheckpointError, on every rank (DCP wraps each rank's failure into an exception that
+    prints every rank's traceback, and gives it to every rank)."""
     import torch.distributed.checkpoint as dcp
 
-    reader = MetadataCheckingReader(directory)
+    reader = DataReader(directory)
     try:
         with single_process_quietly():
             dcp.load(state, storage_reader=reader, planner=DataPlanner(directory), no_dist=no_dist)

@@ -48,6 +48,7 @@ from typing import Any, cast
 
 import torch.multiprocessing as torch_mp
 
+from catwalk_startup import fork_requests
 from catwalk_startup.exit_with_parent import PARENT_ENV
 
 from ..distributed.devices import held_plan
@@ -55,6 +56,7 @@ from ..distributed.groups import destroy_process_group_if_initialized
 from ..distributed.rendezvous import private_store_file, start_store
 from ..errors import one_line_error, rebuilt
 from ..files import write_atomic
+from ..patching import check_version
 from ..run_temp import temp_files_in_run_dir
 from ..training.job import TrainingJob
 from .worker_process import Work, WorkerReport, train_on_worker, worker_main
@@ -76,6 +78,7 @@ GRACE_S = 5.0
 # imports every module of an included package, and `tango run` itself needs none of these.
 PRELOAD = (
     "catwalk_startup.exit_with_parent",  # first: the server ends with the process that started it
+    "catwalk_startup.fork_requests",  # before it serves: a malformed request is refused
     "fairscale.nn.data_parallel",
     "torch.distributed.checkpoint",
     "torch.distributed.fsdp",
@@ -243,7 +246,8 @@ def start_worker_server(include_package: Iterable[str] = ()) -> None:
     """Starts the server that workers fork from, unless it runs, and returns at once: it imports
     what they need (:data:`PRELOAD`, the `--include-package` modules) while this process goes
     on, e.g. Tango building the step graph. A server already running keeps what it has; workers
-    import the rest themselves."""
+    import the rest themselves. It refuses bad requests: :mod:`catwalk_startup.fork_requests`."""
+    check_version("python", fork_requests.PATCH)
     multiprocessing.get_context(START_METHOD).set_forkserver_preload([*PRELOAD, *include_package])
     os.environ[PARENT_ENV] = str(os.getpid())  # the server's alone (it removes it at start)
     try:

@@ -3,8 +3,9 @@
 Every rank writes its part (the engine's state, or its shard of it); rank 0 gathers every rank's
 random generators and callback state into `trainer.pt`, marks the directory complete only once
 all parts are on disk, then moves the pointers and removes stale checkpoints. Resuming takes the
-newest checkpoint that every rank can read: a partial or damaged one is skipped with a warning
-naming the file, and all ranks skip it together.
+newest checkpoint that every rank can read and load: a partial or damaged one is skipped with a
+warning naming the file (and the entry, inside an FSDP2 `.distcp` file), and all ranks skip it
+together.
 """
 
 from __future__ import annotations
@@ -159,23 +160,13 @@ class Checkpointer:
         candidates = resumable_checkpoints(self.job.work_dir, self.job.resume_from)
         refused = []
         for directory in candidates:
-            # Rank 0 reads every file to check its content; the others check what they can see.
-            problem = problem_with(directory, contents=self.main)
-            trainer = None
-            if problem is None:
-                try:
-                    payload = self.engine.read_state(directory)
-                    trainer = load_file(directory / TRAINER_FILE)
-                except CheckpointError as e:
-                    problem = str(e)
-            if not self.everyone_agrees(problem is None):
-                refused.append(problem or "damaged on another rank")
+            problem, trainer = self.loaded(directory)
+            if problem is not None:
+                refused.append(problem)
                 if self.main:
-                    logger.warning("Skipping checkpoint: %s", refused[-1])
+                    logger.warning("Skipping checkpoint: %s", problem)
                 continue
-            self.check_base(directory)
-            self.engine.apply_state(payload)
-            state = self.restore(cast(dict[str, Any], trainer))  # read: no problem here
+            state = self.restore(cast(dict[str, Any], trainer))  # loaded: read
             if self.main:
                 announce(logger, "Resumed from %s at step %d", directory, state.step)
             if directory.parent != checkpoints_root(self.job.work_dir):
@@ -189,6 +180,31 @@ class Checkpointer:
                 f"({reasons})"
             )
         return None
+
+    def loaded(self, directory: Path) -> tuple[str | None, dict[str, Any] | None]:
+        """The checkpoint's state loaded into the engine, and its `trainer.pt`; or why it
+        cannot be (every rank answers the same, decided together). Its files are read on each
+        rank before any rank loads; the collective load reads the tensors (FSDP2's DCP), and
+        an entry it cannot read fails on every rank at once: either way all ranks skip it."""
+        # Rank 0 reads every file to check its content; the others check what they can see.
+        problem = problem_with(directory, contents=self.main)
+        trainer = None
+        if problem is None:
+            try:
+                payload = self.engine.read_state(directory)
+                trainer = load_file(directory / TRAINER_FILE)
+            except CheckpointError as e:
+                problem = str(e)
+        if not self.everyone_agrees(problem is None):
+            return problem or "damaged on another rank", None
+        self.check_base(directory)
+        try:
+            self.engine.apply_state(payload)
+        except CheckpointError as e:  # what it loaded so far, the next checkpoint overwrites
+            problem = str(e)
+        if not self.everyone_agrees(problem is None):
+            return problem or "unreadable on another rank", None
+        return None, trainer
 
     def adopt(self, directory: Path, state: TrainerState) -> None:
         """`resume_from`'s checkpoint, and the best one its run had (when it is whole), become
