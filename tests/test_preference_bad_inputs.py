@@ -36,6 +36,26 @@ BAD_ROWS = {
         {"prompt": "Q: " + "two " * 40 + "?\nA:", "chosen": " yes", "rejected": " no"},
         ":2: the prompt has 167 tokens, and max_length 128 leaves no room for an answer",
     ),
+    "empty_prompt": (
+        {"prompt": "", "chosen": " yes", "rejected": " no"},
+        ":2: field 'prompt' is empty; an answer is scored from the prompt before it",
+    ),
+    "message_without_content": (
+        {
+            "prompt": [{"role": "user", "content": "two?"}, {"role": "assistant"}],
+            "chosen": [{"role": "assistant", "content": "yes"}],
+            "rejected": [{"role": "assistant", "content": "no"}],
+        },
+        ":2: field 'prompt': message 2 has no 'content'",
+    ),
+    "prompt_as_object": (
+        {
+            "prompt": {"role": "user", "content": "two?"},
+            "chosen": [{"role": "assistant", "content": "yes"}],
+            "rejected": [{"role": "assistant", "content": "no"}],
+        },
+        ":2: field 'prompt' must be a text or a list of {role, content} messages, got an object",
+    ),
 }
 TOKENIZER = "olmo_eval::gpt-neox-olmo-dolma-v1_5"
 # name -> (overrides of the tiny DPO run, the error line)
