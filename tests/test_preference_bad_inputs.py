@@ -88,6 +88,16 @@ SETTINGS = {
         "ConfigurationError: reference_logprobs.splits: 'test' is not in the dataset (splits: "
         "train, validation)",
     ),
+    "reference_past_positions": (
+        {"steps.dpo_reference.max_length": 1000},
+        "ConfigurationError: reference_logprobs.max_length: 1000 tokens, but the model has 128 "
+        "positions",
+    ),
+    "reference_cut_otherwise": (
+        {"steps.dpo_reference.max_length": 64},
+        "ConfigurationError: train_dataloader.collate_fn.max_length: 128, and the reference step "
+        "'dpo_reference' scored the pairs with max_length 64",
+    ),
     "reference_of_choices": (
         {"steps.dpo_data.task": {"type": "catwalk::synthetic", "sizes": {"train": 8}}},
         "ConfigurationError: reference_logprobs.dataset_dict: a reference's log-probabilities "

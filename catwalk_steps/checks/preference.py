@@ -27,3 +27,20 @@ def check_preference_training(settings: TrainSettings) -> None:
             "data through a catwalk::reference_logprobs step (lib.preference does), or give the "
             "model an adapter (its base with the adapter off is the reference)"
         )
+    if isinstance(data, Step):
+        check_same_cut(settings, data)
+
+
+def check_same_cut(settings: TrainSettings, reference: Step) -> None:
+    """The loaders cut the pairs as the reference step did (the same `max_length`), or a pair's
+    log-probabilities would be compared with its reference's of other tokens."""
+    scored = reference.kwargs.get("max_length")
+    blocks = settings.blocks
+    for loader in filter(None, (blocks.train_loader, blocks.validation_loader)):
+        if scored is not None and loader.max_length != scored:
+            raise ConfigurationError(
+                f"{loader.collate_key('max_length')}: {loader.max_length}, and the reference "
+                f"step '{reference.name}' scored the pairs with max_length {scored}: a pair cut "
+                "otherwise would be compared with its reference's log-probabilities of other "
+                "tokens; give both the same max_length"
+            )
