@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from catwalk_steps.scoring.tokenization import load_tokenizer
+
 from . import commands
 from .commands import error_lines
 from .conftest import REPO, TANGO_ENV, tango_command
@@ -127,6 +129,63 @@ def bad_rows_case(tmp_path: Path, name: str) -> tuple[Path, dict]:
     return DPO, {"steps.dpo_data.task": task}
 
 
+def model_directory(path: Path, vocab_size: int, tokenizer: str | None) -> Path:
+    """A tiny GPT-2's config (no weights: the graph build reads none) of `vocab_size`, and
+    `tokenizer`'s files beside it (None: none, as a directory of weights alone)."""
+    from transformers import GPT2Config
+
+    GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=vocab_size
+    ).save_pretrained(path)
+    if tokenizer is not None:
+        load_tokenizer(tokenizer).save_pretrained(path)
+    return path
+
+
+INIT_FROM_STEP = """local lib = import '{lib}';
+local small = lib.training.demo {{ device_count: 1, batch_size: 4, train_steps: 2 }};
+lib.pipeline(lib.tasks.synthetic_generative {{ sizes: {{ train: 8, validation: 8 }} }},
+             lib.models.tiny_gpt2 {{ tokenizer: '{tokenizer}' }}, lib.engines.torch(), small,
+             prefix='sft_')
++ lib.preference(lib.tasks.synthetic_preference {{ sizes: {{ train: 8, validation: 8 }} }},
+                 lib.models.tiny_gpt2, lib.engines.torch(), small,
+                 reference=lib.models.tiny_gpt2, init_from=lib.ref('sft_trained'))
+"""
+
+
+def init_from_cases(tmp_path: Path) -> dict[str, tuple]:
+    """`train.init_from` a model of another vocabulary: a directory with its tokenizer, one of
+    weights alone, and another step's model (DPO after an SFT run of another tokenizer)."""
+    other = model_directory(tmp_path / "neox_model", 50280, TOKENIZER)
+    bare = model_directory(tmp_path / "neox_weights", 50280, None)
+    chained = tmp_path / "init_from_step.jsonnet"
+    lib = REPO / "experiments" / "lib" / "pipeline.libsonnet"
+    chained.write_text(INIT_FROM_STEP.format(lib=lib, tokenizer=TOKENIZER))
+    differs = "its embeddings are rows of another vocabulary"
+    return {
+        "init_from_other_vocabulary": (
+            DPO,
+            {"steps.dpo_trained.init_from": str(other)},
+            f"ConfigurationError: train.init_from: the model in {other} has tokenizer "
+            f"'{other}' (50,280 tokens), and the model block's is 'catwalk::byte_level' (257): "
+            + differs,
+        ),
+        "init_from_weights_of_another_vocabulary": (
+            DPO,
+            {"steps.dpo_trained.init_from": str(bare)},
+            f"ConfigurationError: train.init_from: the model in {bare} has a vocabulary of "
+            "50,280 tokens, and the model block's tokenizer 'catwalk::byte_level' has 257",
+        ),
+        "init_from_a_step_of_another_tokenizer": (
+            chained,
+            None,
+            "ConfigurationError: train.init_from: the model of step 'sft_trained' has tokenizer "
+            f"'{TOKENIZER}' (50,280 tokens), and the model block's is 'catwalk::byte_level' "
+            "(257): " + differs,
+        ),
+    }
+
+
 @pytest.mark.slow
 def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
     cases = {
@@ -134,6 +193,7 @@ def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
         for name in BAD_ROWS
     }
     cases.update({name: (DPO, o, line) for name, (o, line) in SETTINGS.items()})
+    cases.update(init_from_cases(tmp_path))
     cases["dpo_on_choices"] = (DEMO, {"steps.trained.model.objective": "dpo"}, ON_CHOICES)
     in_loop = {"steps.trained.evaluate_tasks": [{"type": "catwalk::synthetic_preference"}]}
     cases["pairs_in_the_loop"] = (DEMO, in_loop, IN_LOOP)

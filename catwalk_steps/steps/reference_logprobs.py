@@ -18,6 +18,7 @@ from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 
+from ..checks.preference import check_same_tokenizer
 from ..checks.start_warnings import cut_warnings
 from ..checks.training import loaded_task
 from ..kinds import kind_of, kind_of_task
@@ -45,22 +46,6 @@ def reference_block(model: Any) -> Any:
     if isinstance(block, dict):
         block = {k: v for k, v in block.items() if k != "dpo"} | {"objective": OBJECTIVE}
     return block
-
-
-def check_same_tokenizer(reference: str, policy: str | None, field: str) -> None:
-    """The reference tokenizes the answers as the policy does (the same vocabulary and special
-    tokens), or the log-probabilities are of other tokens: one line."""
-    if policy is None or reference == policy:
-        return
-    ours = load_tokenizer(reference, field)
-    theirs = load_tokenizer(policy, "reference_logprobs.tokenizer")
-    same_specials = ours.all_special_tokens == theirs.all_special_tokens
-    if ours.get_vocab() != theirs.get_vocab() or not same_specials:
-        raise ConfigurationError(
-            f"{field}: the reference's tokenizer '{reference}' differs from the policy's "
-            f"'{policy}'; DPO compares the two models' log-probabilities of the same tokens: "
-            "give a reference with the policy's tokenizer"
-        )
 
 
 def check_fits(config: Any, max_length: int | None) -> None:
