@@ -210,3 +210,45 @@ def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
         assert cases[name][2] in lines[0], (name, lines[0])
         assert 'Starting step "' not in text, name
         assert not list((tmp_path / name / "cache").glob("*")), name
+
+
+STARTS_FROM = """local lib = import '{lib}';
+lib.preference(lib.tasks.synthetic_preference {{ sizes: {{ train: 16, validation: 8 }} }},
+               lib.models.tiny_gpt2, lib.engines.torch(),
+               lib.training.demo {{ device_count: 1, batch_size: 4, train_steps: 2,
+                                   validate_every: 2, lr: 1e-12 }},
+               init_from='{directory}')
+"""
+
+
+@pytest.mark.slow
+def test_lib_preference_starts_from_a_model_directory(tmp_path):
+    """`lib.preference(init_from='<a directory>')`, as the docs say it may be given: the
+    graph builds (it was a 47-line `AttributeError` there) and the policy trains from the
+    directory's weights (at a learning rate of 1e-12 they are what it saves)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from .conftest import run_tango, step_result
+
+    tokenizer = load_tokenizer("catwalk::byte_level")
+    config = GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=len(tokenizer),
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_pytorch_tanh",
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(7)  # other weights than the block's own random init (seed 0)
+    directory = tmp_path / "sft_model"
+    GPT2LMHeadModel(config).save_pretrained(directory)
+    experiment = tmp_path / "from_directory.jsonnet"
+    lib = REPO / "experiments" / "lib" / "pipeline.libsonnet"
+    experiment.write_text(STARTS_FROM.format(lib=lib, directory=directory))
+    run_tango(experiment, tmp_path / "ws", "from_directory")
+    trained = load_file(
+        step_result(tmp_path / "ws", "from_directory", "dpo_trained") / "model.safetensors"
+    )
+    start = load_file(directory / "model.safetensors")
+    assert set(start) <= set(trained)
+    for name, weights in start.items():
+        torch.testing.assert_close(trained[name], weights, rtol=0, atol=1e-6, msg=name)

@@ -64,6 +64,14 @@ local train_step(model, engine, t, data, callbacks=[]) = {
 } + (if std.length(callbacks) > 0 then { callbacks: callbacks } else {})
 + (if std.length(t.evaluate_tasks) > 0 then { evaluate_tasks: t.evaluate_tasks } else {});
 
+// The model a run starts from: `init_from`'s (a step's model, or the model block loading a
+// directory's weights as catwalk::train's init_from does: its config gives way, its tokenizer
+// and other keys stay), else the block's own.
+local starting_model(model, init_from) =
+  if init_from == null then model
+  else if std.isString(init_from) then model { pretrained: init_from, config:: null }
+  else init_from;
+
 local eval_step(model, t, data) = {
   type: 'catwalk::evaluate',
   model: model,
@@ -204,13 +212,14 @@ local cells(grid) = std.foldl(
   //              the model, training's reference is its base with the adapter off (nothing
   //              precomputed); the reference step then only serves the evaluations (the model
   //              saved after training is merged: its base is gone).
-  //   init_from: a step's model the policy starts from (DPO after SFT), or null.
+  //   init_from: a step's model the policy starts from (DPO after SFT), a model directory, or
+  //              null.
   preference(task, model, engine, training={}, dpo={}, reference=null, init_from=null, prefix='dpo_'):: {
     local t = for_model(grids.training(training_defaults, training), model),
     local data = prefix + 'data',
     local adapter = std.objectHas(model, 'adapter') && model.adapter != null,
     local scored = prefix + 'reference',
-    local start = if init_from != null then init_from else model,
+    local start = starting_model(model, init_from),
     local policy = model { objective: 'dpo', dpo: dpo },
 
     steps+: {
