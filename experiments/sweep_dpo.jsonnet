@@ -5,6 +5,8 @@
 // one cached step (`dpo_reference`) that every cell reads: it runs once, whatever the grid.
 // The report gives each configuration's held-out reward accuracy, mean ± std over seeds.
 //   tango run experiments/sweep_dpo.jsonnet --ext-var betas=0.1,0.5 --ext-var seeds=1,2,3
+//   tango run experiments/sweep_dpo.jsonnet --ext-var training='{"train_steps": 30}'  # every cell
+//   tango run experiments/sweep_dpo.jsonnet --ext-var cell=0           # one cell (one job)
 local lib = import 'lib/pipeline.libsonnet';
 
 local model = lib.models.tiny_gpt2;
@@ -30,5 +32,6 @@ lib.pipeline(
   dpo={ loss_type: 'sigmoid', rpo_alpha: 1.0 },
   reference=lib.ref('sft_trained'),
   init_from=lib.ref('sft_trained'),
+  only=lib.ext_list('cell', []),
   title='DPO sweep: beta x learning rate x seed (held-out reward accuracy)',
 )

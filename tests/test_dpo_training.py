@@ -83,6 +83,21 @@ def test_the_fairscale_run_trained_another_model_from_the_same_sft_and_reference
         )
 
 
+def test_the_demo_s_generation_report_plots_exact_match_not_the_reward_accuracy(demo_workspace):
+    """`gen_report` ("base, SFT, DPO" on the synthetic generative questions), read from its
+    output: its table's metric is exact match, and so is its plot's (the DPO model validated
+    on the reward accuracy: its curve is left out, not plotted in exact match's place)."""
+    from catwalk_steps.reports import ReportFormat
+    from catwalk_steps.reports.plots import validation_metric
+
+    exact = "exact_match,remove_whitespace"
+    report = ReportFormat().read(step_result(demo_workspace, "fsdp2", "gen_report"))
+    assert sorted(report.rows) == ["base", "dpo", "sft"]
+    assert all(exact in row for row in report.rows.values())
+    assert "rewards/accuracies" not in report.columns
+    assert validation_metric(report, "acc") == exact
+
+
 def killed_dpo(pids: Path, **faults) -> dict:
     """The tiny DPO run on 2 processes with dropout on (every random generator matters)."""
     return {

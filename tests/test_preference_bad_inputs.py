@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from catwalk_steps.scoring.tokenization import load_tokenizer
+
 from . import commands
 from .commands import error_lines
 from .conftest import REPO, TANGO_ENV, tango_command
@@ -35,6 +37,26 @@ BAD_ROWS = {
     "prompt_too_long": (
         {"prompt": "Q: " + "two " * 40 + "?\nA:", "chosen": " yes", "rejected": " no"},
         ":2: the prompt has 167 tokens, and max_length 128 leaves no room for an answer",
+    ),
+    "empty_prompt": (
+        {"prompt": "", "chosen": " yes", "rejected": " no"},
+        ":2: field 'prompt' is empty; an answer is scored from the prompt before it",
+    ),
+    "message_without_content": (
+        {
+            "prompt": [{"role": "user", "content": "two?"}, {"role": "assistant"}],
+            "chosen": [{"role": "assistant", "content": "yes"}],
+            "rejected": [{"role": "assistant", "content": "no"}],
+        },
+        ":2: field 'prompt': message 2 has no 'content'",
+    ),
+    "prompt_as_object": (
+        {
+            "prompt": {"role": "user", "content": "two?"},
+            "chosen": [{"role": "assistant", "content": "yes"}],
+            "rejected": [{"role": "assistant", "content": "no"}],
+        },
+        ":2: field 'prompt' must be a text or a list of {role, content} messages, got an object",
     ),
 }
 TOKENIZER = "olmo_eval::gpt-neox-olmo-dolma-v1_5"
@@ -68,6 +90,16 @@ SETTINGS = {
         "ConfigurationError: reference_logprobs.splits: 'test' is not in the dataset (splits: "
         "train, validation)",
     ),
+    "reference_past_positions": (
+        {"steps.dpo_reference.max_length": 1000},
+        "ConfigurationError: reference_logprobs.max_length: 1000 tokens, but the model has 128 "
+        "positions",
+    ),
+    "reference_cut_otherwise": (
+        {"steps.dpo_reference.max_length": 64},
+        "ConfigurationError: train_dataloader.collate_fn.max_length: 128, and the reference step "
+        "'dpo_reference' scored the pairs with max_length 64",
+    ),
     "reference_of_choices": (
         {"steps.dpo_data.task": {"type": "catwalk::synthetic", "sizes": {"train": 8}}},
         "ConfigurationError: reference_logprobs.dataset_dict: a reference's log-probabilities "
@@ -97,6 +129,63 @@ def bad_rows_case(tmp_path: Path, name: str) -> tuple[Path, dict]:
     return DPO, {"steps.dpo_data.task": task}
 
 
+def model_directory(path: Path, vocab_size: int, tokenizer: str | None) -> Path:
+    """A tiny GPT-2's config (no weights: the graph build reads none) of `vocab_size`, and
+    `tokenizer`'s files beside it (None: none, as a directory of weights alone)."""
+    from transformers import GPT2Config
+
+    GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=vocab_size
+    ).save_pretrained(path)
+    if tokenizer is not None:
+        load_tokenizer(tokenizer).save_pretrained(path)
+    return path
+
+
+INIT_FROM_STEP = """local lib = import '{lib}';
+local small = lib.training.demo {{ device_count: 1, batch_size: 4, train_steps: 2 }};
+lib.pipeline(lib.tasks.synthetic_generative {{ sizes: {{ train: 8, validation: 8 }} }},
+             lib.models.tiny_gpt2 {{ tokenizer: '{tokenizer}' }}, lib.engines.torch(), small,
+             prefix='sft_')
++ lib.preference(lib.tasks.synthetic_preference {{ sizes: {{ train: 8, validation: 8 }} }},
+                 lib.models.tiny_gpt2, lib.engines.torch(), small,
+                 reference=lib.models.tiny_gpt2, init_from=lib.ref('sft_trained'))
+"""
+
+
+def init_from_cases(tmp_path: Path) -> dict[str, tuple]:
+    """`train.init_from` a model of another vocabulary: a directory with its tokenizer, one of
+    weights alone, and another step's model (DPO after an SFT run of another tokenizer)."""
+    other = model_directory(tmp_path / "neox_model", 50280, TOKENIZER)
+    bare = model_directory(tmp_path / "neox_weights", 50280, None)
+    chained = tmp_path / "init_from_step.jsonnet"
+    lib = REPO / "experiments" / "lib" / "pipeline.libsonnet"
+    chained.write_text(INIT_FROM_STEP.format(lib=lib, tokenizer=TOKENIZER))
+    differs = "its embeddings are rows of another vocabulary"
+    return {
+        "init_from_other_vocabulary": (
+            DPO,
+            {"steps.dpo_trained.init_from": str(other)},
+            f"ConfigurationError: train.init_from: the model in {other} has tokenizer "
+            f"'{other}' (50,280 tokens), and the model block's is 'catwalk::byte_level' (257): "
+            + differs,
+        ),
+        "init_from_weights_of_another_vocabulary": (
+            DPO,
+            {"steps.dpo_trained.init_from": str(bare)},
+            f"ConfigurationError: train.init_from: the model in {bare} has a vocabulary of "
+            "50,280 tokens, and the model block's tokenizer 'catwalk::byte_level' has 257",
+        ),
+        "init_from_a_step_of_another_tokenizer": (
+            chained,
+            None,
+            "ConfigurationError: train.init_from: the model of step 'sft_trained' has tokenizer "
+            f"'{TOKENIZER}' (50,280 tokens), and the model block's is 'catwalk::byte_level' "
+            "(257): " + differs,
+        ),
+    }
+
+
 @pytest.mark.slow
 def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
     cases = {
@@ -104,6 +193,7 @@ def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
         for name in BAD_ROWS
     }
     cases.update({name: (DPO, o, line) for name, (o, line) in SETTINGS.items()})
+    cases.update(init_from_cases(tmp_path))
     cases["dpo_on_choices"] = (DEMO, {"steps.trained.model.objective": "dpo"}, ON_CHOICES)
     in_loop = {"steps.trained.evaluate_tasks": [{"type": "catwalk::synthetic_preference"}]}
     cases["pairs_in_the_loop"] = (DEMO, in_loop, IN_LOOP)
@@ -120,3 +210,45 @@ def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
         assert cases[name][2] in lines[0], (name, lines[0])
         assert 'Starting step "' not in text, name
         assert not list((tmp_path / name / "cache").glob("*")), name
+
+
+STARTS_FROM = """local lib = import '{lib}';
+lib.preference(lib.tasks.synthetic_preference {{ sizes: {{ train: 16, validation: 8 }} }},
+               lib.models.tiny_gpt2, lib.engines.torch(),
+               lib.training.demo {{ device_count: 1, batch_size: 4, train_steps: 2,
+                                   validate_every: 2, lr: 1e-12 }},
+               init_from='{directory}')
+"""
+
+
+@pytest.mark.slow
+def test_lib_preference_starts_from_a_model_directory(tmp_path):
+    """`lib.preference(init_from='<a directory>')`, as the docs say it may be given: the
+    graph builds (it was a 47-line `AttributeError` there) and the policy trains from the
+    directory's weights (at a learning rate of 1e-12 they are what it saves)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from .conftest import run_tango, step_result
+
+    tokenizer = load_tokenizer("catwalk::byte_level")
+    config = GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=len(tokenizer),
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_pytorch_tanh",
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(7)  # other weights than the block's own random init (seed 0)
+    directory = tmp_path / "sft_model"
+    GPT2LMHeadModel(config).save_pretrained(directory)
+    experiment = tmp_path / "from_directory.jsonnet"
+    lib = REPO / "experiments" / "lib" / "pipeline.libsonnet"
+    experiment.write_text(STARTS_FROM.format(lib=lib, directory=directory))
+    run_tango(experiment, tmp_path / "ws", "from_directory")
+    trained = load_file(
+        step_result(tmp_path / "ws", "from_directory", "dpo_trained") / "model.safetensors"
+    )
+    start = load_file(directory / "model.safetensors")
+    assert set(start) <= set(trained)
+    for name, weights in start.items():
+        torch.testing.assert_close(trained[name], weights, rtol=0, atol=1e-6, msg=name)

@@ -118,3 +118,28 @@ def test_the_run_card_records_what_validation_measured(tmp_path):
     payload = json.loads((report / "report.json").read_text())
     assert payload["run_cards"]["trained"]["val_metric_name"] == "acc_norm"
     assert (report / "validation_acc.png").exists()
+
+
+EXACT = "exact_match,remove_whitespace"
+
+
+def trained_on(val_metric_name: str, points: list[dict], scores: dict) -> dict:
+    card = {"step": {"name": "trained", "unique_id": "T"}, "world_size": 1, "environment": {}}
+    return {
+        **scores,
+        "training_history": {"train": [], "validation": points},
+        "run_card": {**card, "val_metric_name": val_metric_name},
+    }
+
+
+def test_a_chained_report_plots_the_metric_its_table_compares(tmp_path, drawn):
+    """dpo_demo's `gen_report`: the base, SFT and DPO models answering the SFT task (exact
+    match); the DPO model validated on its reward accuracy, which this report does not compare:
+    its curve is left out, not plotted in the exact match's place (DPO's name sorts first)."""
+    sft = trained_on(EXACT, [{"step": 50, EXACT: 0.5}, {"step": 100, EXACT: 0.9}], {EXACT: 0.9})
+    dpo = trained_on("rewards/accuracies", [{"step": 60, "rewards/accuracies": 0.97}], {EXACT: 1})
+    report = build_report({"base": {EXACT: 0.0, "n": 64}, "dpo": dpo, "sft": sft})
+    assert plots_module.validation_metric(report, "acc") == EXACT
+    assert plots_module.plot_curves(report, tmp_path / "curves.png")
+    assert drawn[0]["ylabel"] == f"validation {EXACT}"
+    assert drawn[0]["lines"] == [[pytest.approx(0.5), pytest.approx(0.9)]]  # SFT's curve only

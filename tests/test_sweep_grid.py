@@ -202,3 +202,83 @@ def test_the_docs_name_every_grid_key():
     for key in ("engine", "model", "precision", "seed", "lr", "r", "alpha", "dropout"):
         assert f"`{key}`" in sweeps, key
     assert """--ext-var training='{"train_steps": 100}'""" in sweeps
+
+
+SWEEPS = sorted(EXPERIMENTS.glob("sweep_*.jsonnet"))
+
+
+def cells_of(path: Path, **ext_vars: str) -> dict[str, dict]:
+    """A shipped sweep's cells' training steps (`trained,...`: lib.sweep's and
+    lib.preference_sweep's), as `tango run` builds them with these `--ext-var`s."""
+    steps = experiment_params(path, **ext_vars)["steps"]
+    return {name: step for name, step in steps.items() if name.startswith("trained,")}
+
+
+@pytest.mark.parametrize("sweep", SWEEPS, ids=lambda path: path.stem)
+def test_every_shipped_sweep_reads_training_and_cell_and_refuses_an_unknown_key(sweep):
+    """The documented ext vars of every sweep (docs/sweeps.md's table): `training` sets a key of
+    every cell (the DPO sweep trained 60 steps whatever it said), a key no step reads is one
+    line as in lib.sweep, and `cell` keeps one cell."""
+    from catwalk_steps.errors import one_line
+
+    everyone = cells_of(sweep)
+    quick = cells_of(sweep, training='{"train_steps": 30}')
+    assert len(everyone) >= 2 and list(quick) == list(everyone)
+    assert {cell["train_steps"] for cell in quick.values()} == {30}
+    assert len(cells_of(sweep, cell="1")) == 1
+    with pytest.raises(Exception) as failure:
+        experiment_params(sweep, training='{"train_stepz": 3}')
+    assert one_line(failure.value).startswith(
+        CE + "--ext-var training: 'train_stepz' is not a training key (batch_size, "
+    ), one_line(failure.value)
+    with pytest.raises(Exception) as failure:
+        experiment_params(sweep, cell="99")
+    assert one_line(failure.value).startswith(CE + "--ext-var cell=99: no such cell; the grid has")
+
+
+def test_the_dpo_sweep_s_shared_steps_score_as_its_cells_train():
+    """`--ext-var training` reaches the reference step and the evaluation before DPO too: the
+    reference cuts the pairs with the cells' max_length."""
+    steps = experiment_params(EXPERIMENTS / "sweep_dpo.jsonnet", training='{"max_length": 96}')[
+        "steps"
+    ]
+    assert steps["dpo_reference"]["max_length"] == 96
+    assert steps["dpo_eval_before"]["max_length"] == 96
+    for name, cell in cells_of(
+        EXPERIMENTS / "sweep_dpo.jsonnet", training='{"max_length": 96}'
+    ).items():
+        assert cell["train_dataloader"]["collate_fn"]["max_length"] == 96, name
+
+
+def test_the_docs_say_which_ext_vars_each_shipped_sweep_takes():
+    """docs/sweeps.md has a row per shipped sweep naming every ext var the file reads, and
+    `training` and `cell`, which every sweep reads."""
+    import re
+
+    from .conftest import REPO
+
+    sweeps = (REPO / "docs" / "sweeps.md").read_text()
+    for path in SWEEPS:
+        row = next((line for line in sweeps.splitlines() if f"`{path.name}`" in line), None)
+        assert row is not None and row.startswith("|"), path.name
+        read = set(re.findall(r"lib\.ext_\w+\('(\w+)'", path.read_text())) | {"training", "cell"}
+        assert {name for name in read if f"`{name}`" not in row} == set(), (path.name, row)
+
+
+@pytest.mark.slow
+def test_the_dpo_sweep_refuses_an_unknown_training_key_through_tango_run(tmp_path):
+    argv = tango_command(
+        EXPERIMENTS / "sweep_dpo.jsonnet",
+        tmp_path / "ws",
+        "bad",
+        None,
+        "--ext-var",
+        'training={"train_stepz": 3}',
+    )
+    done = commands.run(argv, 120)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode != 0
+    assert len(lines) == 1 and (
+        CE + "--ext-var training: 'train_stepz' is not a training key (batch_size, " in lines[0]
+    ), lines
+    assert not (tmp_path / "ws" / "cache").exists()

@@ -4,7 +4,7 @@ warning each; and which blocks a sharded engine wraps when its `modules_to_wrap`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..distributed.devices import usable_cores
@@ -76,11 +76,32 @@ def cut_answer_warnings(
     tokenizer = load_tokenizer(loader.collate["tokenizer"], loader.collate_key("tokenizer"))
     warnings = []
     for split in filter(None, splits):
-        cut = answers_cut(dataset_dict[split], tokenizer, max_length)
-        if cut:
-            warnings.append(
-                f"collate_fn.max_length: {cut} of {len(dataset_dict[split])} {split} instances "
-                f"have an answer longer than {max_length} tokens, which is cut (answers are "
-                "otherwise scored whole); raise max_length"
-            )
+        warnings += cut_warnings(
+            dataset_dict[split], tokenizer, max_length, split, "collate_fn.max_length"
+        )
+    return warnings
+
+
+def cut_warnings(
+    instances: Sequence[Any], tokenizer: Any, max_length: int, split: str, field: str
+) -> list[str]:
+    """What `max_length` (the key `field`) cuts of a split's instances, as their kind counts
+    it: answers longer than it, and prompts whose start gives way to their answers."""
+    instances, warnings = list(instances), []
+    kind = kind_of(instances)
+    cut = kind.answers_cut(instances, tokenizer, max_length)
+    if cut:
+        warnings.append(
+            f"{field}: {cut} of {len(instances)} {split} instances have an answer longer than "
+            f"fits in {max_length} tokens, which is cut (answers are otherwise scored whole); "
+            "raise max_length"
+        )
+    cut = kind.prompts_cut(instances, tokenizer, max_length)
+    if cut:
+        warnings.append(
+            f"{field}: {cut} of {len(instances)} {split} instances have a prompt too long for "
+            f"their answers to fit after it in {max_length} tokens: the prompt's start is cut "
+            "(it keeps its last tokens, TRL's truncation_mode 'keep_end'; the answers are "
+            "scored whole); raise max_length to keep it"
+        )
     return warnings

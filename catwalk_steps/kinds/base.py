@@ -139,6 +139,12 @@ class TaskKind:
         lengths = dict(zip(choices, counts, strict=True))
         return sum(any(lengths[c] > max_length for c in i.choices) for i in instances)
 
+    def prompts_cut(self, instances: list, tokenizer: Any, max_length: int) -> int:
+        """How many instances lose their prompt's start so that their answers fit whole in
+        `max_length` tokens (said in a warning); 0 where a context is cut on the left as
+        lm-evaluation-harness cuts it, which its scores follow."""
+        return 0
+
     def widest(self, instances: Sequence[Any]) -> int:
         """The most sequences one of `instances` takes in a forward (a batch of instances is
         sized by it: its choices, one each)."""

@@ -32,7 +32,7 @@ from ..scoring.preference_objective import (
 from ..tasks.preference import PreferenceInstance
 from .base import Scorer, TaskKind, register
 from .generative import squared
-from .preference_batches import batch_answers, preference_answers, preference_batch
+from .preference_batches import batch_answers, cut_pairs, preference_answers, preference_batch
 from .records import RECORDS, stderr_key, stderrs
 from .stderr import stderr_from_sums
 
@@ -81,7 +81,10 @@ class Preference(TaskKind):
         return key == LOSS
 
     def answers_cut(self, instances, tokenizer, max_length):
-        return 0  # a prompt that does not fit is a bad row; answers are cut as TRL cuts them
+        return cut_pairs(tokenizer, max_length, instances)[1]  # longer than the window
+
+    def prompts_cut(self, instances, tokenizer, max_length):
+        return cut_pairs(tokenizer, max_length, instances)[0]  # TRL's keep_end
 
     def widest(self, instances):
         return 2  # two answers per pair (in one packed row)

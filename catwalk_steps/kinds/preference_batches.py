@@ -20,24 +20,60 @@ from ..scoring.preference_objective import (
     REWARDS_CHOSEN,
     REWARDS_REJECTED,
 )
-from ..tasks.preference import PreferenceInstance, prompt_ids
+from ..tasks.preference import PreferenceInstance, prompts_ids
+
+CHUNK = 1024  # pairs tokenized at once when they are counted
+Whole = tuple[list[int], list[int], list[int]]  # a pair's (prompt, chosen, rejected) tokens, uncut
 
 
-def answer_ids(tokenizer: Any, answer: str) -> list[int]:
-    """An answer's tokens and the end-of-text token after it, as TRL tokenizes a completion."""
-    ids = list(tokenizer(answer, add_special_tokens=False)["input_ids"])
-    return ids + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+def answers_ids(tokenizer: Any, answers: Sequence[str]) -> list[list[int]]:
+    """Answers' tokens, each with the end-of-text token after it, as TRL tokenizes a
+    completion; in one call of the tokenizer."""
+    end = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    tokens = tokenizer(list(answers), add_special_tokens=False)["input_ids"] if answers else []
+    return [list(ids) + end for ids in tokens]
 
 
-def pair_of(tokenizer: Any, max_length: int, instance: PreferenceInstance) -> PreferencePair:
-    """The pair's tokens within `max_length` for each (prompt, answer): the prompt cut on the
-    left to leave one answer token (a task's `max_length` refuses longer prompts when its data
-    is read), each answer cut on the right (TRL's `keep_start`)."""
-    prompt = prompt_ids(tokenizer, instance.prompt)[-(max_length - 1) :]
-    room = max_length - len(prompt)
-    chosen = answer_ids(tokenizer, instance.chosen)[:room]
-    rejected = answer_ids(tokenizer, instance.rejected)[:room]
-    return PreferencePair(prompt=prompt, chosen=chosen, rejected=rejected)
+def fitted(
+    prompt: Sequence[int], chosen: Sequence[int], rejected: Sequence[int], max_length: int
+) -> tuple[Sequence[int], Sequence[int], Sequence[int]]:
+    """A pair's tokens within `max_length` for each (prompt, answer), as TRL's
+    `truncation_mode='keep_end'` cuts a sequence: the prompt keeps its end, as many of its last
+    tokens as leave the longer answer whole after it (the prompt is run once for both answers);
+    an answer that does not fit even after one prompt token keeps its start."""
+    chosen, rejected = chosen[: max_length - 1], rejected[: max_length - 1]
+    room = max_length - max(len(chosen), len(rejected))
+    return prompt[-room:], chosen, rejected
+
+
+def whole_pairs(tokenizer: Any, instances: Sequence[PreferenceInstance]) -> list[Whole]:
+    """Each pair's (prompt, chosen, rejected) tokens, uncut."""
+    prompts = prompts_ids(tokenizer, [instance.prompt for instance in instances])
+    chosen = answers_ids(tokenizer, [instance.chosen for instance in instances])
+    rejected = answers_ids(tokenizer, [instance.rejected for instance in instances])
+    return list(zip(prompts, chosen, rejected, strict=True))
+
+
+def fitted_pairs(
+    tokenizer: Any, max_length: int, instances: Sequence[PreferenceInstance]
+) -> list[PreferencePair]:
+    """The pairs' tokens, cut to `max_length` as :func:`fitted` says: the same in the reference
+    step, training and evaluation, which all batch pairs here."""
+    return [
+        PreferencePair(*fitted(*whole, max_length)) for whole in whole_pairs(tokenizer, instances)
+    ]
+
+
+def cut_pairs(tokenizer: Any, max_length: int, instances: Sequence[Any]) -> tuple[int, int]:
+    """(pairs whose prompt loses its start, pairs with an answer cut) in `max_length`: what
+    :func:`fitted` drops, counted for the warnings that say so (a chunk of pairs at a time)."""
+    prompts = answers = 0
+    for start in range(0, len(instances), CHUNK):
+        for whole in whole_pairs(tokenizer, instances[start : start + CHUNK]):
+            kept = fitted(*whole, max_length)
+            prompts += len(kept[0]) < len(whole[0])
+            answers += len(kept[1]) < len(whole[1]) or len(kept[2]) < len(whole[2])
+    return prompts, answers
 
 
 def pad_id_of(tokenizer: Any) -> int:
@@ -54,7 +90,7 @@ def preference_batch(
     """One forward's batch: `preference` (the packed pairs, and TRL's two rows each for a model
     that cannot take packed rows: the collate does not know the model), `weights` (0: padding),
     and `reference` where every pair has it (a list: no engine casts it to a low precision)."""
-    pairs = [pair_of(tokenizer, max_length, instance) for instance in instances]
+    pairs = fitted_pairs(tokenizer, max_length, instances)
     pad = pad_id_of(tokenizer)
     batch: dict[str, Any] = {
         "preference": {**pack_pairs(pairs, pad), **concatenated_pairs(pairs, pad)},

@@ -72,14 +72,19 @@ def plot_final(report: Report, path: Path, metric: str = "acc") -> bool:
 
 
 def validation_metric(report: Report, metric: str) -> str:
-    """What the runs validated on, as the first trained run's card records it (its
-    `val_metric_name`: `acc`, `acc_norm`, `loss`, a generative task's metric); a card from
-    before it was recorded: the key its kind shows of its first validation point."""
-    for run, history in report.histories.items():
-        if history:
-            validated = report.run_cards.get(run, {}).get("val_metric_name")
-            return validated if isinstance(validated, str) else shown_metric(history[0], metric)
-    return metric
+    """What the runs validated on, as a trained run's card records it (its `val_metric_name`:
+    `acc`, `acc_norm`, `loss`, a generative task's metric; a card from before it was recorded:
+    the key its kind shows of its first validation point): the first run's whose metric the
+    table shows for every run, else the first run's. A chained report (the base, SFT and DPO
+    models answering the SFT task) plots what its table compares, not DPO's reward accuracy."""
+    validated = [
+        validated if isinstance(validated, str) else shown_metric(history[0], metric)
+        for run, history in report.histories.items()
+        if history
+        for validated in [report.run_cards.get(run, {}).get("val_metric_name")]
+    ]
+    tabled = [name for name in validated if all(name in row for row in report.rows.values())]
+    return (tabled or validated or [metric])[0]
 
 
 def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:

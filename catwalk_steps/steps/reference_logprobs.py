@@ -10,6 +10,7 @@ share, an `engine` sharding a model too large for one), resumable from its recor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tango import Step
@@ -17,8 +18,11 @@ from tango.common import DatasetDict, Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 
+from ..checks.preference import check_same_tokenizer
+from ..checks.start_warnings import cut_warnings
 from ..checks.training import loaded_task
 from ..kinds import kind_of, kind_of_task
+from ..scoring.choices import max_length_of, max_positions
 from ..scoring.tokenization import load_tokenizer
 from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..settings import OBJECTIVE
@@ -44,20 +48,29 @@ def reference_block(model: Any) -> Any:
     return block
 
 
-def check_same_tokenizer(reference: str, policy: str | None, field: str) -> None:
-    """The reference tokenizes the answers as the policy does (the same vocabulary and special
-    tokens), or the log-probabilities are of other tokens: one line."""
-    if policy is None or reference == policy:
-        return
-    ours = load_tokenizer(reference, field)
-    theirs = load_tokenizer(policy, "reference_logprobs.tokenizer")
-    same_specials = ours.all_special_tokens == theirs.all_special_tokens
-    if ours.get_vocab() != theirs.get_vocab() or not same_specials:
+def check_fits(config: Any, max_length: int | None) -> None:
+    """A `max_length` longer than the reference's positions would score tokens past them."""
+    positions = max_positions(config)
+    if max_length is not None and positions is not None and max_length > positions:
         raise ConfigurationError(
-            f"{field}: the reference's tokenizer '{reference}' differs from the policy's "
-            f"'{policy}'; DPO compares the two models' log-probabilities of the same tokens: "
-            "give a reference with the policy's tokenizer"
+            f"reference_logprobs.max_length: {max_length} tokens, but the model has {positions} "
+            f"positions; use max_length <= {positions} (the policy's loader's, which must fit "
+            "the same positions)"
         )
+
+
+def warn_cuts(source: Any, max_length: int | None, splits: Mapping[str, Any], log: Any) -> None:
+    """Pairs that do not fit in the length they are scored in (the model's positions when
+    `max_length` is left out) are cut as training cuts them: say how many, per split."""
+    config = source.hf_config()
+    check_fits(config, max_length)
+    tokenizer = load_tokenizer(source.tokenizer_name(), "reference_logprobs.model.tokenizer")
+    length = max_length or max_length_of(config, tokenizer)
+    for name, instances in splits.items():
+        for warning in cut_warnings(
+            instances, tokenizer, length, name, "reference_logprobs.max_length"
+        ):
+            log.warning(warning)
 
 
 def check_splits(splits: list[str] | None, loaded: list[str] | None) -> None:
@@ -82,7 +95,9 @@ class ReferenceLogprobs(Evaluate):
     `batch_size`, `precision`, `device`, `device_count` and `engine` are `catwalk::evaluate`'s.
     """
 
-    VERSION = "001"
+    # 002: a pair longer than max_length keeps its answers whole and its prompt's end (TRL's
+    # keep_end); 001 cut the answers, to one token each behind a long prompt (issue 55).
+    VERSION = "002"
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = InstancesFormat()
@@ -99,6 +114,7 @@ class ReferenceLogprobs(Evaluate):
             check_same_tokenizer(
                 configured.tokenizer_name(), kwargs.get("tokenizer"), "reference_logprobs.model"
             )
+            check_fits(configured.hf_config(), kwargs.get("max_length"))
         task = loaded_task(kwargs.get("dataset_dict"))
         if task is not None:  # known now: the data's kind and splits
             kind_of_task(task).with_references([], [])
@@ -125,6 +141,7 @@ class ReferenceLogprobs(Evaluate):
         instances = [i for name in names for i in dataset_dict[name]]
         kind = kind_of(instances)
         kind.with_references([], [])  # one line, before any forward, for other data than pairs
+        warn_cuts(source, max_length, {name: dataset_dict[name] for name in names}, self.logger)
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine
         )

@@ -35,9 +35,46 @@ def is_messages(value: Any) -> bool:
     )
 
 
+def form(value: Any) -> str:
+    """What a JSON value is, in words ("an object", "a number"): what a field got instead."""
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "a list" if isinstance(value, list) else f"a {type(value).__name__}"
+
+
+def check_form(row: Mapping[str, Any], field: str, where: str) -> None:
+    """A field given is a text or a list of {role, content} messages: anything else, or a
+    message without its role or text, is named as it is (not as a field missing)."""
+    value = row.get(field)
+    if value is None or isinstance(value, str):
+        return
+    if not isinstance(value, list) or not value:
+        got = "an empty list" if isinstance(value, list) else form(value)
+        raise TaskDataError(
+            f"{where}: field '{field}' must be a text or a list of {{role, content}} messages, "
+            f"got {got}"
+        )
+    for number, message in enumerate(value, start=1):
+        if not isinstance(message, Mapping):
+            raise TaskDataError(
+                f"{where}: field '{field}': message {number} is {form(message)}, not a "
+                "{role, content} object"
+            )
+        for key in ("role", "content"):
+            if message.get(key) is None:
+                raise TaskDataError(f"{where}: field '{field}': message {number} has no '{key}'")
+
+
 def checked_row(row: Mapping[str, Any], where: str) -> tuple[Any, Any, Any]:
     """(prompt, chosen, rejected) of a row, as texts or message lists: every field there and of
-    one form, and the two answers different (nothing to prefer otherwise)."""
+    one form, a text prompt not empty (its last token predicts each answer's first), and the
+    two answers different (nothing to prefer otherwise)."""
+    for field in FIELDS:
+        check_form(row, field, where)
     chat = is_messages(row.get("chosen"))
     required = ("chosen", "rejected") if chat else FIELDS
     for field in required:
@@ -54,6 +91,11 @@ def checked_row(row: Mapping[str, Any], where: str) -> tuple[Any, Any, Any]:
     prompt = row.get("prompt")
     if not chat and not isinstance(prompt, str):
         raise TaskDataError(f"{where}: field 'prompt' must be a text, got {str(prompt)[:60]!r}")
+    if not chat and prompt == "":
+        raise TaskDataError(
+            f"{where}: field 'prompt' is empty; an answer is scored from the prompt before it "
+            "(its first token predicted by the prompt's last)"
+        )
     prompt, chosen, rejected = split_prompt(prompt, row["chosen"], row["rejected"], where)
     if chosen == rejected:
         raise TaskDataError(f"{where}: 'chosen' and 'rejected' are the same answer")

@@ -64,6 +64,14 @@ local train_step(model, engine, t, data, callbacks=[]) = {
 } + (if std.length(callbacks) > 0 then { callbacks: callbacks } else {})
 + (if std.length(t.evaluate_tasks) > 0 then { evaluate_tasks: t.evaluate_tasks } else {});
 
+// The model a run starts from: `init_from`'s (a step's model, or the model block loading a
+// directory's weights as catwalk::train's init_from does: its config gives way, its tokenizer
+// and other keys stay), else the block's own.
+local starting_model(model, init_from) =
+  if init_from == null then model
+  else if std.isString(init_from) then model { pretrained: init_from, config:: null }
+  else init_from;
+
 local eval_step(model, t, data) = {
   type: 'catwalk::evaluate',
   model: model,
@@ -132,6 +140,21 @@ local cells(grid) = std.foldl(
   std.objectFields(grid),
   [{}],
 );
+
+// The cells `only` keeps (`--ext-var cell=...`): by name ('lr=0.001,seed=2') or by position in
+// the grid ('1'); empty keeps every cell. Naming none would train nothing and exit 0: refused.
+local kept_cells(all_cells, only) =
+  local kept = [
+    c
+    for c in all_cells
+    if std.length(only) == 0
+       || std.member(only, cell_name(c))
+       || std.member(only, std.toString(std.find(c, all_cells)[0]))
+  ];
+  if std.length(kept) > 0 then kept else error (
+    'catwalk: --ext-var cell=%s: no such cell; the grid has %d cells (0 to %d, or names such as %s)'
+    % [std.join(',', only), std.length(all_cells), std.length(all_cells) - 1, cell_name(all_cells[0])]
+  );
 
 {
   models: models,
@@ -204,13 +227,14 @@ local cells(grid) = std.foldl(
   //              the model, training's reference is its base with the adapter off (nothing
   //              precomputed); the reference step then only serves the evaluations (the model
   //              saved after training is merged: its base is gone).
-  //   init_from: a step's model the policy starts from (DPO after SFT), or null.
+  //   init_from: a step's model the policy starts from (DPO after SFT), a model directory, or
+  //              null.
   preference(task, model, engine, training={}, dpo={}, reference=null, init_from=null, prefix='dpo_'):: {
     local t = for_model(grids.training(training_defaults, training), model),
     local data = prefix + 'data',
     local adapter = std.objectHas(model, 'adapter') && model.adapter != null,
     local scored = prefix + 'reference',
-    local start = if init_from != null then init_from else model,
+    local start = starting_model(model, init_from),
     local policy = model { objective: 'dpo', dpo: dpo },
 
     steps+: {
@@ -240,11 +264,17 @@ local cells(grid) = std.foldl(
   // log-probabilities are computed once for every cell (they depend on the reference and the
   // data only). grid: {beta: [...], lr: [...], seed: [...]} (`beta` goes into the `dpo` block,
   // the others are training keys); one trained model, one evaluation per cell, one report.
-  preference_sweep(task, model, engine, grid, training={}, dpo={}, reference=null, init_from=null, prefix='dpo_', title='DPO sweep'):: {
-    local base = $.preference(task, model, engine, training, dpo, reference, init_from, prefix),
-    local all = cells(grid),
+  //   `--ext-var training='{"train_steps": 30}'`: training keys for every cell and for the
+  //         shared steps (the reference scores with the cells' max_length), as lib.sweep reads it.
+  //   only: the cells to keep (`--ext-var cell=...`, as lib.sweep's); empty keeps every cell and
+  //         adds the report.
+  preference_sweep(task, model, engine, grid, training={}, dpo={}, reference=null, init_from=null, prefix='dpo_', title='DPO sweep', only=[]):: {
+    local given = grids.training(training_defaults, training),
+    local ext = grids.ext_training(given, grid),
+    local base = $.preference(task, model, engine, training + ext, dpo, reference, init_from, prefix),
+    local all = kept_cells(cells(grid), only),
     local name(c) = prefix + cell_name(c),
-    local setting(c) = for_model(grids.training(training_defaults, training { [k]: c[k] for k in std.objectFields(c) if k != 'beta' }), model),
+    local setting(c) = for_model(grids.training(training_defaults, training + ext + { [k]: c[k] for k in std.objectFields(c) if k != 'beta' }), model),
     local dpo_of(c) = dpo + (if std.objectHas(c, 'beta') then { beta: c.beta } else {}),
     local adapter = std.objectHas(model, 'adapter') && model.adapter != null,
     local scored = prefix + 'reference',
@@ -261,14 +291,14 @@ local cells(grid) = std.foldl(
     } + {
       ['eval,' + name(c)]: eval_step(ref('trained,' + name(c)), setting(c), scored)
       for c in all
-    } + {
+    } + (if std.length(only) > 0 then {} else {
       [prefix + 'report']: {
         type: 'catwalk::report',
         title: title,
         metrics: { [cell_name(c)]: ref('eval,' + name(c)) for c in all } + { before: ref(prefix + 'eval_before') },
         configs: { [cell_name(c)]: c for c in all } + { before: { model: 'before DPO' } },
       },
-    },
+    }),
   },
 
   // A task suite (see suite_steps above), to add to a pipeline: `lib.pipeline(...) +
@@ -330,18 +360,7 @@ local cells(grid) = std.foldl(
     local given = grids.training(training_defaults, training),
     local trainings = given + grids.ext_training(given, grid),
     local all_cells = cells(grids.completed(grid, engines, models, trainings)),
-    local kept_cells = [
-      c
-      for c in all_cells
-      if std.length(only) == 0
-         || std.member(only, cell_name(c))
-         || std.member(only, std.toString(std.find(c, all_cells)[0]))
-    ],
-    // `--ext-var cell=99` on a grid of 8 cells would train nothing and exit 0: say so instead.
-    local kept = if std.length(kept_cells) > 0 then kept_cells else error (
-      'catwalk: --ext-var cell=%s: no such cell; the grid has %d cells (0 to %d, or names such as %s)'
-      % [std.join(',', only), std.length(all_cells), std.length(all_cells) - 1, cell_name(all_cells[0])]
-    ),
+    local kept = kept_cells(all_cells, only),
     local pick(blocks, cell, key) =
       if std.objectHas(cell, key) then blocks[cell[key]] else blocks[std.objectFields(blocks)[0]],
     local model_key(cell) = if std.objectHas(cell, 'model') then cell.model else std.objectFields(models)[0],
