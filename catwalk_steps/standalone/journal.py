@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..console import announce
 from ..errors import first_line
 from ..files import write_json_atomic
 
@@ -91,7 +92,8 @@ class AnswerJournal:
         done = [j for j in range(len(self.chunks)) if self.read(j, requests, check, log)]
         if done:
             scored = sum(len(self.chunks[j]) for j in done)
-            log.info(
+            announce(  # at the default log level, as a resumed training says so
+                log,
                 "Resuming the evaluation: %d of %d requests were scored by an earlier attempt "
                 "(%s); scoring the other %d",
                 scored,
