@@ -9,7 +9,6 @@ directory) fails in one line instead of training the adapter on top of other wei
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from pathlib import Path
@@ -17,9 +16,9 @@ from typing import Any
 
 import torch
 
+from ..file_digests import file_digests
 from ..remote import is_hub_name
 from ..scoring.rank_classifier import RankClassifier
-from .manifest import sha256_of
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -28,31 +27,29 @@ def classifier_in(model: torch.nn.Module) -> RankClassifier | None:
     return next((m for m in model.modules() if isinstance(m, RankClassifier)), None)
 
 
-@functools.lru_cache(maxsize=32)
-def _digest(path: str, size: int, mtime_ns: int) -> str:
-    return sha256_of(Path(path))
-
-
 def weight_digests(directory: Path) -> dict[str, str]:
-    """Each weight file of a local model directory and its SHA-256 (each file hashed once per
-    process while it is unchanged)."""
-    digests = {}
-    for path in sorted(directory.iterdir()):
-        if path.is_file() and path.suffix in WEIGHT_SUFFIXES:
-            stat = path.stat()
-            digests[path.name] = _digest(str(path), stat.st_size, stat.st_mtime_ns)
-    return digests
+    """Each weight file of a local model directory and its SHA-256 (each file hashed once
+    while it is unchanged: :mod:`catwalk_steps.file_digests`)."""
+    paths = [
+        path
+        for path in sorted(directory.iterdir())
+        if path.is_file() and path.suffix in WEIGHT_SUFFIXES
+    ]
+    return dict(zip([path.name for path in paths], file_digests(paths), strict=True))
 
 
 def directory_digest(directory: Path) -> str:
     """One SHA-256 over every file of a model directory (weights, config, tokenizer) by name
-    and content, each file hashed once per process while it is unchanged."""
-    files = {}
-    for path in sorted(Path(directory).rglob("*")):
-        if path.is_file() and not path.name.endswith(".tmp"):
-            stat = path.stat()
-            name = str(path.relative_to(directory))
-            files[name] = _digest(str(path), stat.st_size, stat.st_mtime_ns)
+    and content, each file hashed once while it is unchanged (:mod:`catwalk_steps.
+    file_digests`: in any process, so a step graph built again reads no weights)."""
+    directory = Path(directory)
+    paths = [
+        path
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and not path.name.endswith(".tmp")
+    ]
+    names = [str(path.relative_to(directory)) for path in paths]
+    files = dict(zip(names, file_digests(paths), strict=True))
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
