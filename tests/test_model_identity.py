@@ -123,12 +123,12 @@ def test_a_damaged_record_is_ignored_and_written_afresh(tmp_path, record_home, m
     path = tmp_path / "model.safetensors"
     path.write_bytes(b"a" * 1000)
     record_home.mkdir(parents=True, mode=0o700)
-    real = str(path.resolve())
+    real, key = str(path.resolve()), list(file_digests.stat_key(path.stat()))
     text = {
         "not json": "{cut",
         "another shape": json.dumps({"version": 1, "files": [real]}),
-        "an entry of another shape": json.dumps(
-            {"version": 1, "files": {real: {"stat": "x", "sha256": "0" * 64}}}
+        "an entry of another shape": json.dumps(  # its file's stat, but no SHA-256
+            {"version": 1, "files": {real: {"stat": key, "sha256": "not a digest"}}}
         ),
     }[damage]
     (record_home / RECORD).write_text(text)
@@ -191,6 +191,25 @@ def graph_ids(directory: Path) -> dict[str, str]:
         dpo[name]["model"] = reading(dpo[name]["model"])
     graph = StepGraph.from_params({**demo, **dpo})
     return {name: step.unique_id for name, step in graph.items()}
+
+
+def test_the_steps_of_a_config_block_keep_the_ids_they_had():
+    """No local directory, no `model_content`: the ids of e8868a6 (before it existed), so the
+    demos' cached results are found again."""
+    from tango.step_graph import StepGraph
+
+    demo = StepGraph.from_params(experiment_params(EXPERIMENTS / "demo.jsonnet")["steps"])
+    dpo = experiment_params(REPO / "tests" / "fixtures" / "dpo_tiny.jsonnet")["steps"]
+    dpo = StepGraph.from_params(dpo)
+    assert [demo[name].unique_id for name in ("eval_untrained", "report", "trained")] == [
+        "Evaluate-003-3qvvazfcKPW8D8QzN8Cra7oF9ZRvdnod",
+        "MetricsReport-003-g3RJ2EmpFgRHLyhfLBbP3RtBuWBwYfmf",
+        "TrainRankClassifier-003-2jF97Apubmz18HZG45BkkQ96gxQFTfyk",
+    ]
+    assert [dpo[name].unique_id for name in ("dpo_reference", "dpo_trained")] == [
+        "ReferenceLogprobs-001-bAzj7dxTmni1Jo2kY1DktmsEiZNxvMRP",
+        "TrainRankClassifier-003-vQPqCn6ptZ9cMpSXFPvyZrgx98XnX7T6",
+    ]
 
 
 def test_every_step_of_a_directory_rewritten_in_place_is_another_step(tmp_path, record_home):
