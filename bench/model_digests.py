@@ -72,13 +72,11 @@ def graph_build(steps: dict, cache_home: Path) -> dict:
 
 
 def hash_alone(directory: Path) -> float:
-    import hashlib
+    from catwalk_steps.file_digests import sha256_of
 
     start = time.perf_counter()
-    for path in sorted(directory.iterdir()):
-        if path.suffix == ".safetensors":
-            with open(path, "rb") as f:
-                hashlib.file_digest(f, "sha256")
+    for path in sorted(directory.glob("*.safetensors")):
+        sha256_of(path)
     return time.perf_counter() - start
 
 

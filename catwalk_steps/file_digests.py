@@ -40,10 +40,20 @@ RECORD = "file_digests.json"
 VERSION = 1
 RACY_NS = 2_000_000_000  # a file changed less than this before it was hashed: not recorded
 HEX = re.compile(r"[0-9a-f]{64}")
+CHUNK = 1 << 20
 
 logger = logging.getLogger(__name__)
 _known: dict[tuple[str, tuple[int, ...]], str] = {}  # this process's: (path, its stat) -> digest
 _said: list[str] = []
+
+
+def sha256_of(path: Path) -> str:
+    """A file's SHA-256, read a chunk at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def record_directory() -> Path:
@@ -91,8 +101,7 @@ def file_digests(paths: Sequence[Path]) -> list[str]:
 def hashed(real: str, key: tuple[int, ...]) -> tuple[str, bool]:
     """The file's SHA-256, and whether it may be recorded: unchanged while it was read, and
     last changed long enough before."""
-    with open(real, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    digest = sha256_of(Path(real))
     after = os.stat(real)
     settled = stat_key(after) == key and time.time_ns() - after.st_ctime_ns > RACY_NS
     return digest, settled

@@ -81,7 +81,7 @@ class ConfiguredModel:
         """The model's content, for an evaluation's records (:mod:`.journal`): the block (a
         config and seed build the same weights), with a local directory's files' SHA-256."""
         pretrained = self.block.get("pretrained")
-        files = directory_digest(Path(pretrained)) if local_directory(pretrained) else None
+        files = directory_digest(Path(str(pretrained))) if local_directory(pretrained) else None
         return det_hash({"block": self.block, "files": files})
 
     def content(self) -> dict[str, str] | None:
