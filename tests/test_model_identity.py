@@ -158,6 +158,23 @@ def test_a_record_others_may_write_is_never_read(
     assert "not a " in caplog.text and "this user's alone" in caplog.text
 
 
+def test_a_directory_s_content_is_its_files_but_not_hidden_ones(tmp_path, record_home):
+    """A file in a folder counts (a trained model's `adapter/`); a clone's `.git` or a
+    download's `.cache`, which no loader reads, do not (a `git fetch` is not new weights)."""
+    from catwalk_steps.checkpoints.base_identity import directory_digest
+
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "model.safetensors").write_bytes(b"w")
+    (tmp_path / "adapter" / "adapter_model.safetensors").write_bytes(b"a")
+    first = directory_digest(tmp_path)
+    for hidden in (".git/FETCH_HEAD", ".cache/huggingface/download.lock", ".notes"):
+        (tmp_path / hidden).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / hidden).write_text("changed")
+    assert directory_digest(tmp_path) == first
+    (tmp_path / "adapter" / "adapter_model.safetensors").write_bytes(b"b")
+    assert directory_digest(tmp_path) != first
+
+
 # Steps that read a model directory: evaluate, the DPO reference, train (its block's
 # `pretrained`, and `init_from`), and the steps after them.
 DEPENDENT = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +40,21 @@ def weight_digests(directory: Path) -> dict[str, str]:
 
 
 def directory_digest(directory: Path) -> str:
-    """One SHA-256 over every file of a model directory (weights, config, tokenizer) by name
-    and content, each file hashed once while it is unchanged (:mod:`catwalk_steps.
-    file_digests`: in any process, so a step graph built again reads no weights)."""
+    """One SHA-256 over every file of a model directory (weights, config, tokenizer, an
+    `adapter/` inside) by name and content, each file hashed once while it is unchanged
+    (:mod:`catwalk_steps.file_digests`: in any process, so a step graph built again reads no
+    weights). Hidden files and folders (`.git`, a download's `.cache`), which no loader reads,
+    and temporary files are left out."""
     directory = Path(directory)
-    paths = [
-        path
-        for path in sorted(directory.rglob("*"))
-        if path.is_file() and not path.name.endswith(".tmp")
-    ]
+    paths = []
+    for root, folders, files in os.walk(directory):
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        paths += [
+            Path(root) / name
+            for name in files
+            if not name.startswith(".") and not name.endswith(".tmp")
+        ]
+    paths = sorted(path for path in paths if path.is_file())
     names = [str(path.relative_to(directory)) for path in paths]
     files = dict(zip(names, file_digests(paths), strict=True))
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
