@@ -47,11 +47,11 @@ def directory_digest(directory: Path) -> str:
     and temporary files are left out."""
     directory = Path(directory)
     paths = []
-    for root, folders, files in os.walk(directory):
+    for root, folders, found in os.walk(directory):
         folders[:] = sorted(name for name in folders if not name.startswith("."))
         paths += [
             Path(root) / name
-            for name in files
+            for name in found
             if not name.startswith(".") and not name.endswith(".tmp")
         ]
     paths = sorted(path for path in paths if path.is_file())
