@@ -172,6 +172,27 @@ def test_the_reference_step_sharded_over_two_workers_gives_the_one_device_number
     assert len(one) == 2 * 40 and shared == pytest.approx(one, abs=1e-5)
 
 
+def test_an_edited_reference_log_probability_is_one_line_and_never_trained_on(tmp_path):
+    """The cached reference's instances carry their SHA-256: a number edited in them is one line
+    naming the file when DPO training reads them, and no training starts."""
+    from .commands import error_lines
+
+    workspace = tmp_path / "ws"
+    run_tango(TINY_DPO, workspace, "reference", extra=("-s", "dpo_reference"))
+    path = step_result(workspace, "reference", "dpo_reference") / "instances.json"
+    stored = json.loads(path.read_text())
+    stored["splits"]["train"][0]["reference"][0] = -1000.0
+    path.write_text(json.dumps(stored))
+    argv = tango_command(TINY_DPO, workspace, "edited", None, "-s", "dpo_trained")
+    done = commands.run(argv, timeout=300)
+    output = done.stdout + done.stderr
+    lines = error_lines(output)
+    assert done.returncode != 0 and len(lines) == 1, lines or output[-3000:]
+    assert f"DamagedResultError: {path.parent}: this cached step result cannot be read" in lines[0]
+    assert f"({path}: changed since it was written" in lines[0]
+    assert "Training on" not in output
+
+
 ADAPTER_DPO = f"""
 local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';
 local tuned = lib.preference(

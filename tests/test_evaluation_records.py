@@ -1,7 +1,8 @@
 """Per-document records and standard errors through `tango run` (experiments/demo.jsonnet at
 test size, run once for the module): every evaluation writes `records.jsonl` beside its
 metrics, each metric has its standard error computed from them, the report shows `value ± se`
-and says what ± is, and a damaged records file is one line naming it."""
+and says what ± is, and a damaged, edited or deleted records file is one line naming it, never
+a number."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from catwalk_steps.kinds.stderr import mean_stderr
+from catwalk_steps.sealed import write_digests
 
 from .conftest import EXPERIMENTS, TINY_DEMO, step_result
 from .conftest import run_tango as run
@@ -103,7 +105,7 @@ def test_a_damaged_records_file_is_one_line_naming_it(demo):
         assert done.returncode != 0
         assert (
             f"DamagedResultError: {directory}: this cached step result cannot be read "
-            f"({path}: line 4 is not JSON"
+            f"({path}: changed since it was written"
         ) in output
         assert f"`catwalk-clear-step {directory}`" in output and "Traceback" not in output
     finally:
@@ -161,8 +163,78 @@ def test_catwalk_compare_refuses_in_one_line_what_it_cannot_pair(demo, tmp_path)
     (fewer / "data.json").write_text((trained / "data.json").read_text())
     lines = (trained / "records.jsonl").read_text().splitlines(keepends=True)
     (fewer / "records.jsonl").write_text("".join(lines[:5]))
+    write_digests(fewer, ["data.json", "records.jsonl"])  # as if evaluated so
     done = compare(str(fewer), str(trained))  # A has 5 documents, B 8: each path its count
     assert done.returncode == 1 and done.stderr.strip() == (
         f"catwalk-compare: NotPairedError: {trained} against {fewer}: 8 documents against 5; "
         "not the same ones"
     )
+
+
+def flipped_paired_difference(untrained: Path, trained: Path, doc: int) -> str:
+    """What the paired difference on acc would read with `trained`'s record of `doc` flipped."""
+    a = [json.loads(x) for x in (untrained / "records.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (trained / "records.jsonl").read_text().splitlines()]
+    b[doc]["metrics"]["acc"] = 1.0 - b[doc]["metrics"]["acc"]
+    mean = sum(y["metrics"]["acc"] - x["metrics"]["acc"] for x, y in zip(a, b, strict=True))
+    mean /= len(a)
+    return f"{mean:+.4f}"
+
+
+def report_again(demo: Path, title: str):
+    """A new report of the cached evaluations (its title: another step), through `tango run`."""
+    from . import commands
+    from .conftest import tango_command
+
+    again = {**TINY_DEMO, "steps.report.title": title}
+    return commands.run(tango_command(DEMO, demo, title.lower(), again), 300)
+
+
+def test_a_metric_flipped_in_records_is_one_line_naming_the_file_never_a_number(demo):
+    """catwalk-compare and a report read the records: the edited number reaches neither."""
+    from .commands import error_lines
+
+    untrained = step_result(demo, "first", "eval_untrained")
+    trained = step_result(demo, "first", "eval_trained")
+    path = trained / "records.jsonl"
+    text = path.read_text()
+    edited = flipped_paired_difference(untrained, trained, doc=0)
+    assert edited not in compare(str(untrained), str(trained)).stdout  # it would change it
+    records = [json.loads(line) for line in text.splitlines()]
+    records[0]["metrics"]["acc"] = 1.0 - records[0]["metrics"]["acc"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    try:
+        done = compare(str(untrained), str(trained))
+        assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1
+        assert done.stderr.startswith(f"catwalk-compare: ConfigurationError: {trained}: cannot be")
+        assert f"({path}: changed since it was written" in done.stderr
+        done = report_again(demo, "Flipped")
+        output = done.stdout + done.stderr
+        assert done.returncode != 0 and edited not in output
+        lines = error_lines(output)
+        assert len(lines) == 1 and "DamagedResultError" in lines[0], lines or output[-3000:]
+        assert f"({path}: changed since it was written" in lines[0]
+    finally:
+        path.write_text(text)
+
+
+def test_a_deleted_records_file_is_one_line_naming_it_not_a_missing_table(demo):
+    """Before, the paired lines vanished from the report with no word, and catwalk-compare
+    said the result was older than records."""
+    from .commands import error_lines
+
+    untrained = step_result(demo, "first", "eval_untrained")
+    path = untrained / "records.jsonl"
+    kept = path.rename(path.with_name("records.kept"))
+    try:
+        done = compare(str(untrained), str(step_result(demo, "first", "eval_trained")))
+        assert done.returncode == 1 and done.stderr.count("\n") == 1
+        assert f"({path}: missing (digests.json beside it says it was written" in done.stderr
+        done = report_again(demo, "Deleted")
+        output = done.stdout + done.stderr
+        lines = error_lines(output)
+        assert done.returncode != 0 and "Paired" not in output and "paired" not in output
+        assert len(lines) == 1 and "DamagedResultError" in lines[0], lines or output[-3000:]
+        assert f"({path}: missing" in lines[0]
+    finally:
+        kept.rename(path)

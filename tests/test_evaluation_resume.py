@@ -212,3 +212,32 @@ def test_records_of_other_weights_are_never_used(tmp_path):
     rc, output = run(path, workspace, "again", again)
     assert rc == 0, output[-3000:]
     assert scored(again) == CHUNKS and "earlier attempt" not in output
+
+
+def test_an_edited_chunk_is_scored_again_and_the_resume_is_said_at_the_default_level(
+    tmp_path, uninterrupted
+):
+    """A chunk whose answers were edited after it was written (still answers of its kind) is
+    one line naming it, and is scored again: the edited numbers never reach the result. The
+    rerun, at `tango run`'s default log level, says it resumes (as resumed training does)."""
+    path, workspace = experiment(tmp_path), tmp_path / "ws"
+    rc, output = run(
+        path, workspace, "stopped", tmp_path / "first.log", CATWALK_TEST_STOP_AFTER_CHUNKS="2"
+    )
+    assert rc != 0 and len(records(workspace)) == 2, output[-3000:]
+    edited, _ = records(workspace)
+    record = json.loads(edited.read_text())
+    for answer in record["answers"]:  # every first choice now the likeliest
+        answer[0] = 0.0
+    edited.write_text(json.dumps(record))
+    argv = tango_command(path, workspace, "again", None, "-i", "tests.evaluation_faults")
+    at_default = argv[:1] + argv[3:]
+    assert argv[1:3] == ["--log-level", "info"] and "--log-level" not in at_default
+    again = tmp_path / "again.log"
+    done = commands.run(at_default, 600, env={**TANGO_ENV, "CATWALK_TEST_CHUNKS_LOG": str(again)})
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert f"{edited}: not read, scored again (changed since it was written" in output
+    assert "Resuming the evaluation: 16 of 96 requests were scored by an earlier attempt" in output
+    assert scored(again) == CHUNKS - 1
+    assert result_bytes(workspace, "again") == uninterrupted["one"]

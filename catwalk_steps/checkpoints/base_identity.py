@@ -9,17 +9,17 @@ directory) fails in one line instead of training the adapter on top of other wei
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..file_digests import file_digests
 from ..remote import is_hub_name
 from ..scoring.rank_classifier import RankClassifier
-from .manifest import sha256_of
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -28,31 +28,35 @@ def classifier_in(model: torch.nn.Module) -> RankClassifier | None:
     return next((m for m in model.modules() if isinstance(m, RankClassifier)), None)
 
 
-@functools.lru_cache(maxsize=32)
-def _digest(path: str, size: int, mtime_ns: int) -> str:
-    return sha256_of(Path(path))
-
-
 def weight_digests(directory: Path) -> dict[str, str]:
-    """Each weight file of a local model directory and its SHA-256 (each file hashed once per
-    process while it is unchanged)."""
-    digests = {}
-    for path in sorted(directory.iterdir()):
-        if path.is_file() and path.suffix in WEIGHT_SUFFIXES:
-            stat = path.stat()
-            digests[path.name] = _digest(str(path), stat.st_size, stat.st_mtime_ns)
-    return digests
+    """Each weight file of a local model directory and its SHA-256 (each file hashed once
+    while it is unchanged: :mod:`catwalk_steps.file_digests`)."""
+    paths = [
+        path
+        for path in sorted(directory.iterdir())
+        if path.is_file() and path.suffix in WEIGHT_SUFFIXES
+    ]
+    return dict(zip([path.name for path in paths], file_digests(paths), strict=True))
 
 
 def directory_digest(directory: Path) -> str:
-    """One SHA-256 over every file of a model directory (weights, config, tokenizer) by name
-    and content, each file hashed once per process while it is unchanged."""
-    files = {}
-    for path in sorted(Path(directory).rglob("*")):
-        if path.is_file() and not path.name.endswith(".tmp"):
-            stat = path.stat()
-            name = str(path.relative_to(directory))
-            files[name] = _digest(str(path), stat.st_size, stat.st_mtime_ns)
+    """One SHA-256 over every file of a model directory (weights, config, tokenizer, an
+    `adapter/` inside) by name and content, each file hashed once while it is unchanged
+    (:mod:`catwalk_steps.file_digests`: in any process, so a step graph built again reads no
+    weights). Hidden files and folders (`.git`, a download's `.cache`), which no loader reads,
+    and temporary files are left out."""
+    directory = Path(directory)
+    paths = []
+    for root, folders, found in os.walk(directory):
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        paths += [
+            Path(root) / name
+            for name in found
+            if not name.startswith(".") and not name.endswith(".tmp")
+        ]
+    paths = sorted(path for path in paths if path.is_file())
+    names = [str(path.relative_to(directory)) for path in paths]
+    files = dict(zip(names, file_digests(paths), strict=True))
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 

@@ -16,19 +16,12 @@ import zipfile
 from pathlib import Path
 
 from ..errors import first_line
+from ..file_digests import sha256_of
 from ..files import write_json_atomic
 from .layout import COMPLETE, MODEL_FILE, CheckpointError
 
 CHUNK = 1 << 20
 SERIALIZATION_ID = ".data/serialization_id"  # random, written by every torch.save
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def saved_tensors_digest(path: Path) -> str | None:

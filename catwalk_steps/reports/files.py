@@ -11,6 +11,7 @@ from rich.table import Table
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
+from ..sealed import read_checked, read_if_written, write_digests
 from .paired import comparison_lines
 from .plots import CURVES_PLOT, FINAL_PLOT, TASKS_PLOT, plot_curves, plot_final, plot_task_curves
 from .tables import Report
@@ -41,11 +42,14 @@ class ReportFormat(Format[Report]):
                 plot_task_curves(artifact, directory / TASKS_PLOT)
         if artifact.aggregated:
             plot_final(artifact, directory / FINAL_PLOT)
+        read_back = ["report.json"]
         if artifact.generations:
             write_generations(artifact.generations, directory / GENERATIONS)
+            read_back.append(GENERATIONS)
+        write_digests(directory, read_back)  # what `read` reads: an edit is one line
 
     def read(self, dir: PathOrStr) -> Report:
-        payload = json.loads((Path(dir) / "report.json").read_text())
+        payload = json.loads(read_checked(Path(dir) / "report.json"))
         return Report(
             rows=payload["rows"],
             title=payload["title"],
@@ -79,9 +83,12 @@ def write_generations(generations: dict, path: Path) -> None:
 
 def read_generations(path: Path) -> dict:
     generations: dict = {}
-    if not path.is_file():
+    text = read_if_written(path)
+    if text is None:
         return generations
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.decode("utf-8").split("\n"):
+        if not line:
+            continue
         row = json.loads(line)
         run, task = row.pop("run"), row.pop("task")
         generations.setdefault(run, {}).setdefault(task, []).append(row)

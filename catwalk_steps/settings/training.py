@@ -66,6 +66,10 @@ class TrainSettings:
     # A step's model (or a model directory) whose weights the model block starts from: DPO
     # after SFT. None: the block's own weights.
     init_from: Any = None
+    # Set at graph build, never by hand: the content of the model block's local directory and
+    # of an `init_from` directory (SHA-256 over their files), so that weights replaced in place
+    # make another step, trained again. None: the block and `init_from` say it all.
+    model_content: dict[str, str] | None = None
 
     def as_mapping(self) -> dict[str, Any]:
         """Key -> value, the values themselves (no copies: they hold lazy components)."""

@@ -14,8 +14,10 @@ block that builds it), the requests, and the scoring settings that change a numb
 batch size did) are never read: they are removed. The device count is not in the key: a chunk
 is the same requests scored on one device whatever the count, so a resume may change it.
 
-A chunk file that does not read back whole (cut by the kill, damaged, another kind's answers,
-a planted pickle) costs that chunk: one line names the file and it is scored again.
+Each chunk is written with the SHA-256 of its content (:func:`~catwalk_steps.sealed.
+sealed_record`). A chunk file that does not read back whole (cut by the kill, damaged, edited
+after it was written, another kind's answers, a planted pickle) costs that chunk: one line names
+the file and it is scored again.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..console import announce
 from ..errors import first_line
 from ..files import write_json_atomic
+from ..sealed import sealed_record, unsealed_record
 
 ANSWERS_DIR = "answers"
 CHUNK_BATCHES = 16  # batches per chunk: at most this many batches per worker are scored again
-FORMAT = 1
+FORMAT = 2  # 2: each chunk carries its SHA-256 (a chunk of 1 is another key's: scored again)
 
 Check = Callable[[Any, Any], bool]  # (request, answer) -> whether the answer is one of its kind's
 
@@ -91,7 +95,8 @@ class AnswerJournal:
         done = [j for j in range(len(self.chunks)) if self.read(j, requests, check, log)]
         if done:
             scored = sum(len(self.chunks[j]) for j in done)
-            log.info(
+            announce(  # at the default log level, as a resumed training says so
+                log,
                 "Resuming the evaluation: %d of %d requests were scored by an earlier attempt "
                 "(%s); scoring the other %d",
                 scored,
@@ -103,7 +108,7 @@ class AnswerJournal:
 
     def write(self, chunk: int, answers: list[Any]) -> None:
         record = {"key": self.key, "chunk": chunk, "indices": self.chunks[chunk]}
-        write_json_atomic(self.path(chunk), {**record, "answers": answers})
+        write_json_atomic(self.path(chunk), sealed_record({**record, "answers": answers}))
 
     def read(
         self, chunk: int, requests: Sequence[Any], check: Check, log: logging.Logger | None = None
@@ -128,6 +133,7 @@ class AnswerJournal:
         record = json.loads(path.read_bytes())  # data only: a pickle is not JSON
         if not isinstance(record, dict) or record.get("key") != self.key:
             raise ValueError("not a record of this evaluation")
+        record = unsealed_record(record)  # as it was written, or a ValueError
         indices = self.chunks[chunk]
         answers = record.get("answers")
         if record.get("chunk") != chunk or record.get("indices") != indices:

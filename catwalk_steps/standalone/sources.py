@@ -81,10 +81,15 @@ class ConfiguredModel:
         """The model's content, for an evaluation's records (:mod:`.journal`): the block (a
         config and seed build the same weights), with a local directory's files' SHA-256."""
         pretrained = self.block.get("pretrained")
-        files = None
-        if pretrained and not is_hub_name(pretrained) and Path(pretrained).is_dir():
-            files = directory_digest(Path(pretrained))
+        files = directory_digest(Path(str(pretrained))) if local_directory(pretrained) else None
         return det_hash({"block": self.block, "files": files})
+
+    def content(self) -> dict[str, str] | None:
+        """What a step's identity adds to the block: the content of its local directories
+        (`pretrained`, and a `tokenizer` directory of its own), each one SHA-256 over its
+        files, so weights replaced in place are another step. None for a hub name or a
+        config: the block says it all (and the step's id stays what it was)."""
+        return local_content({key: self.block.get(key) for key in ("pretrained", "tokenizer")})
 
     def hf_config(self) -> Any:
         """Its Hugging Face config, without weights; None when it cannot be read here (a hub
@@ -102,6 +107,25 @@ class ConfiguredModel:
         pretrained = self.block.get("pretrained")
         if pretrained and not is_hub_name(pretrained):
             check_model_directory(pretrained, "evaluate.model.pretrained")
+
+
+def local_directory(value: Any) -> bool:
+    """Whether a model block's `pretrained` (or `tokenizer`, `init_from`) is a local
+    directory, not a hub name."""
+    return isinstance(value, str) and not is_hub_name(value) and Path(value).is_dir()
+
+
+def local_content(directories: Mapping[str, Any]) -> dict[str, str] | None:
+    """`{field: SHA-256 over the directory's files}` for each field naming a local directory
+    (one named twice counted once), None when none does. Each file is hashed once while it is
+    unchanged, whichever process builds the step graph (:mod:`catwalk_steps.file_digests`)."""
+    found: dict[str, str] = {}
+    seen: set[str] = set()
+    for field, value in directories.items():
+        if local_directory(value) and str(Path(value).resolve()) not in seen:
+            seen.add(str(Path(value).resolve()))
+            found[field] = directory_digest(Path(value))
+    return found or None
 
 
 @functools.lru_cache(maxsize=32)

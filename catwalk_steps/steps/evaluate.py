@@ -23,6 +23,7 @@ from ..scoring.choices import max_length_of
 from ..scoring.tokenization import chat_tokenizer, load_tokenizer
 from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..standalone import (
+    ConfiguredModel,
     EvaluationJob,
     EvaluationSettings,
     SavedModel,
@@ -87,6 +88,9 @@ class Evaluate(Step[dict]):
     :param master_addr: node 0's address (default: `MASTER_ADDR`).
     :param master_port: the rendezvous port (default: `MASTER_PORT`).
     :param rendezvous_timeout: seconds to wait for every node to join before failing.
+    :param model_content: set when the step graph is built, never by hand: the content of a
+        model block's local directory (SHA-256 over its files), so that weights replaced in
+        place make another step, scored again, instead of the old score.
     """
 
     # 002: stored as plain JSON (PlainJsonFormat); 003: every metric with its standard error,
@@ -101,6 +105,7 @@ class Evaluate(Step[dict]):
         "engine": DEFAULTS["engine"],
         "extra_metrics": None,
         "num_nodes": DEFAULTS["num_nodes"],
+        "model_content": None,  # a hub name's or a config's step: its id as it was
     }
     # Where the nodes meet changes no answer.
     SKIP_ID_ARGUMENTS = {"master_addr", "master_port", "rendezvous_timeout"}
@@ -118,7 +123,7 @@ class Evaluate(Step[dict]):
         check_evaluate_step(kwargs, configured, splits)
         if kwargs.get("task") is not None and configured is not None:
             chat_tokenizer(kwargs["task"], configured.tokenizer_name(), MODEL_TOKENIZER)  # checked
-        return kwargs
+        return with_model_content(kwargs)
 
     @property
     def resources(self) -> StepResources:
@@ -195,6 +200,7 @@ class Evaluate(Step[dict]):
         master_addr: str | None = DEFAULTS["master_addr"],
         master_port: int | None = DEFAULTS["master_port"],
         rendezvous_timeout: float = DEFAULTS["rendezvous_timeout"],
+        model_content: dict[str, str] | None = None,  # the step's identity only
     ) -> dict[str, Any]:
         source = model_source(model)
         instances, about = step_instances(source, task, dataset_dict, split)
@@ -234,6 +240,15 @@ class Evaluate(Step[dict]):
         context = ResultContext(task, source.tokenizer_name(), length, extra_metrics)
         metrics = kind.result(instances, answers, context)
         return metrics, {key: metrics[key] for key in kind.summary(metrics)}
+
+
+def with_model_content(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The step's keys with `model_content` (see the docstring) computed here, whatever the
+    config said: a model block's local directories by content (a step's model is identified
+    by that step)."""
+    model = kwargs.get("model")
+    content = ConfiguredModel(model).content() if isinstance(model, Mapping) else None
+    return {**kwargs, "model_content": content}
 
 
 def step_instances(

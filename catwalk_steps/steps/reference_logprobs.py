@@ -34,7 +34,7 @@ from ..standalone import (
     model_source,
 )
 from ..workspace.formats import InstancesFormat
-from .evaluate import Evaluate, loaded_splits, said_when_stopped
+from .evaluate import Evaluate, loaded_splits, said_when_stopped, with_model_content
 
 BATCH_SIZE = 16  # answers per forward (8 pairs), as evaluate's batch_size counts sequences
 
@@ -92,7 +92,8 @@ class ReferenceLogprobs(Evaluate):
     :param max_length: the policy's loader's `max_length` (answers are cut as training cuts them).
     :param splits: the splits scored (default: all of them).
 
-    `batch_size`, `precision`, `device`, `device_count` and `engine` are `catwalk::evaluate`'s.
+    `batch_size`, `precision`, `device`, `device_count`, `engine` and `model_content` are
+    `catwalk::evaluate`'s.
     """
 
     # 002: a pair longer than max_length keeps its answers whole and its prompt's end (TRL's
@@ -101,7 +102,7 @@ class ReferenceLogprobs(Evaluate):
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = InstancesFormat()
-    SKIP_DEFAULT_ARGUMENTS: dict[str, Any] = {}
+    SKIP_DEFAULT_ARGUMENTS: dict[str, Any] = {"model_content": None}  # (evaluate's)
     METADATA = {"artifact_kind": "data"}
     SCORES_REFERENCE = True  # what a `catwalk::train` step with objective 'dpo' reads
 
@@ -119,7 +120,7 @@ class ReferenceLogprobs(Evaluate):
         if task is not None:  # known now: the data's kind and splits
             kind_of_task(task).with_references([], [])
             check_splits(kwargs.get("splits"), loaded_splits(kwargs.get("dataset_dict")))
-        return kwargs
+        return with_model_content(kwargs)
 
     def run(  # type: ignore[override]
         self,
@@ -133,6 +134,7 @@ class ReferenceLogprobs(Evaluate):
         device: str | None = DEFAULTS["device"],
         device_count: int = DEFAULTS["device_count"],
         engine: Lazy[TrainingEngine] | None = DEFAULTS["engine"],
+        model_content: dict[str, str] | None = None,  # the step's identity only (evaluate's)
     ) -> DatasetDict:
         source = model_source(model)
         check_same_tokenizer(source.tokenizer_name(), tokenizer, "reference_logprobs.model")

@@ -22,12 +22,14 @@ from ..checkpoints import (
 )
 from ..checks.trackers import split_trackers
 from ..checks.training import check_train_step, default_validation
+from ..components import lazy_params
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
 from ..scoring.rank_classifier import RankClassifier
 from ..settings import DEFAULTS, TrainSettings, run_signature
 from ..standalone import SavedModel, release_model
+from ..standalone.sources import local_content
 from ..tasks import Task
 from ..training.run_card import finished, run_card
 from ..training.trackers import RUN_CARD_FILE
@@ -91,7 +93,7 @@ class TrainRankClassifier(Step[RankClassifier]):
     }
     METADATA = {"artifact_kind": "model"}
     # Keys added later leave the unique ids of steps that do not set them as they were.
-    SKIP_DEFAULT_ARGUMENTS = {"init_from": None}
+    SKIP_DEFAULT_ARGUMENTS = {"init_from": None, "model_content": None}
 
     @property
     def resources(self) -> StepResources:
@@ -110,7 +112,7 @@ class TrainRankClassifier(Step[RankClassifier]):
             kwargs = {**kwargs, "val_metric_name": defaults.pop("val_metric_name")}
             kwargs = {**kwargs, **{k: v for k, v in defaults.items() if k not in kwargs}}
         check_train_step(TrainSettings(**kwargs))  # typed, with the keys' one set of defaults
-        return split_trackers(kwargs)
+        return split_trackers({**kwargs, "model_content": model_content(kwargs)})
 
     def _replace_steps_with_results(self, o: Any, workspace: Any) -> Any:
         # `init_from`: a model step stays a handle (its directory), as evaluate keeps one
@@ -149,6 +151,19 @@ class TrainRankClassifier(Step[RankClassifier]):
             return self.config
         except ValueError:  # a step built in Python, not from an experiment file
             return None
+
+
+def model_content(kwargs: dict[str, Any]) -> dict[str, str] | None:
+    """The content of the local directories the model's weights come from (its block's
+    `pretrained` and `tokenizer`, an `init_from` directory), for the step's identity; a step's
+    model (`init_from`) is identified by that step."""
+    model = kwargs.get("model")
+    block = lazy_params(model) if isinstance(model, Lazy) else dict(model or {})
+    directories = {f"model.{key}": block.get(key) for key in ("pretrained", "tokenizer")}
+    init_from = kwargs.get("init_from")
+    if isinstance(init_from, (str, Path)):
+        directories["init_from"] = str(init_from)
+    return local_content(directories)
 
 
 def saved_model_directory(step: Step, workspace: Any, needed_by: Step) -> str:

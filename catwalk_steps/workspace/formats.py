@@ -1,5 +1,7 @@
 """How step results are stored, as data: a trained rank classifier as a Hugging Face directory,
-a task's instances as JSON."""
+a task's instances as JSON, an evaluation's metrics and records as JSON. What feeds a number
+(instances, metrics, records) is written with its SHA-256 and checked when read
+(:mod:`catwalk_steps.sealed`): an edited file is one line naming it, never a number."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from ..checkpoints.weights import read_model_info, write_model_info
 from ..files import write_atomic, write_json_atomic
 from ..kinds import kind_of, kind_of_record
 from ..kinds.records import RECORDS
+from ..sealed import read_checked, read_if_written, write_digests
 from ..scoring.rank_classifier import RankClassifier
 
 
@@ -63,9 +66,10 @@ class InstancesFormat(Format[DatasetDict]):
             },
         }
         write_json_atomic(Path(dir) / self.FILE, payload)
+        write_digests(Path(dir), [self.FILE])
 
     def read(self, dir: PathOrStr) -> DatasetDict:
-        payload = json.loads((Path(dir) / self.FILE).read_text())
+        payload = json.loads(read_checked(Path(dir) / self.FILE))
         try:
             splits = {
                 name: [kind_of_record(row).decode(row, self.FILE) for row in rows]
@@ -86,49 +90,55 @@ class PlainJsonFormat(Format[dict]):
 
     def write(self, artifact: dict, dir: PathOrStr) -> None:
         write_json_atomic(Path(dir) / self.FILE, artifact)
+        write_digests(Path(dir), [self.FILE])
 
     def read(self, dir: PathOrStr) -> dict:
-        return json.loads((Path(dir) / self.FILE).read_text())
+        return json.loads(read_checked(Path(dir) / self.FILE))
 
 
 @Format.register("catwalk::evaluation")
 class EvaluationFormat(PlainJsonFormat):
     """An evaluation's result: its metrics as plain JSON (`data.json`), and its per-document
     records (:mod:`catwalk_steps.kinds.records`) beside them as JSON lines (`records.jsonl`,
-    one document a line), read back into the result. A result stored before records were
-    (only `data.json`) reads back as it was."""
+    one document a line), read back into the result; both with their SHA-256 (`digests.json`),
+    so a records file deleted or edited since is one line naming it. A result stored before
+    records were (only `data.json`) reads back as it was."""
 
     VERSION = "001"
     RECORDS_FILE = "records.jsonl"
 
     def write(self, artifact: dict, dir: PathOrStr) -> None:
+        directory, written = Path(dir), [self.FILE]
         records = artifact.get(RECORDS)
-        metrics = {key: value for key, value in artifact.items() if key != RECORDS}
         if isinstance(records, list):
             lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-            path = Path(dir) / self.RECORDS_FILE
+            path = directory / self.RECORDS_FILE
             write_atomic(path, lambda p: p.write_text(lines, encoding="utf-8"))
-        super().write(metrics, dir)
+            written.append(self.RECORDS_FILE)
+        metrics = {key: value for key, value in artifact.items() if key != RECORDS}
+        write_json_atomic(directory / self.FILE, metrics)
+        write_digests(directory, written)
 
     def read(self, dir: PathOrStr) -> dict:
         result = super().read(dir)
         path = Path(dir) / self.RECORDS_FILE
-        if path.is_file():
-            result[RECORDS] = read_records(path)
+        text = read_if_written(path)
+        if text is not None:
+            result[RECORDS] = read_records(path, text.decode("utf-8"))
         return result
 
 
-def read_records(path: Path) -> list[dict]:
-    """The records of a `records.jsonl` (data: JSON, one record a line); a line that is no
-    record is named."""
+def read_records(path: Path, text: str) -> list[dict]:
+    """The records of a `records.jsonl` (data: JSON, one record a line), its `text` as read
+    and checked; a line that is no record is named."""
     records = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: line {number} is not JSON ({e.msg})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict):
-                raise ValueError(f"{path}: line {number} is not a document's record")
-            records.append(record)
+    lines = text.split("\n")  # (not `splitlines`: a record's text may hold U+2028)
+    for number, line in enumerate(lines[:-1] if lines[-1] == "" else lines, start=1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: line {number} is not JSON ({e.msg})") from None
+        if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict):
+            raise ValueError(f"{path}: line {number} is not a document's record")
+        records.append(record)
     return records
