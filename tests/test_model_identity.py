@@ -226,7 +226,7 @@ def test_the_steps_of_a_config_block_keep_the_ids_they_had():
     # (the reference's VERSION went to 002 with pairs cut to fit their answers: a said bump)
     assert [dpo[name].unique_id for name in ("dpo_reference", "dpo_trained")] == [
         "ReferenceLogprobs-002-bAzj7dxTmni1Jo2kY1DktmsEiZNxvMRP",
-        "TrainRankClassifier-003-vQPqCn6ptZ9cMpSXFPvyZrgx98XnX7T6",
+        "TrainRankClassifier-003-64kLRiVQ1tFeDY6LaV5JEh1Bapich1e2",  # after it: another id
     ]
 
 
