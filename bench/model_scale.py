@@ -38,7 +38,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (  # noqa: E402
-    REPO,
     engine_inputs,
     machine,
     model_state_bytes,
@@ -117,7 +116,7 @@ def suite_experiment(path: Path, model: Path, tasks: list[str], args: argparse.N
         for name in tasks
     ]
     path.write_text(
-        f"local lib = import '{REPO}/experiments/lib/pipeline.libsonnet';\n"
+        f"local lib = import 'lib/pipeline.libsonnet';\n"
         f"{{steps: {{}}}} + lib.suite(tasks={json.dumps(blocks)}, "
         f"models={{untrained: lib.models.pretrained('{model}')}}, batch_size=16)\n"
     )

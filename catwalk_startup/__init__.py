@@ -9,7 +9,9 @@ experiment or imports `catwalk_steps`:
 - :mod:`.settings`: where Tango finds no `tango.yml`, ours (this package's): `tango run` works
   from any directory;
 - :mod:`.registry_search`: a `catwalk::` type imports `catwalk_steps`, also under settings of
-  one's own that do not include it.
+  one's own that do not include it;
+- :mod:`.jsonnet_library`: `import 'lib/pipeline.libsonnet'` finds the library the package
+  ships, from an experiment file in any directory.
 
 Imported by the fork server that workers fork from (the launcher's `PRELOAD`), not at
 interpreter start: :mod:`.exit_with_parent` (it ends with the process that started it) and
@@ -17,7 +19,8 @@ interpreter start: :mod:`.exit_with_parent` (it ends with the process that start
 
 `make setup` writes `catwalk_startup.pth` into the environment's site-packages (`python -m
 catwalk_startup` does it for any environment): every interpreter of the environment installs an
-import hook that patches Tango's logging, settings and registry modules as they are imported.
+import hook that patches Tango's logging, settings, registry and params modules as they are
+imported.
 Nothing here imports Tango, torch or `catwalk_steps`: an interpreter that never imports Tango
 only gains the hook.
 `catwalk_steps` installs the same when it is imported (where there is no .pth, that leaves the
@@ -37,6 +40,7 @@ from typing import Any
 TANGO_LOGGING = "tango.common.logging"
 TANGO_REGISTRABLE = "tango.common.registrable"
 TANGO_SETTINGS = "tango.settings"
+TANGO_PARAMS = "tango.common.params"
 PTH_NAME = "catwalk_startup.pth"
 
 
@@ -87,10 +91,18 @@ def patch_settings(module: types.ModuleType) -> None:
     patch_settings(module)
 
 
+def patch_params(module: types.ModuleType) -> None:
+    check_tango("the experiment library found from any directory")
+    from .jsonnet_library import patch_params
+
+    patch_params(module)
+
+
 PATCHES = {
     TANGO_LOGGING: patch,
     TANGO_REGISTRABLE: patch_registrable,
     TANGO_SETTINGS: patch_settings,
+    TANGO_PARAMS: patch_params,
 }
 
 

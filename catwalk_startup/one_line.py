@@ -33,8 +33,9 @@ JSONNET_CATWALK = re.compile(r"runtime error: catwalk: (.*)", re.IGNORECASE)
 TANGO_TYPE = re.compile(r"Expected (\w+) to be (\w+), found (.*) \(<class '(\w+)'>\)\.?")
 UNUSED_OVERRIDES = re.compile(r"overrides dict contains unused keys: \[(.*)\]")
 LOCATION = re.compile(r"(\S*:\d+:\d+(?:-\d+:\d+|-\d+)?)")
-# JSON in an `--ext-var` that does not parse, in our library's `ext_json` (experiments/lib/
-# grid.libsonnet), which reads the variable as a field of its name so that the trace names it.
+# JSON in an `--ext-var` that does not parse, in our library's `ext_json` (catwalk_steps/
+# jsonnet/lib/grid.libsonnet), which reads the variable as a field of its name so that the
+# trace names it.
 JSONNET_EXT_JSON = re.compile(
     r"failed to parse json: (.*)\n.*\n"
     r"\s*\S+\s+field <(\w+)> access\n\s*\S+\s+function <ext_json> call"

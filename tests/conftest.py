@@ -12,6 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "experiments"
+LIBRARY = REPO / "catwalk_steps" / "jsonnet" / "lib"  # `import 'lib/pipeline.libsonnet'`
 
 TINY_GPT2 = {
     "model_type": "gpt2",
@@ -207,9 +208,7 @@ def evaluate_library(tmp_path: Path, jsonnet: str):
     """A jsonnet expression over the experiments' library, imported as `lib` (with the ext vars
     tango.yml declares: `lib.sweep` reads `training`)."""
     path = tmp_path / "snippet.jsonnet"
-    path.write_text(
-        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n{{value: {jsonnet}}}"
-    )
+    path.write_text(f"local lib = import 'lib/pipeline.libsonnet';\n{{value: {jsonnet}}}")
     return experiment_params(path)["value"]
 
 

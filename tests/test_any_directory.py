@@ -19,9 +19,11 @@ pytestmark = pytest.mark.slow
 TANGO = str(Path(sys.executable).with_name("tango"))
 
 
-def tango_run_in(directory: Path, *extra: str) -> str:
+def tango_run_in(
+    directory: Path, *extra: str, experiment: Path = EXPERIMENTS / "demo.jsonnet"
+) -> str:
     """`tango run <absolute experiment>` in `directory`, no `-i`; its output (rc 0 asserted)."""
-    argv = [TANGO, "run", str(EXPERIMENTS / "demo.jsonnet"), "-o", json.dumps(TINY_DEMO), *extra]
+    argv = [TANGO, "run", str(experiment), "-o", json.dumps(TINY_DEMO), *extra]
     done = commands.run(argv, timeout=300, cwd=directory, fresh=True)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
@@ -42,3 +44,32 @@ def test_types_are_found_under_settings_of_ones_own(tmp_path: Path):
     output = tango_run_in(tmp_path)
     assert "✓ 5 succeeded" in output and "modeling_flax_auto" not in output
     assert list((tmp_path / "mine" / "cache").glob("TrainRankClassifier-*"))
+
+
+def test_a_copy_of_a_shipped_experiment_anywhere_runs_as_is(tmp_path: Path):
+    """`import 'lib/pipeline.libsonnet'` finds the library the package ships, from a file
+    outside the repository, run from yet another directory (before: `RuntimeError: can't
+    resolve lib/pipeline.libsonnet` in a 30-line traceback)."""
+    own = tmp_path / "own" / "own_demo.jsonnet"
+    own.parent.mkdir()
+    own.write_text((EXPERIMENTS / "demo.jsonnet").read_text())
+    assert "import 'lib/pipeline.libsonnet'" in own.read_text()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    output = tango_run_in(elsewhere, experiment=own)
+    assert "✓ 5 succeeded" in output
+
+
+def test_a_lib_beside_ones_own_experiment_comes_first(tmp_path: Path):
+    """One's own copy of the library, beside the file, is the one imported (as jsonnet always
+    resolved it)."""
+    from tango.common.params import Params
+
+    own = tmp_path / "exp.jsonnet"
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "pipeline.libsonnet").write_text("{ mine: true }")
+    own.write_text("local lib = import 'lib/pipeline.libsonnet'; { value: lib }")
+    assert Params.from_file(own).as_dict() == {"value": {"mine": True}}
+    (tmp_path / "lib" / "pipeline.libsonnet").unlink()
+    (tmp_path / "lib").rmdir()
+    assert "engines" in Params.from_file(own).as_dict()["value"]  # the package's library

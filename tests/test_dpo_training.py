@@ -128,15 +128,15 @@ def test_a_killed_dpo_run_rerun_ends_with_the_weights_of_an_uninterrupted_one(tm
     assert model_bytes(tmp_path / "ws", "rerun") == model_bytes(tmp_path / "whole", "whole")
 
 
-BETA_SWEEP = f"""
-local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';
+BETA_SWEEP = """
+local lib = import 'lib/pipeline.libsonnet';
 lib.preference_sweep(
-  task=lib.tasks.synthetic_preference {{ sizes: {{ train: 16, validation: 8 }} }},
+  task=lib.tasks.synthetic_preference { sizes: { train: 16, validation: 8 } },
   model=lib.models.tiny_gpt2,
   engine=lib.engines.torch(),
-  grid={{ beta: lib.ext_numbers('betas', [0.1, 0.5]) }},
-  training=lib.training.demo {{ device_count: 1, batch_size: 4, train_steps: 2,
-                                validate_every: 2 }},
+  grid={ beta: lib.ext_numbers('betas', [0.1, 0.5]) },
+  training=lib.training.demo { device_count: 1, batch_size: 4, train_steps: 2,
+                                validate_every: 2 },
 )
 """
 
@@ -193,18 +193,18 @@ def test_an_edited_reference_log_probability_is_one_line_and_never_trained_on(tm
     assert "Training on" not in output
 
 
-ADAPTER_DPO = f"""
-local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';
+ADAPTER_DPO = """
+local lib = import 'lib/pipeline.libsonnet';
 local tuned = lib.preference(
-  task=lib.tasks.synthetic_preference {{ sizes: {{ train: 32, validation: 8 }} }},
-  model=lib.models.tiny_gpt2 {{ adapter: lib.models.lora(targets=lib.models.gpt2_projections) }},
-  engine=lib.engines.torch_fsdp() {{
-    precision: 'bf16', max_grad_norm: 1.0, activation_checkpointing: true }},
-  training=lib.training.demo {{ device_count: 2, batch_size: 4, grad_accum: 2, train_steps: 4,
-                                validate_every: 4, checkpoint_every: 4, log_every: 1 }},
-  dpo={{ beta: 0.1 }},
+  task=lib.tasks.synthetic_preference { sizes: { train: 32, validation: 8 } },
+  model=lib.models.tiny_gpt2 { adapter: lib.models.lora(targets=lib.models.gpt2_projections) },
+  engine=lib.engines.torch_fsdp() {
+    precision: 'bf16', max_grad_norm: 1.0, activation_checkpointing: true },
+  training=lib.training.demo { device_count: 2, batch_size: 4, grad_accum: 2, train_steps: 4,
+                                validate_every: 4, checkpoint_every: 4, log_every: 1 },
+  dpo={ beta: 0.1 },
 );
-tuned {{ steps+: {{ dpo_trained+: {{ callbacks: [{{ type: 'test::base_unchanged' }}] }} }} }}
+tuned { steps+: { dpo_trained+: { callbacks: [{ type: 'test::base_unchanged' }] } } }
 """
 
 

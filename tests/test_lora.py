@@ -439,11 +439,10 @@ def test_an_adapter_grid_key_without_an_adapter_is_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_a_lora_sweep_runs_and_reports_what_each_cell_trained(tmp_path):
-    from .conftest import EXPERIMENTS
 
     sweep = tmp_path / "sweep.jsonnet"
     sweep.write_text(
-        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        "local lib = import 'lib/pipeline.libsonnet';\n"
         "lib.sweep(task=lib.tasks.synthetic { sizes: { train: 32, validation: 8 } },\n"
         "  grid={ r: [2, 4] }, engines={ ddp: lib.engines.torch() },\n"
         "  models={ tiny: lib.models.tiny_gpt2 { adapter: lib.models.lora() } },\n"

@@ -176,7 +176,7 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
     ),
 }  # fmt: skip
 SUITE_REF = (
-    f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+    "local lib = import 'lib/pipeline.libsonnet';\n"
     "lib.suite(tasks=['arc_easy'], models={ref: lib.models.tiny_gpt2})\n"
 )
 

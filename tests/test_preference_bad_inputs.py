@@ -13,7 +13,7 @@ from catwalk_steps.scoring.tokenization import load_tokenizer
 
 from . import commands
 from .commands import error_lines
-from .conftest import REPO, TANGO_ENV, tango_command
+from .conftest import LIBRARY, REPO, TANGO_ENV, tango_command
 
 DPO = REPO / "tests" / "fixtures" / "dpo_tiny.jsonnet"
 GOOD = {"prompt": "Q: one?\nA:", "chosen": " yes", "rejected": " no"}
@@ -159,7 +159,7 @@ def init_from_cases(tmp_path: Path) -> dict[str, tuple]:
     other = model_directory(tmp_path / "neox_model", 50280, TOKENIZER)
     bare = model_directory(tmp_path / "neox_weights", 50280, None)
     chained = tmp_path / "init_from_step.jsonnet"
-    lib = REPO / "experiments" / "lib" / "pipeline.libsonnet"
+    lib = LIBRARY / "pipeline.libsonnet"
     chained.write_text(INIT_FROM_STEP.format(lib=lib, tokenizer=TOKENIZER))
     differs = "its embeddings are rows of another vocabulary"
     return {
@@ -242,7 +242,7 @@ def test_lib_preference_starts_from_a_model_directory(tmp_path):
     directory = tmp_path / "sft_model"
     GPT2LMHeadModel(config).save_pretrained(directory)
     experiment = tmp_path / "from_directory.jsonnet"
-    lib = REPO / "experiments" / "lib" / "pipeline.libsonnet"
+    lib = LIBRARY / "pipeline.libsonnet"
     experiment.write_text(STARTS_FROM.format(lib=lib, directory=directory))
     run_tango(experiment, tmp_path / "ws", "from_directory")
     trained = load_file(

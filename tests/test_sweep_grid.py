@@ -1,4 +1,4 @@
-"""What a sweep is given is swept or refused, never dropped (experiments/lib/grid.libsonnet):
+"""What a sweep is given is swept or refused, never dropped (the library's grid.libsonnet):
 every engine and model given makes cells (counted in the built graph), a grid key no cell
 could use fails in one line, and `--ext-var training='{...}'` sets a training key for every
 cell, a bad value naming the variable in one line through `tango run`."""
@@ -22,7 +22,7 @@ MODELS = "{gpt2: lib.models.tiny_gpt2, llama: lib.models.tiny_llama}"
 def sweep_file(tmp_path: Path, grid: str, engines: str, models: str, training="{}") -> Path:
     path = tmp_path / "sweep.jsonnet"
     path.write_text(
-        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        f"local lib = import 'lib/pipeline.libsonnet';\n"
         f"lib.sweep(task=lib.tasks.synthetic, grid={grid}, engines={engines}, models={models},\n"
         f"  training={training})\n"
     )
@@ -100,7 +100,7 @@ def test_a_training_key_no_step_reads_is_one_line(tmp_path):
 
     pipeline = tmp_path / "pipeline.jsonnet"
     pipeline.write_text(
-        f"local lib = import '{EXPERIMENTS}/lib/pipeline.libsonnet';\n"
+        "local lib = import 'lib/pipeline.libsonnet';\n"
         "lib.pipeline(lib.tasks.synthetic, lib.models.tiny_gpt2, lib.engines.torch(),\n"
         "  training={train_step: 5})\n"
     )

@@ -17,7 +17,7 @@ from catwalk_steps.errors import one_line
 from catwalk_steps.training.trackers import TensorBoardTracker, WandbTracker
 
 from . import training  # noqa: F401  (registers test::faults)
-from .conftest import EXPERIMENTS, experiment_params
+from .conftest import EXPERIMENTS, LIBRARY, experiment_params
 
 DEMO, FSDP = EXPERIMENTS / "demo.jsonnet", EXPERIMENTS / "demo_fsdp.jsonnet"
 WANDB = {"type": "wandb::log", "mode": "offline"}
@@ -138,7 +138,7 @@ def test_wandb_log_is_run_as_catwalk_wandb_and_keeps_its_keys():
 
 def test_pipeline_and_sweep_take_callbacks(tmp_path):
     experiment = tmp_path / "tracked.jsonnet"
-    lib = EXPERIMENTS / "lib" / "pipeline.libsonnet"
+    lib = LIBRARY / "pipeline.libsonnet"
     experiment.write_text(
         f"local lib = import '{lib}';\n"
         "local trackers = [lib.trackers.wandb(mode='offline'), lib.trackers.tensorboard()];\n"

@@ -1,7 +1,7 @@
 // python bench/shared_workspace.py   (runs this file as a job array: one `--ext-var cell=i` per job)
 // A sweep of 2 seeds x `--ext-var lrs=...` learning rates (8 cells by default) at the smallest
 // useful size: the jobs of a round share the data step and one untrained evaluation per seed.
-local lib = import '../../experiments/lib/pipeline.libsonnet';
+local lib = import 'lib/pipeline.libsonnet';
 
 lib.sweep(
   task=lib.tasks.synthetic { sizes: { train: 16, validation: 8 } },

@@ -2,7 +2,7 @@
 // sweep_demo's 4 cells (2 seeds x 2 learning rates, one process each), each training long
 // enough to take about a minute on its own (`--ext-var steps=N`), validating rarely: the
 // sweep that `--parallelism` is for.
-local lib = import '../../experiments/lib/pipeline.libsonnet';
+local lib = import 'lib/pipeline.libsonnet';
 local steps = lib.ext_numbers('steps', [4500])[0];
 
 lib.sweep(

@@ -65,7 +65,7 @@ class SuiteReport(Step[Report]):
     `catwalk::report` plots), and the table printed at the end of every `tango run`.
 
     :param results: `{run name: {task name: metrics}}`, references to `catwalk::evaluate` steps
-        (`lib.suite` in experiments/lib/pipeline.libsonnet writes them).
+        (`lib.suite` in catwalk_steps/jsonnet/lib/pipeline.libsonnet writes them).
     :param metric: the score shown: "acc" (default) or "acc_norm".
     :param tasks: the columns' order (task names); default: the order of `results`.
     :param configs: in a sweep, `{run name: {key: value}}` (as `catwalk::report`'s).
