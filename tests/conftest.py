@@ -216,6 +216,7 @@ def evaluate_library(tmp_path: Path, jsonnet: str):
 # pytest-xdist (`--dist loadfile`) hands files out in collection order, so a long file collected
 # last ran alone on one core at the end while the other waited.
 LONGEST_FIRST = (
+    "test_limit.py",
     "test_lora.py",
     "test_hosts.py",
     "test_dpo_training.py",

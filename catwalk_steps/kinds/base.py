@@ -241,13 +241,14 @@ class TaskKind:
 
     def figures(self, result: Mapping[str, Any]) -> dict[str, Any]:
         """What a table shows of a result: its numbers and texts, without what names its kind
-        and its main metric (:meth:`shown` reads that), nor its parts (lists, mappings)."""
+        and its main metric (:meth:`shown` reads that), the limit it was scored under (a line
+        of its own: :mod:`catwalk_steps.reports.limited`), nor its parts (lists, mappings)."""
         return {
             key: value
             for key, value in result.items()
             if isinstance(value, (int, float, str))
             and not isinstance(value, bool)
-            and key not in ("kind", "primary_metric")
+            and key not in ("kind", "primary_metric", "limit")
         }
 
     def details(self, result: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from tango.common.aliases import PathOrStr
 from tango.format import Format
 
 from ..sealed import read_checked, read_if_written, write_digests
+from .limited import limited_line
 from .paired import comparison_lines
 from .plots import CURVES_PLOT, FINAL_PLOT, TASKS_PLOT, plot_curves, plot_final, plot_task_curves
 from .tables import Report
@@ -100,6 +101,9 @@ def print_report(report: Report, location: str | None = None) -> None:
     suite's many tasks) is printed turned: one row per column of the files (task, average),
     one column per run."""
     console = Console()
+    limited = limited_line(report.details)
+    if limited:
+        console.print(limited.strip(), style="yellow", soft_wrap=True, crop=False)
     header, body = report.table_rows()
     turn = table_width(header, body) > console.width
     if turn:

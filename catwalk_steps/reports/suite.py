@@ -12,6 +12,7 @@ from typing import Any
 from ..kinds import kind_of_result
 from ..kinds.records import stderr_key
 from ..kinds.stderr import unweighted_mean_stderr
+from .limited import limited_details
 from .paired import compare_suite
 from .tables import Report, in_loop_histories
 
@@ -66,7 +67,12 @@ def build_suite_report(
         configs={run: dict(config) for run, config in (configs or {}).items()},
         task_histories=in_loop_histories(histories),
         column_order=[*columns.values(), AVERAGE],
-        details={"metric": metric, "shown": shown_label(shown, metric), "results": details},
+        details={
+            "metric": metric,
+            "shown": shown_label(shown, metric),
+            "results": details,
+            **limited_details(r for by_task in results.values() for r in by_task.values()),
+        },
         run_cards=cards,
         environment=dict(environment or {}),
         step_times=list(step_times or []),

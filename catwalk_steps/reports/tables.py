@@ -19,6 +19,7 @@ from typing import Any
 
 from ..kinds import kind_of_result
 from ..kinds.records import split_stderrs, stderr_key
+from .limited import limited_details, limited_line
 from .paired import compare_runs, comparison_markdown, config_value, configuration_of
 from .run_card import run_cards_markdown
 
@@ -157,7 +158,8 @@ class Report:
 
     def markdown(self) -> str:
         header, body = self.table_rows()
-        lines = [
+        limited = limited_line(self.details)
+        lines = [*([limited.strip(), ""] if limited else []),
             "| " + " | ".join(header) + " |",
             "|"
             + "|".join(["---"] * (len(header) - len(self.columns)) + ["---:"] * len(self.columns))
@@ -330,6 +332,7 @@ def build_report(
         step_times=list(step_times or []),
         stderrs={name: errors for name, (_, errors) in split.items() if errors},
         comparison=compare_runs(metrics, baseline, configs),
+        details=limited_details(metrics.values()),
     )
 
 

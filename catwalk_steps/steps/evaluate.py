@@ -303,6 +303,8 @@ def evaluation_data(
         about: dict[str, Any] = {"task": task.name, "split": chosen}
         if task.num_fewshot is not None:
             about["num_fewshot"] = task.num_fewshot
+        if task.limit is not None:  # shrunk for a quick try: reports say so
+            about["limit"] = task.limit
         return task.evaluation_instances(chosen, tokenizer), about
     assert dataset_dict is not None
     chosen = split or "validation"
@@ -311,7 +313,8 @@ def evaluation_data(
             f"evaluate.split: '{chosen}' is not in the dataset "
             f"(splits: {', '.join(dataset_dict.keys())})"
         )
-    return list(dataset_dict[chosen]), {}  # a split's own sequence, as a list
+    limit = dataset_dict.metadata.get("limit")  # the data step's task shrunk: said
+    return list(dataset_dict[chosen]), ({"limit": limit} if limit is not None else {})
 
 
 def loaded_splits(data: Any) -> list[str] | None:

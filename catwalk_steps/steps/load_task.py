@@ -66,4 +66,7 @@ class LoadTask(Step[DatasetDict]):
             loaded = {name: instances[:max_instances] for name, instances in loaded.items()}
         for name, instances in loaded.items():
             self.logger.info("Split %s: %d instances", name, len(instances))
-        return DatasetDict(splits=loaded, metadata={"task": task.name})
+        metadata: dict[str, Any] = {"task": task.name}
+        if task.limit is not None:  # shrunk for a quick try: its evaluations say so
+            metadata["limit"] = task.limit
+        return DatasetDict(splits=loaded, metadata=metadata)

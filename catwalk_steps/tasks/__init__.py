@@ -22,6 +22,7 @@ from .base import (
 from .catalog import BUILTIN_TASKS
 from .generation import GenerationInstance
 from .generative import GenerativeTask
+from .limited import LimitedTask
 from .olmo_eval_labels import OlmoEvalInstance, OlmoEvalTask
 from .piqa import PiqaTask, piqa_instance, read_piqa_files
 from .preference import PreferenceInstance, PreferenceTask
@@ -34,6 +35,7 @@ __all__ = [
     "LOADED_SPLITS",
     "ModelTokenizer",
     "GenerativeTask",
+    "LimitedTask",
     "MultipleChoiceInstance",
     "OlmoEvalInstance",
     "OlmoEvalTask",

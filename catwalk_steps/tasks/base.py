@@ -170,6 +170,9 @@ class Task(Registrable):
     # Solved examples shown before each question, where the task shows them (the evaluate
     # step's result names how many); None where it has no such setting.
     num_fewshot: int | None = None
+    # The instances kept of each split when the task is shrunk for a quick try (`--ext-var
+    # limit=N`: :mod:`.limited`); results and reports say it. None: the whole task.
+    limit: int | None = None
 
     @classmethod
     def built(cls, task: Any) -> Task:

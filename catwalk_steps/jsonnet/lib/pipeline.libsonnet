@@ -24,7 +24,35 @@ local training_defaults = {
   log_every: 10,
   // Tasks scored in the loop whenever training validates (names or blocks, see tasks.libsonnet).
   evaluate_tasks: [],
+  // How the training shortens under `--ext-var limit=N` (a quick try): at most N steps, with
+  // as many validations, checkpoints and logged steps as the full schedule has. A file (or a
+  // `training` block) gives its own `limited(n):: {...}` to shorten otherwise.
+  limited(n)::
+    local full = self;  // (inside the object below, `self` is the shortened settings)
+    local steps = std.min(full.train_steps, n);
+    local scaled(every) = std.max(1, std.floor(every * steps / full.train_steps + 0.5));
+    {
+      train_steps: steps,
+      validate_every: scaled(full.validate_every),
+      checkpoint_every: scaled(full.checkpoint_every),
+      log_every: scaled(full.log_every),
+    },
 };
+
+// `--ext-var limit=N` (tango.yml declares it empty): every task given to the library cut to its
+// first N instances (`catwalk::limited`: other steps than the full run's, and the reports say
+// it), and every training shortened as its settings' `limited` says. null: the whole run.
+local limit =
+  local value = std.extVar('limit');
+  local digits = std.length(value) > 0
+                 && std.all([std.member('0123456789', c) for c in std.stringChars(value)]);
+  if value == '' then null
+  else if !digits || std.parseInt(value) < 1 then error (
+    'catwalk: --ext-var limit=%s: a number of instances per task > 0, e.g. limit=8' % value
+  )
+  else std.parseInt(value);
+local limited_task(task) =
+  if limit == null then task else { type: 'catwalk::limited', task: task, limit: limit };
 
 // 'Question: ...' tasks share one collate; the tokenizer comes from the model block, so the two
 // can never disagree.
@@ -37,9 +65,12 @@ local collate(model, t) = {
 local ref(name) = { type: 'ref', ref: name };
 
 // The settings with `max_length: null` resolved to the model's context length.
+// Under `--ext-var limit=N`: shortened as `limited` says, the in-loop tasks cut.
 local for_model(t, model) = t {
   max_length: if t.max_length == null then models.context_length(model) else t.max_length,
-};
+} + (if limit == null then {} else t.limited(limit) {
+  evaluate_tasks: [limited_task(task) for task in t.evaluate_tasks],
+});
 
 // The `catwalk::train` step for one setting `t`; `data` is the name of the load_task step.
 // `callbacks`: Tango train callbacks, e.g. the trackers below; trackers are not part of the
@@ -112,7 +143,7 @@ local suite_steps(tasks, given_models, defaults, metric, title, prefix, batch_si
     [step_name(task_block(task, defaults).name, run)]: {
       type: 'catwalk::evaluate',
       model: models[run],
-      task: task_block(task, defaults),
+      task: limited_task(task_block(task, defaults)),
       batch_size: batch_size,
     } + (if max_length != null then { max_length: max_length } else {})
     for task in tasks
@@ -161,6 +192,9 @@ local kept_cells(all_cells, only) =
   tasks: tasks,
   engines: engines,
   ref(name):: ref(name),
+  // `--ext-var limit=N`, or null: for a file's own steps (`lib.limited_task(task)`).
+  limit:: limit,
+  limited_task(task):: limited_task(task),
 
   // Experiment trackers for `callbacks`: W&B (online needs `wandb login` or WANDB_API_KEY;
   // `mode: 'offline'` writes `<work dir>/wandb/` for `wandb sync`) and TensorBoard
@@ -203,7 +237,7 @@ local kept_cells(all_cells, only) =
     steps: {
       // The model's tokenizer: a task with a chat template renders its prompts with it (the
       // step keeps it only for such a task).
-      [data]: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'],
+      [data]: { type: 'catwalk::load_task', task: limited_task(task), splits: ['train', 'validation'],
                 tokenizer: models.tokenizer(model) },
       [prefix + 'trained']: train_step(model, engine, t, data, callbacks),
       [prefix + 'eval_untrained']: eval_step(model, t, data),
@@ -238,7 +272,7 @@ local kept_cells(all_cells, only) =
     local policy = model { objective: 'dpo', dpo: dpo },
 
     steps+: {
-      [data]: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'],
+      [data]: { type: 'catwalk::load_task', task: limited_task(task), splits: ['train', 'validation'],
                 tokenizer: models.tokenizer(model) },
       [prefix + 'trained']: train_step(policy, engine, t, if adapter then data else scored)
                             + (if init_from != null then { init_from: init_from } else {}),
@@ -322,14 +356,15 @@ local kept_cells(all_cells, only) =
       [name]: {
         type: 'catwalk::checkpoints',
         run: run,
-        tasks: [task_block(task, defaults) for task in tasks],
+        tasks: [limited_task(task_block(task, defaults)) for task in tasks],
         metric: metric,
         title: title,
         batch_size: batch_size,
         tensorboard: tensorboard,
-      } + (if every != null then { every: every } else {})
-      + (if last != null then { last: last } else {})
-      + (if steps != null then { steps: steps } else {})
+      } + (if limit != null then {} else  // a shortened run: every checkpoint it wrote
+             (if every != null then { every: every } else {})
+             + (if last != null then { last: last } else {})
+             + (if steps != null then { steps: steps } else {}))
       + (if max_length != null then { max_length: max_length } else {})
       + (if wandb != null then { wandb: wandb } else {}),
     },
@@ -399,7 +434,7 @@ local kept_cells(all_cells, only) =
     ),
 
     steps: {
-      data: { type: 'catwalk::load_task', task: task, splits: ['train', 'validation'] },
+      data: { type: 'catwalk::load_task', task: limited_task(task), splits: ['train', 'validation'] },
     } + {
       ['eval_' + name]: eval_step(untrained_model(firsts[name]), setting(firsts[name]), 'data')
       for name in std.objectFields(firsts)

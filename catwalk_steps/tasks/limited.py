@@ -1,0 +1,81 @@
+"""A task shrunk for a quick try: its first N instances of each split (`--ext-var limit=N`).
+
+lm-evaluation-harness's `--limit` and this are the same idea: every task of an experiment cut to
+its first N instances, so a whole pipeline (training, suites, sweeps, preference tuning, curves
+over checkpoints) runs in minutes to see that it runs. The experiment library wraps every task
+it is given in this type when the ext var is set (`catwalk_steps/jsonnet/lib/`), so:
+
+- a shrunk run is other steps than the full one (the wrapper is part of each step's identity):
+  a cached full result is never taken for a limited one, nor the other way round;
+- the results say so (`limit` in a load step's metadata and in an evaluation's result), and
+  the reports built from them say it in a line, as lm-evaluation-harness warns that a limited
+  run is for testing, not for numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tango.common.exceptions import ConfigurationError
+
+from .base import ModelTokenizer, Task, TaskInstance
+
+LIMITED_TYPE = "catwalk::limited"
+
+
+@Task.register(LIMITED_TYPE)
+class LimitedTask(Task):
+    """`task`, each split cut to its first `limit` instances.
+
+    :param task: the task (a name or a block, as anywhere a task is given).
+    :param limit: the instances kept of each split (a number > 0).
+    """
+
+    def __init__(self, task: Task, limit: int):
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigurationError(f"task.limit: a number of instances > 0, got {limit!r}")
+        self.task = Task.built(task)
+        self.limit = limit
+        self.num_fewshot = self.task.num_fewshot
+
+    @property  # the task's kind (the other types': their class's)
+    def kind(self) -> str:  # type: ignore[override]
+        return self.task.kind
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[TaskInstance]:
+        return self.task.load_split(split, tokenizer)[: self.limit]
+
+    def check_splits(self, splits: Sequence[str], field: str) -> None:
+        self.task.check_splits(splits, field)
+
+    def evaluation_split(self) -> str:
+        return self.task.evaluation_split()
+
+    def evaluation_instances(
+        self, split: str | None = None, tokenizer: ModelTokenizer | None = None
+    ) -> list[TaskInstance]:
+        return self.task.evaluation_instances(split, tokenizer)[: self.limit]
+
+    def describe(self, split: str) -> str:
+        return f"{self.task.describe(split)}, its first {self.limit}"
+
+    @property
+    def renders_chat(self) -> bool:
+        return self.task.renders_chat
+
+    def check_tokenizer(self, tokenizer: ModelTokenizer) -> None:
+        self.task.check_tokenizer(tokenizer)
+
+    def __getattr__(self, name: str) -> Any:
+        """What a stage asks of the task's own type (a preference task's `max_length`, ...)."""
+        if name.startswith("__") or name in ("task", "limit"):
+            raise AttributeError(name)
+        return getattr(self.task, name)
+
+    def det_hash_object(self) -> Any:
+        return (LIMITED_TYPE, self.task, self.limit)

@@ -1,0 +1,84 @@
+"""`--ext-var limit=N`: one switch shrinks any shipped experiment (lm-evaluation-harness's
+`--limit`): every task cut to its first N instances, training shortened as the file says, other
+steps than the full run's, and every report saying it was limited."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tango.step_graph import StepGraph
+
+import catwalk_steps  # noqa: F401  (registers the steps)
+
+from . import commands
+from .conftest import EXPERIMENTS, TANGO_ENV, experiment_params, tango_command
+
+EXPERIMENT_FILES = sorted(EXPERIMENTS.glob("*.jsonnet"))
+# The shipped experiments that need the Hugging Face hub (GPT-2's weights, PIQA): offline here,
+# their limited graphs are checked, not run.
+NEED_THE_HUB = {
+    "piqa_torch.jsonnet",
+    "piqa_fsdp.jsonnet",
+    "piqa_fsdp_suite.jsonnet",
+    "sweep_piqa.jsonnet",
+}
+OFFLINE = [path for path in EXPERIMENT_FILES if path.name not in NEED_THE_HUB]
+LIMITED = "Limited (--ext-var limit=8): each task cut to its first 8 instances"
+
+
+def tasks_in(step: dict) -> list:
+    """The task blocks a step is given: its `task`, its in-loop `evaluate_tasks`, the
+    `tasks` a curve over checkpoints scores."""
+    found = [step["task"]] if "task" in step else []
+    found += step.get("evaluate_tasks") or []
+    return found + (step.get("tasks") or [] if step["type"] == "catwalk::checkpoints" else [])
+
+
+@pytest.mark.parametrize("path", EXPERIMENT_FILES, ids=lambda p: p.name)
+def test_every_task_is_cut_and_every_training_shortened(path: Path):
+    full, limited = experiment_params(path)["steps"], experiment_params(path, limit="8")["steps"]
+    assert full.keys() == limited.keys()
+    tasks = [task for step in limited.values() for task in tasks_in(step)]
+    assert tasks and all(t["type"] == "catwalk::limited" and t["limit"] == 8 for t in tasks)
+    for name, step in limited.items():
+        if step["type"] == "catwalk::train":
+            assert step["train_steps"] == min(8, full[name]["train_steps"]), name
+            assert step["checkpoint_every"] <= step["train_steps"]
+            assert step["validate_every"] <= step["train_steps"]
+
+
+@pytest.mark.parametrize("path", OFFLINE, ids=lambda p: p.name)
+def test_a_limited_run_is_other_steps_than_the_full_one(path: Path):
+    full = StepGraph.from_params(experiment_params(path)["steps"])
+    limited = StepGraph.from_params(experiment_params(path, limit="8")["steps"])
+    same = [name for name in full if full[name].unique_id == limited[name].unique_id]
+    assert not same, f"{path.name}: {same} would take the full run's cached results"
+
+
+def test_a_limit_that_is_no_number_is_one_line():
+    with pytest.raises(Exception, match=r"--ext-var limit=ten: a number of instances per task > 0"):
+        experiment_params(EXPERIMENTS / "demo.jsonnet", limit="ten")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_every_offline_experiment_runs_limited_and_its_reports_say_so(tmp_path):
+    """Through `tango run`, two at a time, one workspace (steps the files share run once)."""
+    workspace = tmp_path / "workspace"
+    pending = list(OFFLINE)
+    failures = []
+    while pending:
+        batch, pending = pending[:2], pending[2:]
+        started = []
+        for path in batch:
+            argv = tango_command(path, workspace, path.stem, None, "--ext-var", "limit=8")
+            out = tmp_path / f"{path.stem}.txt"
+            started.append((path, out, commands.start(argv, out, env=TANGO_ENV)))
+        for path, out, command in started:
+            code = command.wait(900)
+            text = out.read_text()
+            reports = text.count("report.md / report.csv")
+            if code != 0 or reports == 0 or text.count(LIMITED) != reports:
+                failures.append((path.name, code, reports, text.count(LIMITED), text[-2000:]))
+    assert not failures, failures
