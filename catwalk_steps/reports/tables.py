@@ -159,7 +159,8 @@ class Report:
     def markdown(self) -> str:
         header, body = self.table_rows()
         limited = limited_line(self.details)
-        lines = [*([limited.strip(), ""] if limited else []),
+        lines = [
+            *([limited.strip(), ""] if limited else []),
             "| " + " | ".join(header) + " |",
             "|"
             + "|".join(["---"] * (len(header) - len(self.columns)) + ["---:"] * len(self.columns))
