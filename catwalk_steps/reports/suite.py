@@ -52,15 +52,7 @@ def build_suite_report(
         run: {task: scalars_and_parts(result) for task, result in by_task.items()}
         for run, by_task in results.items()
     }
-    histories: dict[str, Mapping[str, Any]] = {}
-    cards: dict[str, dict[str, Any]] = {}
-    for run, by_task in results.items():
-        trained = [result for result in by_task.values() if result.get("training_history")]
-        if trained:
-            histories[run] = trained[0]
-        card = next((r["run_card"] for r in by_task.values() if r.get("run_card")), None)
-        if isinstance(card, Mapping):
-            cards[run] = dict(card)
+    histories, cards = trained_runs(results)
     return Report(
         rows=rows,
         title=title,
@@ -82,6 +74,22 @@ def build_suite_report(
             results, baseline, shown, columns, [t for t in tasks if not lower[t]], configs
         ),
     )
+
+
+def trained_runs(
+    results: Mapping[str, Mapping[str, Mapping[str, Any]]],
+) -> tuple[dict[str, Mapping[str, Any]], dict[str, dict[str, Any]]]:
+    """Each trained run's result that carries its training history, and its run card."""
+    histories: dict[str, Mapping[str, Any]] = {}
+    cards: dict[str, dict[str, Any]] = {}
+    for run, by_task in results.items():
+        trained = [result for result in by_task.values() if result.get("training_history")]
+        if trained:
+            histories[run] = trained[0]
+        card = next((r["run_card"] for r in by_task.values() if r.get("run_card")), None)
+        if isinstance(card, Mapping):
+            cards[run] = dict(card)
+    return histories, cards
 
 
 def run_row(
