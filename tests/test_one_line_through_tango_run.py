@@ -92,6 +92,12 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
         "prefetch_factor, seed, shuffle, timeout)",
         False,
     ),
+    "report_runs_naming_no_run": (
+        DEMO,
+        {**TINY, "steps.report.runs": ["untrained", "trainee"]},
+        "ConfigurationError: report.runs: 'trainee' is not a run of metrics (trained, untrained)",
+        False,
+    ),
     "override_not_an_object": (
         DEMO,
         [1],

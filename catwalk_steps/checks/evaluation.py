@@ -129,6 +129,7 @@ def check_report_step(kwargs: Mapping[str, Any]) -> None:
         raise ConfigurationError("report.metrics: give at least one run")
     check_configs_name_runs(kwargs.get("configs"), metrics, "report.configs", "metrics")
     check_baseline(kwargs, metrics, "report.baseline")
+    check_run_order(kwargs.get("runs"), metrics, "report.runs", "metrics")
 
 
 def check_suite_report_step(kwargs: Mapping[str, Any]) -> None:
@@ -140,6 +141,7 @@ def check_suite_report_step(kwargs: Mapping[str, Any]) -> None:
         raise ConfigurationError("suite_report.results: give at least one task for every run")
     check_configs_name_runs(kwargs.get("configs"), results, "suite_report.configs", "results")
     check_baseline(kwargs, results, "suite_report.baseline")
+    check_run_order(kwargs.get("runs"), results, "suite_report.runs", "results")
     tasks = kwargs.get("tasks") or []
     missing = sorted({t for t in tasks for by_task in results.values() if t not in by_task})
     if missing:
@@ -169,3 +171,18 @@ def check_configs_name_runs(configs: Any, runs: Mapping[str, Any], field: str, w
     unknown = sorted(set(configs or {}) - set(runs))
     if unknown:
         raise ConfigurationError(f"{field}: no {what} for run '{unknown[0]}'")
+
+
+def check_run_order(order: Any, runs: Mapping[str, Any], field: str, given: str) -> None:
+    """A report's `runs` (the order of its runs) names runs it has, each once."""
+    if order is None:
+        return
+    if not isinstance(order, list) or not all(isinstance(run, str) for run in order):
+        raise ConfigurationError(f"{field}: a list of run names, got {order!r}")
+    unknown = [run for run in order if run not in runs]
+    if unknown:
+        raise ConfigurationError(
+            f"{field}: '{unknown[0]}' is not a run of {given} ({', '.join(runs)})"
+        )
+    if len(set(order)) != len(order):
+        raise ConfigurationError(f"{field}: a run named twice in {order}")

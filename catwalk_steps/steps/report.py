@@ -27,6 +27,9 @@ class MetricsReport(Step[Report]):
         a run of that name is in `metrics`; default `untrained`. In a sweep, grid values
         (`{lr: 0.001}`): each configuration's run of a seed against that configuration's run of
         the same seed, averaged over the seeds (`lib.sweep(..., baseline=...)`).
+    :param runs: the runs' order in the table (`['before', 'after']`): jsonnet hands Tango an
+        object's keys sorted, so `metrics` alone cannot keep the file's order; runs it leaves
+        out follow, as given. The experiment library passes its own runs' order.
 
     Under the table, the run card: each trained run's devices, world size, wall time, versions,
     git commit and host (as recorded by `catwalk::train`), the wall time of every step the
@@ -40,7 +43,8 @@ class MetricsReport(Step[Report]):
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = ReportFormat()
-    SKIP_DEFAULT_ARGUMENTS = {"baseline": BASELINE}  # added later: the ids stay as they were
+    # Added later: the ids of steps that leave them out stay as they were.
+    SKIP_DEFAULT_ARGUMENTS = {"baseline": BASELINE, "runs": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +57,9 @@ class MetricsReport(Step[Report]):
         title: str = "Metrics",
         configs: dict[str, dict[str, Any]] | None = None,
         baseline: str | dict[str, Any] | None = BASELINE,
+        runs: list[str] | None = None,
     ) -> Report:
+        metrics = in_order(metrics, runs)
         return build_report(metrics, title, configs, environment(), step_times(self), baseline)
 
 
@@ -71,13 +77,14 @@ class SuiteReport(Step[Report]):
     :param configs: in a sweep, `{run name: {key: value}}` (as `catwalk::report`'s).
     :param baseline: the run every other run is compared with, task by task on the same
         documents, and on the average over tasks (as `catwalk::report`'s; default `untrained`).
+    :param runs: the runs' order in the table (as `catwalk::report`'s).
     """
 
     VERSION = "001"
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = ReportFormat()
-    SKIP_DEFAULT_ARGUMENTS = {"baseline": BASELINE}
+    SKIP_DEFAULT_ARGUMENTS = {"baseline": BASELINE, "runs": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -92,10 +99,18 @@ class SuiteReport(Step[Report]):
         configs: dict[str, dict[str, Any]] | None = None,
         tasks: list[str] | None = None,
         baseline: str | dict[str, Any] | None = BASELINE,
+        runs: list[str] | None = None,
     ) -> Report:
+        results = in_order(results, runs)
         return build_suite_report(
             results, metric, title, configs, tasks, environment(), step_times(self), baseline
         )
+
+
+def in_order(by_run: dict[str, Any], runs: list[str] | None) -> dict[str, Any]:
+    """`by_run` with the runs `runs` names first, in its order, then the others as given."""
+    first = list(runs or [])
+    return {run: by_run[run] for run in [*first, *(r for r in by_run if r not in first)]}
 
 
 def step_times(report: Step) -> list[dict[str, Any]]:

