@@ -155,3 +155,28 @@ def test_a_sweep_cell_s_metric_has_one_format_whatever_its_spread():
     assert Summary.of([434.6, 434.6]).text() == "434.6 ± 0.0"
     assert Summary.of([0.5, 0.7]).text() == "0.6000 ± 0.1414"
     assert Summary.of([0.5]).text() == "0.5000"
+
+
+@pytest.mark.parametrize("columns", ["40", "80"])
+def test_no_number_is_cut_however_narrow_the_terminal(monkeypatch, capsys, columns):
+    """Off a terminal rich has 80 columns, and cut cells too wide for theirs ("0.86…",
+    "rewards/accuraci…"): each number is whole on one line; a table too wide even turned comes
+    in parts of its columns."""
+    monkeypatch.setenv("COLUMNS", columns)
+    runs = {
+        f"beta={beta},lr=0.0005,seed={seed}": {
+            "kind": "preference",
+            "rewards/accuracies": 0.375 + beta / 10,
+            "rewards/accuracies_stderr": 0.0123,
+            "logps/chosen": -26.9755 - seed,
+        }
+        for beta in (0.1, 0.5, 1.0)
+        for seed in (1, 2, 3)
+    }
+    print_report(build_report(runs, title="DPO sweep"))
+    out = capsys.readouterr().out
+    assert "…" not in out
+    for run in runs.values():
+        assert f"{run['rewards/accuracies']:.4f} ± 0.0123" in out
+        assert f"{run['logps/chosen']:.4f}" in out
+    assert ("(2 of " in out) == (columns == "40")

@@ -99,7 +99,9 @@ def read_generations(path: Path) -> dict:
 def print_report(report: Report, location: str | None = None) -> None:
     """The table on the terminal, and where its files are. A table wider than the terminal (a
     suite's many tasks) is printed turned: one row per column of the files (task, average),
-    one column per run."""
+    one column per run; one still too wide, in parts of its columns that fit, each with the
+    rows' names. No cell is ever cut (rich's default cuts a cell too wide for its column with
+    "…", also a number: 80 columns off a terminal); a name too long for its column wraps."""
     console = Console()
     limited = limited_line(report.details)
     if limited:
@@ -110,20 +112,23 @@ def print_report(report: Report, location: str | None = None) -> None:
         header, body = turned(header, body)
         shown = report.details.get("shown") or report.details.get("metric")
         header[0] = f"task ({shown})" if shown else "metric"
-    table = Table(title=report.title)
-    table.add_column(header[0], style="cyan")
-    for column in header[1:]:
-        table.add_column(column, justify="right")
-    for cells in body:
-        table.add_row(*cells)
-    console.print(table)
+    parts = column_parts(header, body, console.width)
+    for number, (part_header, part_body) in enumerate(parts):
+        title = report.title if number == 0 else f"{report.title} ({number + 1} of {len(parts)})"
+        table = Table(title=title)
+        table.add_column(part_header[0], style="cyan", overflow="fold")
+        for column in part_header[1:]:
+            table.add_column(column, justify="right", overflow="fold", no_wrap=True)
+        for cells in part_body:
+            table.add_row(*cells)
+        console.print(table)
     # Lines that must stay whole (a path cut in the middle of a step's hash is no path).
     whole: dict[str, Any] = {"soft_wrap": True, "crop": False}
     if turn:
         console.print(
             f"(turned, one row per column of report.csv, one column per run: a row per run "
             f"needs {table_width(*report.table_rows())} columns, the terminal has "
-            f"{console.width})",
+            f"{console.width}{'; in parts of its columns' if len(parts) > 1 else ''})",
             **whole,
         )
     if report.aggregated:
@@ -135,6 +140,29 @@ def print_report(report: Report, location: str | None = None) -> None:
     if location:
         plots = " / plots" if report.aggregated or report.histories else ""
         console.print(f"report.md / report.csv{plots} in {location}", **whole)
+
+
+def column_parts(
+    header: list[str], body: list[list[str]], width: int
+) -> list[tuple[list[str], list[list[str]]]]:
+    """The table in parts of consecutive columns, each with the first (the rows' names) and as
+    many others as fit in `width` (at least one: a part never has none)."""
+    widths = [max(len(row[i]) for row in [header, *body]) + 3 for i in range(len(header))]
+    groups: list[list[int]] = [[]]
+    used = widths[0] + 1
+    for i in range(1, len(header)):
+        if groups[-1] and used + widths[i] > width:
+            groups.append([])
+            used = widths[0] + 1
+        groups[-1].append(i)
+        used += widths[i]
+    return [
+        (
+            [header[0], *(header[i] for i in group)],
+            [[row[0], *(row[i] for i in group)] for row in body],
+        )
+        for group in groups
+    ]
 
 
 def table_width(header: list[str], body: list[list[str]]) -> int:
