@@ -11,7 +11,7 @@ VENV_FLAGS ?=
 MAIN_EXPERIMENT ?= experiments/demo_fsdp.jsonnet
 STAMP := $(VENV)/.catwalk-installed
 
-.PHONY: setup run test test-fast lint typecheck format docs docs-build keys bench clean
+.PHONY: setup run test test-fast lint typecheck format docs docs-build keys cli bench clean
 
 setup: $(STAMP)
 
@@ -58,6 +58,11 @@ docs-build: setup
 # when the committed page differs from what this writes.
 keys: setup
 	$(BIN)/python docs/gen_keys.py
+
+# The command-line page (docs/reference/cli.md), generated from the commands' argparse
+# definitions; a test fails when the committed page, or a command's --help, differs from it.
+cli: setup
+	$(BIN)/python docs/gen_cli.py
 
 # Everything CI runs: lint, the documentation site, then the whole suite (unit, tango-run integration, 2-process gloo),
 # in TEST_WORKERS pytest-xdist workers, a file's tests in one worker (their module fixtures are

@@ -49,6 +49,7 @@ COMMAND_MODULES = (
     "catwalk_steps.commands.export",
     "catwalk_steps.commands.worker",
     "catwalk_steps.commands.clear_step",
+    "catwalk_steps.commands.plan",
     "tests.exit_cases",
 )
 # What the tests' commands and their workers import lazily, each on its own otherwise: the label

@@ -11,7 +11,9 @@ would: `sys.exit`'s code, an uncaught error printed, killed by SIGINT after a Ke
 
 `CATWALK_TEST_COMMANDS=exec` runs every command as a fresh interpreter instead; the console-script
 tests always do (one of them a training run: test_lease_directory), so the installed scripts stay
-tested.
+tested. A console script this checkout declares (pyproject.toml) that the environment has not
+installed yet (`pip install -e .` not rerun since it was added) runs from its declared entry
+point all the same: served, or as `python -c` calling it where a fresh interpreter is asked for.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -39,11 +42,36 @@ EXEC = os.environ.get("CATWALK_TEST_COMMANDS") == "exec"
 EXEC_FORK_SERVER_ENV = {**TANGO_ENV, "CATWALK_TEST_FORKSERVER": "exec"}
 
 
+def declared_scripts() -> dict[str, str]:
+    """This checkout's console scripts, name -> 'module:function' (pyproject.toml's
+    [project.scripts])."""
+    text = (REPO / "pyproject.toml").read_text()
+    section = re.search(r"^\[project\.scripts\]\n(.*?)(?=^\[)", text, re.M | re.S)
+    lines = re.findall(r'^([\w-]+) = "([\w.]+:\w+)"', section.group(1) if section else "", re.M)
+    return dict(lines)
+
+
 def entry_point(script: str) -> str | None:
-    """'module:function' of an installed console script, or None for any other program."""
-    found = metadata.entry_points(group="console_scripts", name=Path(script).name)
-    venv_script = Path(script).parent == Path(sys.executable).parent
-    return next((ep.value for ep in found), None) if venv_script else None
+    """'module:function' of a console script in the environment's bin directory: one this
+    checkout declares (also before `pip install -e .` has installed it: a script added since
+    the environment was made is served from its declaration), else one installed; None for any
+    other program."""
+    if Path(script).parent != Path(sys.executable).parent:
+        return None
+    name = Path(script).name
+    found = metadata.entry_points(group="console_scripts", name=name)
+    return declared_scripts().get(name) or next((ep.value for ep in found), None)
+
+
+def program(argv: list[str]) -> list[str]:
+    """`argv` as a new process runs it: a declared console script not installed yet as its
+    entry point called by this interpreter, as the installed script would call it."""
+    target = entry_point(argv[0])
+    if target is None or Path(argv[0]).exists():
+        return argv
+    module, _, function = target.partition(":")
+    call = f"import sys; from {module} import {function}; sys.exit({function}())"
+    return [sys.executable, "-c", call, *argv[1:]]
 
 
 class CommandServer:
@@ -153,6 +181,8 @@ class Command:
         if err is not None:
             err.write_text("")
         target = None if EXEC or fresh else entry_point(argv[0])
+        if target is None:
+            argv = program(list(argv))
         if target is None and netns is not None:  # a fresh interpreter on that host
             argv = ["ip", "netns", "exec", netns, *argv]
         if target is None:

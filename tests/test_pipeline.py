@@ -204,3 +204,40 @@ def test_the_readme_shows_what_make_run_prints(demo_run: Path):
         elif "paired" in said:
             for x, y in zip(NUMBER.findall(said), NUMBER.findall(run), strict=True):
                 assert abs(float(x) - float(y)) <= SHOWN_TOLERANCE, (said, run)
+
+
+def test_the_plan_lists_what_the_run_ran_and_finds_it_cached(demo_run: Path):
+    """`catwalk-plan` of `make run`'s experiment (tests/test_plan.py) after the run: the steps
+    it started, in the order it started them, with the ids it registered, each cached now, and
+    no weight read for it (`-i tests.no_weights`, which refuses the read of the cached model a
+    plan leaves alone); with the training changed, the data and the untrained evaluation cached
+    and the rest to run."""
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
+
+    from . import commands
+    from .conftest import MAIN_JOB_OUTPUT
+    from .test_plan import planned
+
+    experiment = str(EXPERIMENTS / "demo_fsdp.jsonnet")
+    steps = planned(experiment, "-w", str(demo_run))["steps"]
+    started = re.findall(
+        r'Starting step "([^"]+)"', (demo_run.parent / MAIN_JOB_OUTPUT).read_text()
+    )
+    assert [step["name"] for step in steps] == started
+    registered = SharedLocalWorkspace(demo_run).registered_run("first").steps
+    assert {s["name"]: s["unique_id"] for s in steps} == {
+        name: info.unique_id for name, info in registered.items()
+    }
+    assert {step["state"] for step in steps} == {"cached"}
+    trained = str(step_result(demo_run, "first", "trained"))
+    control = commands.run([sys.executable, "-m", "tests.no_weights", trained], fresh=True)
+    assert control.returncode == 1 and "WeightsRead: " in control.stderr, control.stderr
+    longer = planned(experiment, "-w", str(demo_run), "-o", '{"steps.trained.train_steps": 300}')
+    states = {step["name"]: step["state"] for step in longer["steps"]}
+    assert states == {
+        "data": "cached",
+        "eval_untrained": "cached",
+        "trained": "runs",
+        "eval_trained": "runs",
+        "report": "runs",
+    }

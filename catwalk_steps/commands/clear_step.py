@@ -40,13 +40,24 @@ def is_workspace(directory: Path) -> bool:
     return (directory / "cache").is_dir() and any(path.is_file() for path in records)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (docs/reference/cli.md is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="catwalk-clear-step",
-        description="Forget one step's cached result; the next `tango run` computes it again.",
+        description="Forget one step's cached result and its record; the next `tango run` "
+        "computes it again. A damaged result's one-line error names the command to type.",
     )
-    parser.add_argument("step_dir", type=Path, help="<workspace>/cache/<step id>")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "step_dir",
+        metavar="STEP_DIR",
+        type=Path,
+        help="the step's directory in its workspace: <workspace>/cache/<step id>",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
 
     def clear() -> str:
         return f"cleared {clear_step(args.step_dir)}; the next run recomputes it"

@@ -79,15 +79,36 @@ def brief(answer: Any) -> str:
     return "?"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (docs/reference/cli.md is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="catwalk-compare",
-        description="Two evaluations of the same documents, compared document by document.",
+        description="Two evaluations of the same documents, compared document by document: "
+        "for every mean metric both have, A, B, the paired difference B - A with its standard "
+        "error and 95% interval, and whether it is within noise; then the documents whose "
+        "score changed.",
     )
-    parser.add_argument("a", type=Path, help="a catwalk::evaluate result directory (A)")
-    parser.add_argument("b", type=Path, help="another one, of the same documents (B)")
-    parser.add_argument("--changed", type=int, default=20, help="documents listed (default 20)")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "a",
+        metavar="RESULT_A",
+        type=Path,
+        help="a catwalk::evaluate result directory (<workspace>/cache/Evaluate-...)",
+    )
+    parser.add_argument(
+        "b", metavar="RESULT_B", type=Path, help="another one, of the same documents"
+    )
+    parser.add_argument(
+        "--changed",
+        type=int,
+        default=20,
+        metavar="N",
+        help="how many of the documents whose score changed to list (default: 20)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
 
     def compare() -> str:
         a, b = read_result(args.a), read_result(args.b)

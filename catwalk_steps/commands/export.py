@@ -64,17 +64,43 @@ def adapter_run(checkpoint: Path) -> bool:
     return (files / MODEL_INFO).is_file() and read_model_info(files).get("adapter") is not None
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (docs/reference/cli.md is generated from them)."""
     parser = argparse.ArgumentParser(
-        prog="catwalk-export", description="A checkpoint as a Hugging Face directory."
+        prog="catwalk-export",
+        description="Any checkpoint of a catwalk::train run as a Hugging Face save_pretrained "
+        "directory, to evaluate or share it. An adapter run's is exported merged, with its "
+        "peft adapter directory in adapter/ (--adapter: that directory alone).",
     )
-    parser.add_argument("checkpoint", type=Path, help="checkpoint, or a step's work directory")
-    parser.add_argument("out_dir", type=Path, help="where to write the save_pretrained files")
-    parser.add_argument("--force", action="store_true", help="write into a non-empty out_dir")
     parser.add_argument(
-        "--adapter", action="store_true", help="an adapter run's peft adapter directory alone"
+        "checkpoint",
+        metavar="CHECKPOINT",
+        type=Path,
+        help="a checkpoint directory (.../checkpoints/step000000400), the latest or best "
+        "pointer beside it, or a step's work directory or its checkpoints/ directory (then "
+        "its latest complete checkpoint)",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "out_dir",
+        metavar="OUT_DIR",
+        type=Path,
+        help="where to write the save_pretrained files: a new or empty directory",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write into an OUT_DIR that is not empty, over what is there (default: refused)",
+    )
+    parser.add_argument(
+        "--adapter",
+        action="store_true",
+        help="an adapter run's peft adapter directory alone (default: the merged model)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
 
     def export() -> str:
         written = export_checkpoint(

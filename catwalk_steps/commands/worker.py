@@ -26,27 +26,84 @@ def env_int(*names: str) -> int | None:
     return None
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (docs/reference/cli.md is generated from them). Defaults read
+    from the environment are read once parsed (:func:`parse_args`), not into the parser."""
     parser = argparse.ArgumentParser(
         prog="catwalk-worker",
-        description="Join node 0's catwalk::train or catwalk::evaluate step from another node.",
+        description="Join node 0's catwalk::train or catwalk::evaluate step from another node: "
+        "run it on every node but node 0, which runs `tango run` with the same experiment, "
+        "overrides and ext vars (docs: Several nodes).",
     )
-    parser.add_argument("experiment", type=Path, help="the same experiment file as node 0's")
-    parser.add_argument("--step", default="trained", help="the step's name")
-    parser.add_argument("--node-rank", type=int, default=env_int("NODE_RANK", "SLURM_NODEID"))
-    parser.add_argument("--master-addr", default=os.environ.get("MASTER_ADDR"))
-    parser.add_argument("--master-port", type=int, default=env_int("MASTER_PORT"))
-    parser.add_argument("-o", "--overrides", default=None, help="the same -o as node 0's")
-    parser.add_argument("--ext-var", action="append", default=[], help="KEY=VALUE, as tango's")
-    parser.add_argument("-i", "--include-package", action="append", default=[])
     parser.add_argument(
+        "experiment", metavar="FILE", type=Path, help="the same experiment file as node 0's"
+    )
+    parser.add_argument(
+        "--step", default="trained", metavar="NAME", help="the step to join (default: trained)"
+    )
+    parser.add_argument(
+        "-o", "--overrides", metavar="JSON", help="the same -o as node 0's (default: none)"
+    )
+    parser.add_argument(
+        "-D",
+        "--ext-var",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the same --ext-var as node 0's; repeat for more (default: those tango.yml declares)",
+    )
+    parser.add_argument(
+        "-i",
+        "--include-package",
+        action="append",
+        default=[],
+        metavar="PACKAGE",
+        help="a module to import first, as tango run's -i; repeat for more (default: tango.yml's)",
+    )
+    parser.add_argument(
+        "-w",
+        "--workspace",
+        metavar="DIR",
+        help="the workspace node 0 uses, read here and never written (default: tango.yml's)",
+    )
+    add_node_arguments(parser.add_argument_group("this node and node 0"))
+    return parser
+
+
+def add_node_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--node-rank",
+        type=int,
+        metavar="N",
+        help="this node's rank, 1 to num_nodes - 1 (default: $NODE_RANK, else $SLURM_NODEID)",
+    )
+    group.add_argument(
+        "--master-addr",
+        metavar="HOST",
+        help="node 0's address (default: $MASTER_ADDR, else the step's master_addr)",
+    )
+    group.add_argument(
+        "--master-port",
+        type=int,
+        metavar="PORT",
+        help="node 0's rendezvous port (default: $MASTER_PORT, else the step's master_port)",
+    )
+    group.add_argument(
         "--timeout",
         type=float,
-        default=None,
+        metavar="SECONDS",
         help="seconds to reach node 0 (default: the step's rendezvous_timeout, 300 s)",
     )
-    parser.add_argument("-w", "--workspace", default=None, help="as tango run's (or tango.yml)")
-    args = parser.parse_args(argv)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    command = parser()
+    args = command.parse_args(argv)
+    if args.node_rank is None:
+        args.node_rank = env_int("NODE_RANK", "SLURM_NODEID")
+    args.master_addr = args.master_addr or os.environ.get("MASTER_ADDR")
+    if args.master_port is None:
+        args.master_port = env_int("MASTER_PORT")
     # The flags name node 0 for everything this command builds, the step's own checks too
     # (they read MASTER_ADDR / MASTER_PORT when the config names no address).
     if args.master_addr:
@@ -54,9 +111,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.master_port:
         os.environ["MASTER_PORT"] = str(args.master_port)
     if args.node_rank is None:
-        parser.error("missing --node-rank (or NODE_RANK, SLURM_NODEID)")
+        command.error("missing --node-rank (or NODE_RANK, SLURM_NODEID)")
     if args.node_rank < 1:
-        parser.error("--node-rank: node 0 runs `tango run`; workers are nodes 1, 2, ...")
+        command.error("--node-rank: node 0 runs `tango run`; workers are nodes 1, 2, ...")
     return args
 
 

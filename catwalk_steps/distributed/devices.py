@@ -172,12 +172,63 @@ def lease_names(on_gpus: bool) -> tuple[str, ...] | None:
     return None if simulated is None else tuple(f"simulated-gpu-{i}" for i in range(simulated))
 
 
+@dataclass(frozen=True)
+class Lease:
+    """A step's devices as it will hold them while it runs: its workers' plan, and the lease
+    names (:func:`lease_names`) it takes `plan.count` of, or None when it holds none (CPU
+    workers where no GPU is simulated, or more workers than the node has). What
+    :func:`held_plan` and :func:`held_device` hold, said before a step runs (`catwalk-plan`).
+
+    :ivar nodes: machines running `plan` each (a multi-node step: this node's share).
+    """
+
+    plan: DevicePlan
+    names: tuple[str, ...] | None
+    nodes: int = 1
+
+    def describe(self) -> str:
+        """E.g. "2 GPUs, leased: 2 of the node's 4 GPUs", "1 GPU, leased: gpu-1", "2 CPU
+        processes, no lease"."""
+        what = self.plan.describe()
+        names = self.names
+        if names is None:
+            held = "no lease"
+        elif len(names) == self.plan.count:  # these ones: all of them, or the one asked for
+            held = f"leased: {', '.join(names)}"
+        else:
+            kind = "GPUs" if self.plan.device_type == "cuda" else "simulated GPUs"
+            held = f"leased: {self.plan.count} of the node's {len(names)} {kind}"
+        on_nodes = f" on each of {self.nodes} nodes" if self.nodes > 1 else ""
+        return f"{what}{on_nodes}, {held}"
+
+
+def plan_lease(plan: DevicePlan, nodes: int = 1) -> Lease:
+    """What the workers of `plan` hold (:func:`held_plan`)."""
+    names = lease_names(plan.device_type == "cuda")
+    return Lease(plan, None if names is None or plan.count > len(names) else names, nodes)
+
+
+def device_lease(device: torch.device, requested: str | None) -> Lease:
+    """What one process on `device` holds (:func:`held_device`): a GPU asked for by index, else
+    any of the node's (GPUs, or simulated ones for the CPU); nothing where `cpu` was asked for."""
+    names = None if requested == "cpu" else lease_names(device.type == "cuda")
+    if names is not None and device.type == "cuda" and pinned(requested):
+        names = names[device.index : device.index + 1]
+    index = (device.index or 0) if device.type == "cuda" else -1
+    return Lease(DevicePlan((index,)), names)
+
+
+def pinned(requested: str | None) -> bool:
+    """A device asked for by index (`cuda:1`)."""
+    return requested is not None and torch.device(requested).index is not None
+
+
 @contextlib.contextmanager
 def held_plan(plan: DevicePlan, holder: str) -> Iterator[DevicePlan]:
     """The plan on GPUs this process holds while the block runs (:mod:`.lease`): steps side by
     side never share one. CPU workers hold nothing, unless GPUs are simulated."""
-    names = lease_names(plan.device_type == "cuda")
-    if names is None or plan.count > len(names):  # too few: CPU, no lease (the plan's note)
+    names = plan_lease(plan).names
+    if names is None:  # too few, or CPU: no lease (the plan's note says why)
         yield plan
         return
     with leased(plan.count, names, holder) as indices:
@@ -192,7 +243,7 @@ def held_plan(plan: DevicePlan, holder: str) -> Iterator[DevicePlan]:
 def held_device(device: torch.device, requested: str | None, holder: str) -> Iterator[torch.device]:
     """One process's device (:func:`evaluation_device`) held while the block runs: a GPU asked
     for by index is waited for; otherwise any free GPU is taken."""
-    names = None if requested == "cpu" else lease_names(device.type == "cuda")
+    names = device_lease(device, requested).names
     if names is None:
         yield device
         return
@@ -201,8 +252,8 @@ def held_device(device: torch.device, requested: str | None, holder: str) -> Ite
             announce(logger, "%s holds simulated GPU %d", holder, index)
             yield device
         return
-    if requested is not None and torch.device(requested).index is not None:
-        with leased(1, names[device.index : device.index + 1], holder):
+    if pinned(requested):
+        with leased(1, names, holder):  # the one asked for
             yield device
         return
     with leased(1, names, holder) as (index,):

@@ -31,6 +31,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..distributed.rendezvous import connect_store, wait_for_listener
 from ..errors import first_line
+from ..experiment import read_experiment
 from ..settings import DEFAULTS, TrainSettings
 from ..tasks import dataset_fingerprint
 from .launcher import JOB_KEY, RENDEZVOUS_TOKEN, start_workers
@@ -44,18 +45,12 @@ logger = logging.getLogger("catwalk-worker")
 
 
 def training_step(args: argparse.Namespace) -> Step[Any]:
-    """The step as this node's copy of the experiment defines it (built, nothing computed)."""
-    from tango.common.params import Params
-    from tango.common.util import import_extra_module
-    from tango.settings import TangoGlobalSettings
-    from tango.step_graph import StepGraph
-
-    settings = TangoGlobalSettings.find_or_default()
-    for package in {"catwalk_steps", *(settings.include_package or []), *args.include_package}:
-        import_extra_module(package)
-    ext_vars = {**(settings.environment or {}), **dict(i.split("=", 1) for i in args.ext_var)}
-    params = Params.from_file(args.experiment, args.overrides or "", ext_vars=ext_vars)
-    graph = StepGraph.from_params(params.pop("steps"))
+    """The step as this node's copy of the experiment defines it (built as `tango run` builds
+    it on node 0, nothing computed)."""
+    experiment = read_experiment(
+        args.experiment, args.overrides, args.ext_var, args.include_package
+    )
+    graph = experiment.steps
     if args.step not in graph:
         raise ConfigurationError(
             f"--step: no step '{args.step}' in {args.experiment} (steps: {', '.join(graph)})"

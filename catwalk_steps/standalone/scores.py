@@ -15,7 +15,15 @@ from tango.integrations.torch import TrainingEngine
 from ..checks.start_warnings import training_warnings
 from ..components import lazy_params
 from ..console import announce
-from ..distributed.devices import evaluation_device, held_device, plan_devices
+from ..distributed.devices import (
+    DevicePlan,
+    Lease,
+    device_lease,
+    evaluation_device,
+    held_device,
+    plan_devices,
+    plan_lease,
+)
 from ..distributed.rendezvous import rendezvous_settings
 from ..kinds import kind_of
 from ..launch import run_job
@@ -76,6 +84,25 @@ def evaluation_scores(
     return collected(job.journal, instances, kind), job.max_length
 
 
+def evaluation_lease(settings: EvaluationSettings) -> Lease:
+    """The devices :func:`evaluation_scores` will hold for `settings`, said before it runs
+    (`catwalk-plan`): one process's device, or this node's share of the workers."""
+    if settings.here:
+        device = evaluation_device(settings.device, field="evaluate.device")
+        return device_lease(device, settings.device)
+    return plan_lease(evaluation_devices(settings), settings.num_nodes)
+
+
+def evaluation_devices(settings: EvaluationSettings) -> DevicePlan:
+    """Where this node's `device_count` evaluation workers run."""
+    return plan_devices(
+        settings.device_count,
+        requested=settings.device,
+        field="evaluate.device",
+        purpose="evaluating",
+    )
+
+
 def collected(journal: AnswerJournal, instances: list[Any], kind: Any) -> list[Any]:
     """The answers as read back from the records (in every run, resumed or not), which are
     then no longer needed."""
@@ -118,12 +145,7 @@ def evaluation_job(
 ) -> EvaluationJob:
     """The job of every worker on every node; `todo`: the chunks node 0 found still to score
     (another node takes them from node 0 rather than reading the records again)."""
-    devices = plan_devices(
-        settings.device_count,
-        requested=settings.device,
-        field="evaluate.device",
-        purpose="evaluating",
-    )
+    devices = evaluation_devices(settings)
     tokenizer = source.tokenizer_name()
     length = settings.max_length or max_length_of(
         source.hf_config(), load_tokenizer(tokenizer, "evaluate.model.tokenizer")

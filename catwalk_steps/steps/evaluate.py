@@ -17,6 +17,7 @@ from tango.integrations.torch import Model, TrainingEngine
 from tango.step import StepResources
 
 from ..checks.evaluation import check_evaluate_step
+from ..distributed.devices import Lease
 from ..kinds import ResultContext, kind_of
 from ..patching import check_tango
 from ..scoring.choices import max_length_of
@@ -32,7 +33,7 @@ from ..standalone import (
     model_block,
     model_source,
 )
-from ..standalone.scores import evaluation_job
+from ..standalone.scores import evaluation_job, evaluation_lease
 from ..standalone.workers import score_share
 from ..tasks import LOADED_SPLITS, ModelTokenizer, Task
 from ..workspace.formats import EvaluationFormat, HFModelFormat
@@ -131,6 +132,10 @@ class Evaluate(Step[dict]):
         return self.step_resources or StepResources(
             gpu_count=self.kwargs.get("device_count", DEFAULTS["device_count"])
         )
+
+    def planned_lease(self) -> Lease:
+        """The devices it will hold while it scores, said before it runs (`catwalk-plan`)."""
+        return evaluation_lease(EvaluationSettings.of(self.kwargs))
 
     def model_key(self) -> str:
         """Which model the step scores, for running the steps of one model together."""

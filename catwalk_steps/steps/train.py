@@ -23,6 +23,7 @@ from ..checkpoints import (
 from ..checks.trackers import split_trackers
 from ..checks.training import check_train_step, default_validation
 from ..components import lazy_params
+from ..distributed.devices import Lease, plan_devices, plan_lease
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
@@ -100,6 +101,12 @@ class TrainRankClassifier(Step[RankClassifier]):
         return self.step_resources or StepResources(
             gpu_count=self.kwargs.get("device_count", DEFAULTS["device_count"])
         )
+
+    def planned_lease(self) -> Lease:
+        """The devices its workers will hold, said before it runs (`catwalk-plan`)."""
+        count = self.kwargs.get("device_count", DEFAULTS["device_count"])
+        plan = plan_devices(count, requested=self.kwargs.get("device"), field="train.device")
+        return plan_lease(plan, self.kwargs.get("num_nodes", DEFAULTS["num_nodes"]))
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ class CatwalkExecutor(Executor):
         install_sigterm_as_interrupt()
         remove_stale()  # what a run killed outright left in $TMPDIR (this user's)
         try:
-            ordered = StepGraph({s.name: s for s in execution_order(step_graph.values())})
+            ordered = run_order(step_graph)
             check_lease_directory(
                 [s for s in ordered.values() if s not in self.workspace.step_cache]
             )
@@ -77,6 +77,12 @@ def check_parallelism(parallelism: int | None) -> None:
             f"--parallelism: {parallelism} is not a number of steps side by side; give N >= 2 "
             "for N slots, 0 or 1 for every step in this process, or -1 for a slot per core"
         )
+
+
+def run_order(step_graph: StepGraph) -> StepGraph:
+    """The graph as the executor runs it, step after step (:func:`execution_order`); what
+    `catwalk-plan` lists."""
+    return StepGraph({s.name: s for s in execution_order(step_graph.values())})
 
 
 def execution_order(steps: Iterable[Step]) -> list[Step]:
