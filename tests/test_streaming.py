@@ -184,6 +184,7 @@ def test_the_load_step_s_result_holds_no_row_and_reads_back_as_the_stream(tmp_pa
     assert "question 7" not in stored and "question 0" in stored  # validation's rows only
     back = InstancesFormat().read(tmp_path / "result")
     assert back["train"] == split and back["train"].limit == 5
+    assert len(list(back["train"].rows(0, True, 1, 0, 1))) == 5  # max_instances: each pass
     assert dataset_fingerprint(back.splits) == dataset_fingerprint(data.splits)
     with pytest.raises(
         TaskDataError, match="split 'train' streamed from .*train.jsonl: a streamed"
@@ -259,3 +260,26 @@ def test_parquet_files_and_datasets_directories_stream_the_rows_they_load(tmp_pa
     streamed = [(row, where) for row, where in split.rows(0, False, 0, 0, 1)]
     assert [row for row, _ in streamed] == rows
     assert streamed[3][1] == f"{path} row 3"
+
+
+def test_the_hub_streams_through_datasets_and_a_local_copy_is_identified_by_its_files(
+    tmp_path, monkeypatch
+):
+    """`source: 'hub'` with a local directory (offline): `load_dataset(path, streaming=True)`,
+    the rows the split loaded whole has; its files' digests identify it."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "hub").mkdir()
+    write_rows(tmp_path / "hub" / "train.jsonl", [qa_row(i) for i in range(6)])
+    write_rows(tmp_path / "hub" / "validation.jsonl", [qa_row(i) for i in range(2)])
+    config = {**QA, "source": "hub", "hub": {"path": str(tmp_path / "hub")}, "streaming": True}
+    split = stream_of(config)
+    whole = Task.from_params({k: v for k, v in config.items() if k != "streaming"})
+    rows = [row for row, _ in split.rows(0, False, 0, 0, 1)]
+    assert rows == [qa_row(i) for i in range(6)]
+    assert (
+        list(whole.stream_instances(split.rows(0, False, 0, 0, 1)))
+        == whole.load(["train"])["train"]
+    )
+    assert [name for name, _ in split.stream.digests] == [
+        str(tmp_path / "hub" / name) for name in ("train.jsonl", "validation.jsonl")
+    ]
