@@ -283,3 +283,35 @@ def test_the_hub_streams_through_datasets_and_a_local_copy_is_identified_by_its_
     assert [name for name, _ in split.stream.digests] == [
         str(tmp_path / "hub" / name) for name in ("train.jsonl", "validation.jsonl")
     ]
+
+
+def test_the_graph_build_and_the_load_step_read_a_streamed_file_s_first_row_alone(tmp_path):
+    """A file that is also the split evaluated (`split: 'train'`): its first row decides
+    whether targets are lists, read alone; a bad row further on is met only by training."""
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(qa_row(0)) + "\n" + json.dumps(qa_row(1)) + "\n{not json\n")
+    config = {**QA, "data_files": {"train": str(path)}, "split": "train", "streaming": True}
+    split = stream_of(config)  # the task built, the first row rendered: nothing else read
+    with pytest.raises(TaskDataError, match=f"{path}:3: invalid JSON"):
+        streamed_batches(split, 1, batch_size=4, shuffle=False)
+
+
+def test_a_hub_name_streams_at_the_revision_its_load_step_pinned(monkeypatch):
+    """The hub's current commit is recorded by the load step; every reader streams it (the
+    hub's answers stood in for: no network here)."""
+    import datasets
+    import huggingface_hub
+
+    from catwalk_steps.tasks.streams import RowStream
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    info = type("Info", (), {"sha": "0123abc"})
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", lambda self, path: info)
+    asked = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: asked.append((a, k)) or [])
+    stream = RowStream("hub", "org/sft", "main", "train").pinned()
+    assert stream.revision == "0123abc" and stream.pinned() == stream
+    stream.dataset()
+    assert asked == [
+        (("org/sft", "main"), {"split": "train", "streaming": True, "revision": "0123abc"})
+    ]

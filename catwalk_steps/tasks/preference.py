@@ -88,8 +88,8 @@ class PreferenceTask(Task):
     :param max_length: the tokens a prompt may have (the loader's `max_length`): a longer prompt
         leaves no room for its answers and is a bad row; None: not checked.
     :param max_instances: only the first N rows of each split.
-    :param streaming: `true` (or `{shuffle_buffer: N}`): training reads the `train` split as a
-        stream, never stored (:mod:`.streamed`); each row is checked as it is met.
+    :param streaming: `true` or `{shuffle_buffer: N}`: the `train` split streams, never stored,
+        each row checked as it is met (Streaming data).
     """
 
     kind = "preference"

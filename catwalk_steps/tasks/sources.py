@@ -44,6 +44,11 @@ class RowSource:
         """A split's rows, in order; only the first `limit` when given."""
         raise NotImplementedError
 
+    def first_row(self, split: str) -> dict[str, Any] | None:
+        """A split's first row (None when it has none), read alone where the source can."""
+        rows = self.rows(split, 1)
+        return rows[0] if rows else None
+
     def where(self, split: str, index: int) -> str:
         """Row `index` of `split`, as an error message names it."""
         return f"{self.describe(split)} row {index}"
@@ -310,6 +315,13 @@ class FileSource(RowSource):
         if split not in self.paths:
             raise TaskDataError(f"no split '{split}' ({self.offered()})")
         return self.all_rows(split)[:limit]
+
+    def first_row(self, split: str) -> dict[str, Any] | None:
+        """A JSON lines file's first row alone (a streamed file may not fit in memory)."""
+        path = self.paths.get(split)
+        if path is None or not path.is_file() or path.suffix in (".csv", ".parquet"):
+            return super().first_row(split)
+        return next((row for _, row in json_objects(path)), None)
 
     def all_rows(self, split: str) -> list[dict[str, Any]]:
         path = self.paths[split]

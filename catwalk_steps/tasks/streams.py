@@ -136,7 +136,11 @@ class RowStream:
         from huggingface_hub import HfApi
 
         require_hub(self.describe())
-        sha = HfApi().dataset_info(self.location).sha
+        try:
+            sha = HfApi().dataset_info(self.location).sha
+        except (OSError, ValueError) as e:  # (the hub's HTTP errors are OSErrors)
+            why = first_line(e)
+            raise TaskDataError(f"{self.describe()}: cannot find its revision ({why})") from None
         return RowStream(**{**asdict(self), "revision": sha})
 
     def identity(self) -> tuple:

@@ -51,7 +51,7 @@ class TemplatedTask(Task):
         `limit`).
     :param data_files: with source "files": `{split: path}` (JSON lines, CSV, Parquet, or a
         `datasets.save_to_disk` directory).
-    :param streaming: `true` or `{shuffle_buffer: N}`: the training split streams (:mod:`.streamed`)
+    :param streaming: `true` or `{shuffle_buffer: N}`: its training split streams (Streaming data)
 
     The other keys are :class:`~.spec.TaskSpec`'s (templates, delimiters, splits, ...).
     """
