@@ -315,3 +315,12 @@ def test_a_hub_name_streams_at_the_revision_its_load_step_pinned(monkeypatch):
     assert asked == [
         (("org/sft", "main"), {"split": "train", "streaming": True, "revision": "0123abc"})
     ]
+
+
+def test_a_loader_key_a_stream_does_not_apply_is_refused(tmp_path):
+    """(A key `catwalk::sharded` takes later would otherwise be dropped unread for a stream.)"""
+    split = stream_of(block(tmp_path, "generative", streaming=True))
+    params = {"type": "catwalk::sharded", "collate_fn": {"type": "catwalk::multiple_choice"}}
+    lazy = Lazy(DataLoader, Params({**params, "packing": True}))
+    with pytest.raises(ConfigurationError, match=r"^train_dataloader.packing: not applied to"):
+        StreamLoader(split, LoaderSettings.of(lazy, "train_dataloader"))

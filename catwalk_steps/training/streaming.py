@@ -49,6 +49,11 @@ def train_loader(lazy: Lazy, train: Any) -> Any:
     return lazy.construct(dataset=train)
 
 
+# The keys of `catwalk::sharded` a stream's loader applies (`drop_last`: none to drop).
+APPLIED = {"batch_size", "shuffle", "seed", "collate_fn", "drop_last"}
+APPLIED |= {"num_workers", "pin_memory", "prefetch_factor", "timeout"}
+
+
 @dataclass(frozen=True)
 class StreamPlan:
     """Which rows a rank reads, and how many make a batch."""
@@ -69,6 +74,11 @@ class StreamLoader:
             raise ConfigurationError(
                 f"{settings.key}: {split.describe()} is read with catwalk::sharded's keys; "
                 "give type catwalk::sharded"
+            )
+        unapplied = sorted(set(settings.params) - APPLIED)
+        if unapplied:  # (a key catwalk::sharded takes later, not yet a stream's)
+            raise ConfigurationError(
+                f"{settings.key}.{unapplied[0]}: not applied to {split.describe()}"
             )
         keys = inspect.signature(ShardedDataLoader).bind(None, **settings.params)
         keys.apply_defaults()
