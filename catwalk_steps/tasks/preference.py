@@ -10,7 +10,7 @@ preference sets (:mod:`.preference_rows`), from JSON lines / CSV / Parquet files
 hub by name (`source: 'hub'`, `hub: {path, name}`, `split_names` for sets whose splits are
 named otherwise, e.g. UltraFeedback's `train_prefs`). A bad row (a field missing, the same
 answer twice, a prompt longer than `max_length` tokens) is one line naming its file and line,
-when the step graph is built for files on disk.
+when the step graph is built for files on disk (a streamed split's: when training meets it).
 """
 
 from __future__ import annotations
