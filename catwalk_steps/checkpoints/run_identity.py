@@ -21,10 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from ..tasks import dataset_fingerprint
+from ..tasks.streamed import is_streamed
 
 
 def data_identity(data: Any, split: str, task: str) -> dict[str, Any]:
-    """The training data of a run: its task's name, the split, its size and its SHA-256."""
+    """The training data of a run: its task's name, the split, its size and its SHA-256 (a
+    streamed split's: of what identifies the stream; its size unknown: None)."""
+    if is_streamed(data[split]):
+        sha256 = dataset_fingerprint({split: data[split]})
+        return {"task": task, "split": split, "instances": None, "sha256": sha256}
     instances = list(data[split])
     return {
         "task": task,
@@ -65,9 +70,10 @@ def identity_problem(checkpoint: Path, manifest: dict, current: dict[str, Any]) 
 
 
 def describe_data(data: dict) -> str:
+    size = "streamed" if data.get("instances") is None else f"{data.get('instances')} instances"
     return (
-        f"task '{data.get('task')}' (split '{data.get('split')}': {data.get('instances')} "
-        f"instances, SHA-256 {str(data.get('sha256'))[:12]})"
+        f"task '{data.get('task')}' (split '{data.get('split')}': {size}, SHA-256 "
+        f"{str(data.get('sha256'))[:12]})"
     )
 
 

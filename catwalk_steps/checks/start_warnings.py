@@ -13,6 +13,7 @@ from ..engines.wrapping import describe_blocks
 from ..kinds import kind_of
 from ..scoring.tokenization import load_tokenizer
 from ..settings import EngineSettings, LoaderSettings
+from ..tasks.streamed import is_streamed
 
 
 def wrapping_note(engine: EngineSettings, model: Any) -> str | None:
@@ -75,7 +76,7 @@ def cut_answer_warnings(
     max_length = loader.max_length
     tokenizer = load_tokenizer(loader.collate["tokenizer"], loader.collate_key("tokenizer"))
     warnings = []
-    for split in filter(None, splits):
+    for split in (s for s in splits if s and not is_streamed(dataset_dict[s])):  # never read whole
         warnings += cut_warnings(
             dataset_dict[split], tokenizer, max_length, split, "collate_fn.max_length"
         )

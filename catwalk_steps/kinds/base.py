@@ -286,7 +286,10 @@ def default_kind() -> TaskKind:
 
 def kind_of(instances: Sequence[Any]) -> TaskKind:
     """The kind of a list of instances (one task's: one kind); an empty list is
-    :func:`default_kind`."""
+    :func:`default_kind`; a streamed split names its own."""
+    named = getattr(instances, "kind", None)
+    if isinstance(named, str):
+        return KINDS[named]
     return KINDS[instances[0].kind] if instances else default_kind()
 
 

@@ -17,6 +17,8 @@ from tango.integrations.torch import Model, TrainingEngine
 from tango.step import StepResources
 
 from ..checks.evaluation import check_evaluate_step
+from ..checks.streaming import check_not_streamed
+from ..checks.training import loaded_task
 from ..distributed.devices import Lease
 from ..kinds import ResultContext, kind_of
 from ..patching import check_tango
@@ -120,6 +122,8 @@ class Evaluate(Step[dict]):
         if "model" in kwargs:  # a block is kept as data: the step's identity, nothing built
             kwargs = {**kwargs, "model": model_block(kwargs["model"])}
         splits = loaded_splits(kwargs.get("dataset_dict"))
+        scored, why = [kwargs.get("split") or "validation"], "an evaluation scores a split whole"
+        check_not_streamed(loaded_task(kwargs.get("dataset_dict")), scored, "evaluate.split", why)
         configured = configured_model_of(kwargs.get("model"))
         check_evaluate_step(kwargs, configured, splits)
         if kwargs.get("task") is not None and configured is not None:

@@ -10,6 +10,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..scoring.tokenization import chat_tokenizer
 from ..tasks import LOADED_SPLITS, Task
+from ..tasks.streamed import streamed_split
 from ..workspace.formats import InstancesFormat
 
 
@@ -26,6 +27,10 @@ class LoadTask(Step[DatasetDict]):
     :param tokenizer: the model's, for a task with `apply_chat_template` (its chat template
         renders the prompts, as evaluation renders them); other tasks need none, and the step
         leaves it out (its identity, its cached result stay those of the task alone).
+
+    A task with `streaming` stores no row of its training split: the result holds what
+    identifies the stream (:class:`~catwalk_steps.tasks.streamed.StreamedSplit`), which
+    training reads a batch at a time.
     """
 
     VERSION = "002"  # 002: stored as JSON (InstancesFormat), no longer a pickle; instances may
@@ -61,12 +66,32 @@ class LoadTask(Step[DatasetDict]):
         tokenizer: str | None = None,
     ) -> DatasetDict:
         rendering = chat_tokenizer(task, tokenizer, "load_task.tokenizer") if tokenizer else None
-        loaded = task.load(splits or LOADED_SPLITS, rendering)
+        wanted = splits or LOADED_SPLITS
+        streamed = task.streaming.split if task.streaming else None  # never stored
+        loaded: dict[str, Any] = task.load([s for s in wanted if s != streamed], rendering)
         if max_instances is not None:
             loaded = {name: instances[:max_instances] for name, instances in loaded.items()}
         for name, instances in loaded.items():
             self.logger.info("Split %s: %d instances", name, len(instances))
+        if streamed in wanted:
+            stream = streamed_split(task, self.task_config(), tokenizer, max_instances, rendering)
+            where = stream.stream.describe()
+            self.logger.info(
+                "Split %s: streamed from %s by training, no row stored", streamed, where
+            )
+            loaded = {name: loaded[name] if name != streamed else stream for name in wanted}
         metadata: dict[str, Any] = {"task": task.name}
         if task.limit is not None:  # shrunk for a quick try: its evaluations say so
             metadata["limit"] = task.limit
         return DatasetDict(splits=loaded, metadata=metadata)
+
+    def task_config(self) -> Any:
+        """The task's block as the experiment gives it: where a streamed split is read, the task
+        is built again from it (data)."""
+        try:
+            return self.config["task"]
+        except ValueError:
+            raise ConfigurationError(
+                "load_task.task: a streamed split is read where it trains by the task its config "
+                "builds; give the step a config (an experiment file, or Step.from_params)"
+            ) from None

@@ -20,6 +20,7 @@ from tango.integrations.torch import Model, TrainingEngine
 
 from ..checks.preference import check_same_tokenizer
 from ..checks.start_warnings import cut_warnings
+from ..checks.streaming import check_not_streamed
 from ..checks.training import loaded_task
 from ..kinds import kind_of, kind_of_task
 from ..scoring.choices import max_length_of, max_positions
@@ -120,6 +121,9 @@ class ReferenceLogprobs(Evaluate):
         if task is not None:  # known now: the data's kind and splits
             kind_of_task(task).with_references([], [])
             check_splits(kwargs.get("splits"), loaded_splits(kwargs.get("dataset_dict")))
+            scored = kwargs.get("splits") or loaded_splits(kwargs.get("dataset_dict")) or []
+            why = "a reference scores every pair of a split ahead of training"
+            check_not_streamed(task, scored, "reference_logprobs.splits", why)
         return with_model_content(kwargs)
 
     def run(  # type: ignore[override]

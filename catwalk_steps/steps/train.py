@@ -20,8 +20,9 @@ from ..checkpoints import (
     latest_checkpoint,
     model_from_checkpoint,
 )
+from ..checks.streaming import check_streamed_training
 from ..checks.trackers import split_trackers
-from ..checks.training import check_train_step, default_validation
+from ..checks.training import check_train_step, default_validation, loaded_task
 from ..components import lazy_params
 from ..distributed.devices import Lease, plan_devices, plan_lease
 from ..files import write_json_atomic
@@ -118,7 +119,9 @@ class TrainRankClassifier(Step[RankClassifier]):
             defaults = default_validation(kwargs.get("dataset_dict"))
             kwargs = {**kwargs, "val_metric_name": defaults.pop("val_metric_name")}
             kwargs = {**kwargs, **{k: v for k, v in defaults.items() if k not in kwargs}}
-        check_train_step(TrainSettings(**kwargs))  # typed, with the keys' one set of defaults
+        settings = TrainSettings(**kwargs)  # typed, with the keys' one set of defaults
+        check_train_step(settings)
+        check_streamed_training(settings, loaded_task(kwargs.get("dataset_dict")))
         return split_trackers({**kwargs, "model_content": model_content(kwargs)})
 
     def _replace_steps_with_results(self, o: Any, workspace: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -142,7 +142,13 @@ class UnknownTaskKey(ConfigurationError):
         unknown = str(next(iter(ast.literal_eval(extra)), extra)) if extra[:1] == "{" else extra
         close = closest(unknown, keys) if keys else None
         start = f"task '{name or class_name}'.{unknown}: {class_name} has no such key"
-        if close is not None:
+        if unknown == "streaming":  # (tasks.streamed)
+            message = (
+                f"task '{name or class_name}'.streaming: {class_name} makes or reads its data "
+                "itself and does not stream; catwalk::task, catwalk::generative and "
+                "catwalk::preference stream files, a datasets directory or the hub"
+            )
+        elif close is not None:
             message = f"{start}; did you mean '{close}'? (it takes {', '.join(keys)})"
         else:
             message = (
@@ -173,6 +179,8 @@ class Task(Registrable):
     # The instances kept of each split when the task is shrunk for a quick try (`--ext-var
     # limit=N`: :mod:`.limited`); results and reports say it. None: the whole task.
     limit: int | None = None
+    # Its training split read as a stream (`streaming: true`: tasks.streamed.Streaming), or None.
+    streaming: Any = None
 
     @classmethod
     def built(cls, task: Any) -> Task:
@@ -257,14 +265,24 @@ class Task(Registrable):
         """When the step graph is built: the model's tokenizer renders this task's prompts (one
         line naming the tokenizer when it cannot)."""
 
+    def stream_instances(
+        self, rows: Iterable[tuple[dict[str, Any], str]], tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[Any]:
+        """With `streaming`: the instances of its training split's rows (each with where it is)
+        met one at a time, each the one the split loaded whole has for that row."""
+        raise NotImplementedError
 
-def dataset_fingerprint(splits: Mapping[str, Sequence[MultipleChoiceInstance]]) -> str:
+
+def dataset_fingerprint(splits: Mapping[str, Any]) -> str:
     """SHA-256 of a dataset's splits (their names, instances and order): two nodes that built
     the same data from the same config have the same fingerprint."""
     import hashlib
     import json
 
-    payload = {name: [instance_record(i) for i in instances] for name, instances in splits.items()}
+    payload = {  # a streamed split (tasks.streamed): what identifies it, its `record()`
+        name: split.record() if hasattr(split, "record") else [instance_record(i) for i in split]
+        for name, split in splits.items()
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 

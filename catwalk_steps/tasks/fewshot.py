@@ -16,7 +16,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+from .base import TaskDataError
 
 SAMPLERS = ("default", "first_n")
 
@@ -107,3 +109,24 @@ class FewshotSampler:
             others = [i for i in indices if self.pool[i] != row]
             drawn = self.random.sample(others, n)
         return drawn
+
+
+def check_answer(doc: Rendered, where: str) -> None:
+    """The label names one of the choices (lm-evaluation-harness would score it wrong)."""
+    count = len(doc.choices)
+    if doc.contexts_per_choice:
+        index, what = cast(int, doc.text), "doc_to_text (the right context)"  # contexts: an int
+        if not isinstance(doc.target, str):
+            raise TaskDataError(
+                f"{where}: doc_to_target must be the continuation text, got {doc.target!r}"
+            )
+    elif isinstance(doc.target, int):
+        index, what = doc.target, "label"
+    else:
+        if doc.target not in doc.choices:
+            raise TaskDataError(
+                f"{where}: answer {str(doc.target)[:60]!r} is not one of the {count} choices"
+            )
+        return
+    if isinstance(index, bool) or not 0 <= index < count:
+        raise TaskDataError(f"{where}: {what} {index} is out of range for {count} choices")

@@ -284,10 +284,10 @@ class GenerativeTask(TemplatedTask):
         document's target is one."""
         if source not in self.first_listed:
             split = self.evaluation_split_of(source)
-            rows = source.rows(split, 1)
+            row = source.first_row(split)  # (never the whole of a streamed split)
             template = prompt_templates(self.spec)["doc_to_target"]
             extra = {"subtask": None} if self.spec.subtasks else {}
-            first = read_prompt(template, rows[0], extra) if rows else None
+            first = read_prompt(template, row, extra) if row is not None else None
             # lm-eval's `multiple_target = len(first)`: an empty first list counts as none.
             self.first_listed[source] = isinstance(first, list) and len(first) > 0
         return self.first_listed[source]

@@ -10,12 +10,12 @@ preference sets (:mod:`.preference_rows`), from JSON lines / CSV / Parquet files
 hub by name (`source: 'hub'`, `hub: {path, name}`, `split_names` for sets whose splits are
 named otherwise, e.g. UltraFeedback's `train_prefs`). A bad row (a field missing, the same
 answer twice, a prompt longer than `max_length` tokens) is one line naming its file and line,
-when the step graph is built for files on disk.
+when the step graph is built for files on disk (a streamed split's: when training meets it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,6 +27,7 @@ from .base import ModelTokenizer, Task, TaskDataError
 from .chat import ChatRenderer
 from .preference_rows import checked_row, is_messages, rendered
 from .sources import FileSource, HubSource, RowSource
+from .streamed import Streaming
 
 SOURCES = ("files", "datasets", "hub")
 
@@ -87,6 +88,8 @@ class PreferenceTask(Task):
     :param max_length: the tokens a prompt may have (the loader's `max_length`): a longer prompt
         leaves no room for its answers and is a bad row; None: not checked.
     :param max_instances: only the first N rows of each split.
+    :param streaming: `true` or `{shuffle_buffer: N}`: the `train` split streams, never stored,
+        each row checked as it is met (Streaming data).
     """
 
     kind = "preference"
@@ -101,6 +104,7 @@ class PreferenceTask(Task):
         split_names: dict[str, str] | None = None,
         max_length: int | None = None,
         max_instances: int | None = None,
+        streaming: bool | dict[str, int] | None = None,
     ):
         self.task_name, self.source_name = name, source
         where = f"task '{name}'"
@@ -109,10 +113,13 @@ class PreferenceTask(Task):
         self.max_length, self.max_instances = max_length, max_instances
         self.split_names = dict(split_names or {})
         self.source = preference_source(name, source, data_files, path, hub)
+        revision = (hub or {}).get("revision")
+        train = self.data_split("train")
+        self.streaming = Streaming.of(streaming, name, "train", self.source, train, revision)
         self.chat_rows = not isinstance(self.source, FileSource)  # unknown until loaded
         if isinstance(self.source, FileSource):  # known now: every row checked before a step
             for split in self.source.splits():
-                rows = self.checked_rows(split)
+                rows = self.checked_rows(split, first=self.streams(split))
                 self.chat_rows |= any(is_messages(row[1]) for row, _ in rows)
 
     @property
@@ -135,36 +142,68 @@ class PreferenceTask(Task):
     def describe(self, split: str) -> str:
         return f"task '{self.name}' ({self.source.describe(self.data_split(split))})"
 
-    def checked_rows(self, split: str) -> list[tuple[tuple[Any, Any, Any], str]]:
+    def checked_rows(
+        self, split: str, first: bool = False
+    ) -> list[tuple[tuple[Any, Any, Any], str]]:
+        """The split's rows checked (`first`: its first row only: a streamed split, at graph
+        build)."""
+        if first:
+            return [
+                (checked_row(r, where), where) for r, where in self.streaming.stream.first_rows(1)
+            ]
         rows = self.source.rows(split, self.max_instances)
         wheres = [self.source.where(split, index) for index in range(len(rows))]
         return [(checked_row(row, where), where) for row, where in zip(rows, wheres, strict=True)]
 
+    def streams(self, split: str) -> bool:
+        """Whether the data's `split` streams (it is read whole nowhere)."""
+        return self.streaming is not None and split == self.data_split(self.streaming.split)
+
     def check_tokenizer(self, tokenizer: ModelTokenizer) -> None:
         """The files' prompts rendered and counted with the model's tokenizer (one line for the
-        first that does not fit)."""
+        first that does not fit; a streamed split's first)."""
         if isinstance(self.source, FileSource):
             for split in self.source.splits():
-                self.instances(split, tokenizer)
+                self.instances(split, tokenizer, first=self.streams(split))
 
     def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[Any]:
         return self.instances(self.data_split(split), tokenizer)
 
-    def instances(self, split: str, tokenizer: ModelTokenizer | None) -> list[PreferenceInstance]:
-        rows = self.checked_rows(split)
+    def instances(
+        self, split: str, tokenizer: ModelTokenizer | None, first: bool = False
+    ) -> list[PreferenceInstance]:
+        rows = self.checked_rows(split, first)
         renderer = self.renderer(tokenizer, any(is_messages(r[1]) for r, _ in rows))
-        instances = []
+        return [self.instance(row, where, renderer, tokenizer) for row, where in rows]
+
+    def stream_instances(
+        self, rows: Iterable[tuple[dict[str, Any], str]], tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[PreferenceInstance]:
+        renderers: dict[bool, ChatRenderer | None] = {}  # a chat row's, a text row's
         for row, where in rows:
-            instance = PreferenceInstance(*rendered(row, renderer, where))
-            if tokenizer is not None and self.max_length is not None:
-                length = len(prompt_ids(tokenizer.tokenizer, instance.prompt))
-                if length >= self.max_length:
-                    raise TaskDataError(
-                        f"{where}: the prompt has {length} tokens, and max_length "
-                        f"{self.max_length} leaves no room for an answer after it"
-                    )
-            instances.append(instance)
-        return instances
+            checked = checked_row(row, where)
+            chat = is_messages(checked[1])
+            if chat not in renderers:
+                renderers[chat] = self.renderer(tokenizer, chat)
+            yield self.instance(checked, where, renderers[chat], tokenizer)
+
+    def instance(
+        self,
+        row: tuple[Any, Any, Any],
+        where: str,
+        renderer: ChatRenderer | None,
+        tokenizer: ModelTokenizer | None,
+    ) -> PreferenceInstance:
+        """A checked row's pair, its prompt counted against `max_length` (with the tokenizer)."""
+        instance = PreferenceInstance(*rendered(row, renderer, where))
+        if tokenizer is not None and self.max_length is not None:
+            length = len(prompt_ids(tokenizer.tokenizer, instance.prompt))
+            if length >= self.max_length:
+                raise TaskDataError(
+                    f"{where}: the prompt has {length} tokens, and max_length "
+                    f"{self.max_length} leaves no room for an answer after it"
+                )
+        return instance
 
     def renderer(self, tokenizer: ModelTokenizer | None, chat: bool) -> ChatRenderer | None:
         if tokenizer is None or not chat:
@@ -175,7 +214,7 @@ class PreferenceTask(Task):
         return (
             "catwalk::preference",
             self.name,
-            self.source.identity(),
+            self.streaming.identity() if self.streaming else self.source.identity(),
             sorted(self.split_names.items()),
             self.max_length,
             self.max_instances,

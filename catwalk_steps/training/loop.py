@@ -40,6 +40,7 @@ from ..engines.train_config import NodeAwareTrainConfig
 from .checkpointing import Checkpointer
 from .in_loop import InLoopTasks
 from .job import TrainerState, TrainingJob, training_split
+from .streaming import train_loader
 from .trackers import connect_trackers
 from .validation import Validation
 
@@ -120,7 +121,7 @@ class Trainer:
         schedule gives epochs."""
         data = job.dataset_dict
         train = training_split(data, self.schedule)
-        self.train_loader = job.train_dataloader.construct(dataset=train)
+        self.train_loader = train_loader(job.train_dataloader, train)  # (or a stream's)
         default_seed = getattr(self.train_loader, "use_default_seed", None)
         if default_seed is not None:
             default_seed(self.schedule.seed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tango.common import DatasetDict
 from tango.common.aliases import PathOrStr
@@ -18,6 +19,7 @@ from ..kinds import kind_of, kind_of_record
 from ..kinds.records import RECORDS
 from ..sealed import read_checked, read_if_written, write_digests
 from ..scoring.rank_classifier import RankClassifier
+from ..tasks.streamed import StreamedSplit, is_streamed
 
 
 @Format.register("catwalk::hf_model")
@@ -61,7 +63,9 @@ class InstancesFormat(Format[DatasetDict]):
         payload = {
             "metadata": artifact.metadata,
             "splits": {
-                name: [kind_of(instances).encode(instance) for instance in instances]
+                name: {"stream": instances.record()}  # no rows: what identifies them
+                if is_streamed(instances)
+                else [kind_of(instances).encode(instance) for instance in instances]
                 for name, instances in artifact.splits.items()
             },
         }
@@ -71,8 +75,10 @@ class InstancesFormat(Format[DatasetDict]):
     def read(self, dir: PathOrStr) -> DatasetDict:
         payload = json.loads(read_checked(Path(dir) / self.FILE))
         try:
-            splits = {
-                name: [kind_of_record(row).decode(row, self.FILE) for row in rows]
+            splits: dict[str, Any] = {
+                name: StreamedSplit.of_record(rows["stream"])
+                if isinstance(rows, dict)
+                else [kind_of_record(row).decode(row, self.FILE) for row in rows]
                 for name, rows in payload["splits"].items()
             }
         except KeyError as e:  # (a KeyError would say "not cached" to Tango's cache)
