@@ -36,7 +36,8 @@ local sft = {{ type: 'catwalk::generative', name: 'capitals', source: 'files',
 local prefs = {{ type: 'catwalk::preference', source: 'files',
                  data_files: {{ train: '{prefs}', validation: '{prefs}' }} }};
 """
-SFT = """lib.pipeline(sft, model, lib.engines.torch(), small, prefix='sft_')
+SFT = """lib.pipeline(sft, model, lib.engines.torch(), small { evaluate_tasks: [sft] },
+             prefix='sft_')
 + { steps+: { chat_eval: { type: 'catwalk::evaluate', model: lib.ref('sft_trained'),
                             task: sft { split: 'validation' }, max_length: 128 } } }
 """
@@ -99,8 +100,8 @@ def test_a_byte_level_tokenizer_given_a_template_by_the_key_trains_and_evaluates
 ):
     """SFT on `messages` rows, then DPO on chat pairs from the SFT model, the byte-level
     tokenizer's template given by the model block's key as a file: the prompts are the
-    template's, the trained model keeps it, and an evaluation of the trained model renders
-    with it."""
+    template's (the data's, and the in-loop task's), the trained model keeps it, and an
+    evaluation of the trained model renders with it."""
     workspace = tmp_path / "ws"
     run_tango(experiment(tmp_path, None), workspace, "chat")
 
@@ -117,6 +118,8 @@ def test_a_byte_level_tokenizer_given_a_template_by_the_key_trains_and_evaluates
     assert pairs[1]["prompt"] == prompt.replace("France", "Peru")  # the implicit prompt
     trained = step_result(workspace, "chat", "sft_trained")
     assert (trained / "chat_template.jinja").read_text() == TEMPLATE
+    history = json.loads((trained / "catwalk_model.json").read_text())["metrics_history"]
+    assert [row["step"] for row in history["tasks"]["capitals"]] == [2]  # scored in the loop
     outputs = result("chat_eval", "data.json")["outputs"]  # the trained model's own template
     assert [o["context"] for o in outputs][:1] == [prompt]
     assert result("dpo_eval_after", "data.json")["n"] == 4
