@@ -397,8 +397,9 @@ CASES = [
         DEMO,
         {f"{T}.evaluate_tasks": [{**NQ, "apply_chat_template": True}]},
         "ConfigurationError: task 'nq_open'.apply_chat_template: tokenizer 'catwalk::byte_level' "
-        "has no chat template; leave apply_chat_template out, or evaluate a model whose "
-        "tokenizer has one",
+        "(validation_dataloader.collate_fn.tokenizer) has no chat template; give the model block "
+        "a chat_template (a Jinja template, or a file that holds one) or leave "
+        "apply_chat_template out",
     ),
     (
         DEMO,

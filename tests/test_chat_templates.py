@@ -152,8 +152,10 @@ def test_a_tokenizer_without_a_chat_template_is_refused_in_one_line():
     with pytest.raises(ConfigurationError) as error:
         chat_tokenizer(task, "catwalk::byte_level", "evaluate.model.tokenizer")
     assert str(error.value) == (
-        "task 'arc_easy'.apply_chat_template: tokenizer 'catwalk::byte_level' has no chat "
-        "template; leave apply_chat_template out, or evaluate a model whose tokenizer has one"
+        "task 'arc_easy'.apply_chat_template: tokenizer 'catwalk::byte_level' "
+        "(evaluate.model.tokenizer) has no chat template; give the model block a chat_template "
+        "(a Jinja template, or a file that holds one), evaluate a model whose tokenizer has "
+        "one, or leave apply_chat_template out"
     )
 
 

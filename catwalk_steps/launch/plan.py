@@ -108,8 +108,9 @@ def in_loop_instances(settings: TrainSettings, log: logging.Logger) -> dict[str,
     validation would otherwise find)."""
     loaded = {}
     tokenizer, field = in_loop_tokenizer(settings)
+    template = settings.blocks.model.chat_template  # the model's `chat_template`, if given
     for task in settings.evaluate_tasks or []:
-        rendering = chat_tokenizer(task, tokenizer, field)  # a chat template's prompts
+        rendering = chat_tokenizer(task, tokenizer, field, template)  # a chat template's prompts
         instances = loaded[task.name] = task.evaluation_instances(tokenizer=rendering)
         log.info("In-loop task %s: %d instances", task.name, len(instances))
         kind = kind_of(instances)

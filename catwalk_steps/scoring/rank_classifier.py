@@ -24,6 +24,7 @@ from ..adapters.base import AdapterSpec
 from ..adapters.registry import parse_adapter, type_of
 from ..settings import INIT_SEED, OBJECTIVE, OBJECTIVES
 from ..settings.preference import DpoSettings
+from ..tasks.chat_templates import ChatTemplate
 from .causal_lm import build_causal_lm, checked_source
 from .choice_scoring import ChoiceScoring
 from .generation import decode_step
@@ -69,6 +70,10 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
     :param config: instead of `pretrained`, a Hugging Face config dict (with `model_type`) for a
         randomly initialised model, e.g. a tiny GPT-2 for tests.
     :param tokenizer: hub name, path, or "catwalk::byte_level"; defaults to `pretrained`.
+    :param chat_template: a chat template for the tokenizer (one without its own, or to replace
+        it): the Jinja template, or the path of a file that holds one. It renders the prompts
+        of tasks with `apply_chat_template` and chat rows, and is saved with the trained
+        model's tokenizer.
     :param objective: "lm" trains on the right choice's continuation tokens (mean token NLL, as
         catwalk trains rank classification); "rank" is cross-entropy over the choices' scores;
         "dpo" trains on preference pairs (a preference task) by its `dpo` settings.
@@ -99,18 +104,21 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         adapter: dict[str, Any] | AdapterSpec | None = None,
         skeleton: bool = False,
         dpo: dict[str, Any] | None = None,
+        chat_template: str | None = None,
     ):
         super().__init__()
         self.metrics_history = None
         self.run_card = None
         self.adapter = parse_adapter(adapter)
         self.spec = self.spec_of(
-            pretrained, config, tokenizer, objective, init_seed, self.adapter, dpo
+            pretrained, config, tokenizer, objective, init_seed, self.adapter, dpo, chat_template
         )
         check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
         self.dpo = dpo_settings(objective, dpo)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
-        self.tokenizer = load_tokenizer(cast(str, tokenizer or pretrained), field)  # one is given
+        template = ChatTemplate.of(chat_template, "model.chat_template")
+        # One of the two is given.
+        self.tokenizer = load_tokenizer(cast(str, tokenizer or pretrained), field, template)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
         self.objective = objective
         self.wrapping_root = "lm"  # modules_to_wrap: `transformer.h.0` is `lm.transformer.h.0`
@@ -131,6 +139,7 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         init_seed: int = INIT_SEED,
         adapter: dict[str, Any] | AdapterSpec | None = None,
         dpo: dict[str, Any] | None = None,
+        chat_template: str | None = None,
     ) -> dict[str, Any]:
         """What identifies the model: its constructor arguments. `init_seed` seeds only a random
         init, so pretrained weights are the same model whatever it says (one evaluation of a
@@ -150,6 +159,8 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
             identity["adapter"] = spec.as_config()
         if dpo is not None:  # (left out: the identity of a model before DPO existed)
             identity["dpo"] = dict(dpo)
+        if chat_template is not None:  # a file's content: the step's `model_content`
+            identity["chat_template"] = chat_template
         return identity
 
     @property

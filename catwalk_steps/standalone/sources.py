@@ -26,12 +26,14 @@ from tango.integrations.torch import Model
 from ..checkpoints.base_identity import directory_digest
 from ..checkpoints.weights import read_model_info
 from ..components import check_keys, lazy_params, resolve_config
+from ..file_digests import file_digests
 from ..model_files import check_model_directory
 from ..remote import is_hub_name
 from ..scoring.causal_lm import causal_lm_config, unavailable_here
 from ..scoring.rank_classifier import RankClassifier
 from ..scoring.tokenization import load_tokenizer
 from ..settings import OBJECTIVE
+from ..tasks.chat_templates import ChatTemplate
 from .loaded import use_model
 
 RANK_CLASSIFIER = "catwalk::rank_classifier"
@@ -50,6 +52,7 @@ def model_block(value: Any) -> Any:
     if not (isinstance(constructor, type) and issubclass(constructor, RankClassifier)):
         return params
     check_keys(constructor, arguments, "evaluate.model")
+    ChatTemplate.of(arguments.get("chat_template"), "evaluate.model.chat_template")  # checked
     arguments.pop("skeleton", None)
     return {"type": RANK_CLASSIFIER, **RankClassifier.spec_of(**arguments)}
 
@@ -89,7 +92,9 @@ class ConfiguredModel:
         (`pretrained`, and a `tokenizer` directory of its own), each one SHA-256 over its
         files, so weights replaced in place are another step. None for a hub name or a
         config: the block says it all (and the step's id stays what it was)."""
-        return local_content({key: self.block.get(key) for key in ("pretrained", "tokenizer")})
+        found = local_content({key: self.block.get(key) for key in ("pretrained", "tokenizer")})
+        template = template_content(self.block, "model.chat_template")
+        return {**(found or {}), **template} or None
 
     def hf_config(self) -> Any:
         """Its Hugging Face config, without weights; None when it cannot be read here (a hub
@@ -100,6 +105,10 @@ class ConfiguredModel:
 
     def tokenizer_name(self) -> str:
         return self.block.get("tokenizer") or self.block["pretrained"]
+
+    def chat_template(self) -> ChatTemplate | None:
+        """The block's `chat_template` (None: the tokenizer's own)."""
+        return ChatTemplate.of(self.block.get("chat_template"), "evaluate.model.chat_template")
 
     def check_files(self) -> None:
         """A local directory's files as its readers need them (:mod:`catwalk_steps.model_files`):
@@ -126,6 +135,15 @@ def local_content(directories: Mapping[str, Any]) -> dict[str, str] | None:
             seen.add(str(Path(value).resolve()))
             found[field] = directory_digest(Path(value))
     return found or None
+
+
+def template_content(block: Mapping[str, Any], field: str) -> dict[str, str]:
+    """A block's `chat_template` (at `field`) that names a file: `{field: its SHA-256}` (the
+    block holds only the path; a template given as text is in the block itself)."""
+    template = ChatTemplate.of(block.get("chat_template"), field)
+    if template is None or template.file is None:
+        return {}
+    return {field: file_digests([Path(template.file).expanduser()])[0]}
 
 
 @functools.lru_cache(maxsize=32)
@@ -183,6 +201,10 @@ class SavedModel:
     def tokenizer_name(self) -> str:
         return str(self.directory())
 
+    def chat_template(self) -> ChatTemplate | None:
+        """None: the saved tokenizer keeps the template it was trained with."""
+        return None
+
 
 class BuiltModel:
     """A model built in Python and handed to the step (tests, notebooks)."""
@@ -219,6 +241,10 @@ class BuiltModel:
     def tokenizer_name(self) -> str:
         classifier: Any = self.model  # a rank classifier (scored with its tokenizer)
         return classifier.tokenizer.name_or_path
+
+    def chat_template(self) -> ChatTemplate | None:
+        spec = getattr(self.model, "spec", None) or {}
+        return ChatTemplate.of(spec.get("chat_template"), "model.chat_template")
 
 
 ModelSource = ConfiguredModel | SavedModel | BuiltModel

@@ -127,7 +127,8 @@ class Evaluate(Step[dict]):
         configured = configured_model_of(kwargs.get("model"))
         check_evaluate_step(kwargs, configured, splits)
         if kwargs.get("task") is not None and configured is not None:
-            chat_tokenizer(kwargs["task"], configured.tokenizer_name(), MODEL_TOKENIZER)  # checked
+            tokenizer, template = configured.tokenizer_name(), configured.chat_template()
+            chat_tokenizer(kwargs["task"], tokenizer, MODEL_TOKENIZER, template)  # checked
         return with_model_content(kwargs)
 
     @property
@@ -266,7 +267,8 @@ def step_instances(
     """The instances the step scores (node 0's and every other node's alike)."""
     rendering = None
     if task is not None:  # a chat template's prompts: the model's tokenizer renders them
-        rendering = chat_tokenizer(task, source.tokenizer_name(), MODEL_TOKENIZER)
+        tokenizer, template = source.tokenizer_name(), source.chat_template()
+        rendering = chat_tokenizer(task, tokenizer, MODEL_TOKENIZER, template)
     return evaluation_data(task, dataset_dict, split, rendering)
 
 

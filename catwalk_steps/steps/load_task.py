@@ -10,8 +10,12 @@ from tango.common.exceptions import ConfigurationError
 
 from ..scoring.tokenization import chat_tokenizer
 from ..tasks import LOADED_SPLITS, Task
+from ..tasks.chat_templates import ChatTemplate
 from ..tasks.streamed import streamed_split
 from ..workspace.formats import InstancesFormat
+
+TOKENIZER, TEMPLATE = "load_task.tokenizer", "load_task.chat_template"  # the keys, for messages
+CHAT_KEYS = ("tokenizer", "chat_template")  # kept only for a task that renders chat
 
 
 @Step.register("catwalk::load_task")
@@ -24,9 +28,14 @@ class LoadTask(Step[DatasetDict]):
     :param splits: split names to load (default train and validation); each must exist and be
         non-empty.
     :param max_instances: keep only the first N instances of each split (quick runs).
-    :param tokenizer: the model's, for a task with `apply_chat_template` (its chat template
-        renders the prompts, as evaluation renders them); other tasks need none, and the step
-        leaves it out (its identity, its cached result stay those of the task alone).
+    :param tokenizer: the model's, for a task with `apply_chat_template` or chat rows (its
+        chat template renders the prompts, as evaluation renders them); other tasks need none,
+        and the step leaves it out (its identity, its cached result stay those of the task
+        alone).
+    :param chat_template: the model's `chat_template` (the Jinja template, or the path of a
+        file that holds one), for a tokenizer without a template of its own; `lib.pipeline`
+        and `lib.preference` give the model block's. Kept as the template's text (a file's
+        content is the step's identity, not its path), and only for a task that renders chat.
 
     A task with `streaming` stores no row of its training split: the result holds what
     identifies the stream (:class:`~catwalk_steps.tasks.streamed.StreamedSplit`), which
@@ -39,10 +48,13 @@ class LoadTask(Step[DatasetDict]):
     CACHEABLE = True
     FORMAT = InstancesFormat()
     # Keys added later leave the unique ids of steps that do not set them as they were.
-    SKIP_DEFAULT_ARGUMENTS = {"tokenizer": None}
+    SKIP_DEFAULT_ARGUMENTS = {"tokenizer": None, "chat_template": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        template = ChatTemplate.of(kwargs.get("chat_template"), TEMPLATE)  # checked, read
+        if template is not None:
+            kwargs = {**kwargs, "chat_template": template.text}
         task = kwargs.get("task")
         if task is not None:
             task = kwargs["task"] = Task.built(task)
@@ -53,9 +65,9 @@ class LoadTask(Step[DatasetDict]):
                 )
             task.check_splits(kwargs.get("splits") or LOADED_SPLITS, "load_task.splits")
             if task.renders_chat:
-                chat_tokenizer(task, kwargs["tokenizer"], "load_task.tokenizer")  # checked
+                chat_tokenizer(task, kwargs["tokenizer"], TOKENIZER, template)  # checked
             else:  # the task asks for none: as if not given
-                kwargs = {key: value for key, value in kwargs.items() if key != "tokenizer"}
+                kwargs = {k: v for k, v in kwargs.items() if k not in CHAT_KEYS}
         return kwargs
 
     def run(  # type: ignore[override]
@@ -64,8 +76,10 @@ class LoadTask(Step[DatasetDict]):
         splits: list[str] | None = None,
         max_instances: int | None = None,
         tokenizer: str | None = None,
+        chat_template: str | None = None,
     ) -> DatasetDict:
-        rendering = chat_tokenizer(task, tokenizer, "load_task.tokenizer") if tokenizer else None
+        template = ChatTemplate.of(chat_template, TEMPLATE)
+        rendering = chat_tokenizer(task, tokenizer, TOKENIZER, template) if tokenizer else None
         wanted = splits or LOADED_SPLITS
         streamed = task.streaming.split if task.streaming else None  # never stored
         loaded: dict[str, Any] = task.load([s for s in wanted if s != streamed], rendering)

@@ -31,7 +31,7 @@ from ..launch.plan import build_job
 from ..scoring.rank_classifier import RankClassifier
 from ..settings import DEFAULTS, TrainSettings, run_signature
 from ..standalone import SavedModel, release_model
-from ..standalone.sources import local_content
+from ..standalone.sources import local_content, template_content
 from ..tasks import Task
 from ..training.run_card import finished, run_card
 from ..training.trackers import RUN_CARD_FILE
@@ -165,15 +165,16 @@ class TrainRankClassifier(Step[RankClassifier]):
 
 def model_content(kwargs: dict[str, Any]) -> dict[str, str] | None:
     """The content of the local directories the model's weights come from (its block's
-    `pretrained` and `tokenizer`, an `init_from` directory), for the step's identity; a step's
-    model (`init_from`) is identified by that step."""
+    `pretrained` and `tokenizer`, an `init_from` directory) and of its `chat_template` file,
+    for the step's identity; a step's model (`init_from`) is identified by that step."""
     model = kwargs.get("model")
     block = lazy_params(model) if isinstance(model, Lazy) else dict(model or {})
     directories = {f"model.{key}": block.get(key) for key in ("pretrained", "tokenizer")}
     init_from = kwargs.get("init_from")
     if isinstance(init_from, (str, Path)):
         directories["init_from"] = str(init_from)
-    return local_content(directories)
+    template = template_content(block, "model.chat_template")
+    return {**(local_content(directories) or {}), **template} or None
 
 
 def saved_model_directory(step: Step, workspace: Any, needed_by: Step) -> str:

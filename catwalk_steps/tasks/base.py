@@ -34,10 +34,13 @@ def joined_choice_chars(continuation: str) -> int:
 @dataclass(frozen=True)
 class ModelTokenizer:
     """The model's tokenizer, loaded, and the name it was loaded by: what renders the prompts
-    of a task with a chat template, passed to :meth:`Task.load` by the step that loads it."""
+    of a task with a chat template, passed to :meth:`Task.load` by the step that loads it.
+    `field`: the key that named it (`load_task.tokenizer`, `evaluate.model.tokenizer`), which
+    a message about its chat template names."""
 
     tokenizer: Any
     name: str
+    field: str = "tokenizer"
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ class ChatFormat:
                 f"task '{task}'.apply_chat_template: no tokenizer to render with (the step "
                 "that loads it gives the model's)"
             )
-        return ChatRenderer.checked(tokenizer.tokenizer, tokenizer.name, task, system)
+        return ChatRenderer.checked(tokenizer, task, system)
 
     @property
     def plain(self) -> bool:
@@ -107,13 +107,30 @@ def system_prompt(instruction: str | None, description: str, delimiter: str) -> 
     return instruction + delimiter + description
 
 
-def chat_template_of(tokenizer: Any, tokenizer_name: str, where: str) -> None:
-    """A tokenizer without a chat template cannot render one (one line, before anything runs)."""
-    if not getattr(tokenizer, "chat_template", None):
+def chat_template_of(tokenizer: ModelTokenizer, task: str, rows: bool) -> None:
+    """A tokenizer without a chat template cannot render one: one line, before anything runs,
+    that says why one is needed (the task's `apply_chat_template`, or its rows are chat
+    messages: `rows`), which key named the tokenizer, and what can be done there."""
+    if getattr(tokenizer.tokenizer, "chat_template", None):
+        return
+    named = f"tokenizer '{tokenizer.name}' ({tokenizer.field})"
+    what = "a Jinja template, or a file that holds one"
+    if tokenizer.field.startswith("load_task."):
+        give = f"give load_task.chat_template ({what}; lib.pipeline and lib.preference pass the "
+        give += "model block's)"
+    else:
+        give = f"give the model block a chat_template ({what})"
+    if rows:
         raise ConfigurationError(
-            f"{where}.apply_chat_template: tokenizer '{tokenizer_name}' has no chat template; "
-            "leave apply_chat_template out, or evaluate a model whose tokenizer has one"
+            f"task '{task}': its rows are chat messages, which the model's chat template "
+            f"renders, and {named} has none; {give}, or write the rows as texts"
         )
+    if tokenizer.field.startswith("evaluate."):
+        give += ", evaluate a model whose tokenizer has one,"
+    raise ConfigurationError(
+        f"task '{task}'.apply_chat_template: {named} has no chat template; {give} or leave "
+        "apply_chat_template out"
+    )
 
 
 # What a template is tried on when the step graph is built: a question it must show.
@@ -129,12 +146,17 @@ class ChatRenderer:
     tokenizer: Any
     tokenizer_name: str
     task_name: str
+    rows: bool = False  # it renders the task's chat rows (no apply_chat_template key)
 
     @classmethod
-    def checked(cls, tokenizer: Any, tokenizer_name: str, task: str, system: bool) -> ChatRenderer:
-        """Its template, tried on a question (after a system turn where the task has one)."""
-        chat_template_of(tokenizer, tokenizer_name, f"task '{task}'")
-        renderer = cls(tokenizer, tokenizer_name, task)
+    def checked(
+        cls, tokenizer: ModelTokenizer, task: str, system: bool, rows: bool = False
+    ) -> ChatRenderer:
+        """Its template, tried on a question (after a system turn where the task has one);
+        `rows`: the task's rows are chat messages (else it applies a chat template to its
+        prompts)."""
+        chat_template_of(tokenizer, task, rows)
+        renderer = cls(tokenizer.tokenizer, tokenizer.name, task, rows)
         head = [{"role": "system", "content": "Answer."}] if system else []
         text = renderer.render([*head, {"role": "user", "content": PROBE}])
         if PROBE not in text:
@@ -180,8 +202,8 @@ class ChatRenderer:
 
     def error(self, what: str) -> ConfigurationError:
         return ConfigurationError(
-            f"task '{self.task_name}'.apply_chat_template: the chat template of tokenizer "
-            f"'{self.tokenizer_name}' {what}"
+            f"task '{self.task_name}'{'' if self.rows else '.apply_chat_template'}: the chat "
+            f"template of tokenizer '{self.tokenizer_name}' {what}"
         )
 
 

@@ -208,7 +208,7 @@ class PreferenceTask(Task):
     def renderer(self, tokenizer: ModelTokenizer | None, chat: bool) -> ChatRenderer | None:
         if tokenizer is None or not chat:
             return None
-        return ChatRenderer.checked(tokenizer.tokenizer, tokenizer.name, self.name, False)
+        return ChatRenderer.checked(tokenizer, self.name, False, rows=True)
 
     def det_hash_object(self) -> Any:
         return (

@@ -71,6 +71,9 @@
   llama_projections: ['.*\\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)'],
 
   tokenizer(model):: if std.objectHas(model, 'tokenizer') then model.tokenizer else model.pretrained,
+  // The block's `chat_template` as load_task's key (nothing when the block has none).
+  chat_template(model):: if std.objectHas(model, 'chat_template') && model.chat_template != null
+                         then { chat_template: model.chat_template } else {},
 
   // The model's context length (presets above), for `max_length: null`.
   context_length(model)::

@@ -241,10 +241,10 @@ local kept_cells(all_cells, only) =
     local data = prefix + 'data',
 
     steps: {
-      // The model's tokenizer: a task with a chat template renders its prompts with it (the
-      // step keeps it only for such a task).
+      // The model's tokenizer (and its chat_template, if the block gives one): a task with a
+      // chat template renders its prompts with it (the step keeps it only for such a task).
       [data]: { type: 'catwalk::load_task', task: limited_task(task), splits: ['train', 'validation'],
-                tokenizer: models.tokenizer(model) },
+                tokenizer: models.tokenizer(model) } + models.chat_template(model),
       [prefix + 'trained']: train_step(model, engine, t, data, callbacks),
       [prefix + 'eval_untrained']: eval_step(model, t, data),
       [prefix + 'eval_trained']: eval_step(ref(prefix + 'trained'), t, data),
@@ -280,7 +280,7 @@ local kept_cells(all_cells, only) =
 
     steps+: {
       [data]: { type: 'catwalk::load_task', task: limited_task(task), splits: ['train', 'validation'],
-                tokenizer: models.tokenizer(model) },
+                tokenizer: models.tokenizer(model) } + models.chat_template(model),
       [prefix + 'trained']: train_step(policy, engine, t, if adapter then data else scored)
                             + (if init_from != null then { init_from: init_from } else {}),
       [prefix + 'eval_before']: eval_step(start, t, scored),
