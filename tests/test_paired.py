@@ -131,3 +131,40 @@ def test_a_baseline_that_is_no_run_is_one_line_before_any_step_runs(tmp_path):
         in output
     )
     assert 'Starting step "data"' not in output
+
+
+def test_holm_adjusts_as_the_textbook_does():
+    """Holm (1979): sort, multiply the i-th smallest of m by m - i + 1, keep the running
+    maximum, cap at 1; in the order given."""
+    from catwalk_steps.reports.holm import holm, p_value
+
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert p_value(1.959963984540054, 1.0) == pytest.approx(0.05)
+    assert p_value(0.0, 0.0) == 1.0 and p_value(0.1, 0.0) == 0.0 and p_value(0.1, None) is None
+
+
+def test_a_report_says_how_many_comparisons_and_which_differ_after_holm():
+    """Per task one test at 5% each: the report counts them and corrects for all of them; a
+    difference that is clear alone can be within noise among many."""
+    from catwalk_steps.reports.holm import with_holm
+    from catwalk_steps.reports.paired import comparison_lines, comparison_markdown
+
+    def row(difference, stderr):
+        return {"metric": "acc", "n": 100, "difference": difference, "stderr": stderr}
+
+    rows = {f"task{i}": row(0.0, 0.05) for i in range(12)}
+    rows["task0"] = row(0.105, 0.05)  # z = 2.1: p = 0.036 alone, 0.39 among 12
+    rows["task1"] = row(0.30, 0.05)  # z = 6: differs after any correction
+    comparison = with_holm({"baseline": "untrained", "by": "task", "runs": {"trained": rows}})
+    assert comparison["comparisons"] == 12
+    markdown = comparison_markdown(comparison)
+    assert "| trained | task0 | +0.1050 ± 0.0500 |" in markdown
+    task0 = next(line for line in markdown.splitlines() if "| task0 |" in line)
+    task1 = next(line for line in markdown.splitlines() if "| task1 |" in line)
+    assert "within noise (Holm)" in task0 and "| 0.3930 |" in task0  # 0.0357 x 11
+    assert "differs (Holm)" in task1
+    assert comparison_lines(comparison)[-1] == (
+        "12 paired comparisons; 1 differs from the baseline after Holm's correction for all of "
+        "them (family-wise 5%)"
+    )

@@ -18,6 +18,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..kinds.records import documents
 from ..kinds.stderr import mean_stderr, unweighted_mean_stderr
+from .holm import holm_verdict, with_holm
 
 Z_95 = 1.959963984540054  # the normal distribution's 97.5% quantile
 BASELINE = "untrained"  # a report's default baseline: the run of that name, when it has one
@@ -193,7 +194,7 @@ def compare_runs(
                 by_metric.setdefault(one.metric, []).append(one)
         if by_metric:
             compared[name] = {m: over_seeds(ps).as_json() for m, ps in by_metric.items()}
-    return {"baseline": label, "runs": compared} if compared else {}
+    return with_holm({"baseline": label, "runs": compared}) if compared else {}
 
 
 def compare_suite(
@@ -228,35 +229,42 @@ def compare_suite(
             rows["average"] = mean.as_json()
         if rows:
             compared[name] = rows
-    return {"baseline": label, "by": "task", "runs": compared} if compared else {}
+    return with_holm({"baseline": label, "by": "task", "runs": compared}) if compared else {}
 
 
 def comparison_markdown(comparison: Mapping[str, Any]) -> str:
     """The report's section of paired differences (empty without one)."""
     if not comparison:
         return ""
+    comparison = corrected(comparison)
     baseline = comparison["baseline"]
     lines = [
         f"## Paired with `{baseline}`\n",
         f"Each run minus `{baseline}`, document by document on the same documents: the mean "
         "difference ± its paired standard error, its 95% interval, and *within noise* where "
         "the interval holds 0.\n",
-        f"| run | {comparison.get('by', 'metric')} | difference | 95% interval | |",
-        "|---|---|---:|---:|---|",
+        f"| run | {comparison.get('by', 'metric')} | difference | 95% interval | | Holm p | |",
+        "|---|---|---:|---:|---|---:|---|",
     ]
     for run, rows in comparison["runs"].items():
         for column, row in rows.items():
             one = Paired(row["metric"], row["n"], row["difference"], row["stderr"])
             noise = "within noise" if one.within_noise else ""
-            lines.append(f"| {run} | {column} | {one.text()} | {one.interval_text()} | {noise} |")
-    return "\n".join(lines) + "\n"
+            holm_p = "" if row.get("holm_p") is None else f"{row['holm_p']:.4f}"
+            lines.append(
+                f"| {run} | {column} | {one.text()} | {one.interval_text()} | {noise} | "
+                f"{holm_p} | {holm_verdict(row)} |"
+            )
+    return "\n".join(lines) + "\n\n" + holm_line(comparison) + "\n"
 
 
 def comparison_lines(comparison: Mapping[str, Any]) -> list[str]:
     """The paired differences in a few terminal lines: per run, its average over tasks (a
     suite) or each metric."""
-    lines = []
-    for run, rows in (comparison or {}).get("runs", {}).items():
+    if not comparison:
+        return []
+    comparison, lines = corrected(comparison), []
+    for run, rows in comparison["runs"].items():
         shown = {"average": rows["average"]} if "average" in rows else rows
         for column, row in shown.items():
             one = Paired(row["metric"], row["n"], row["difference"], row["stderr"])
@@ -265,4 +273,22 @@ def comparison_lines(comparison: Mapping[str, Any]) -> list[str]:
                 f"{run} - {comparison['baseline']}, {column} (paired, 95% interval): "
                 f"{one.text()} {one.interval_text()}{noise}"
             )
-    return lines
+    return [*lines, holm_line(comparison)] if lines else []
+
+
+def corrected(comparison: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The comparison with Holm's correction (a report cached before it carried one)."""
+    return comparison if "comparisons" in comparison else with_holm(comparison)
+
+
+def holm_line(comparison: Mapping[str, Any]) -> str:
+    """How many comparisons the report makes, and how many differ after Holm's correction."""
+    count = comparison.get("comparisons", 0)
+    rows = [row for by_column in comparison["runs"].values() for row in by_column.values()]
+    differ = sum(holm_verdict(row) == "differs (Holm)" for row in rows)
+    comparisons = f"{count} paired comparison{'s' if count != 1 else ''}"
+    differing = f"{differ} differ{'s' if differ == 1 else ''}"
+    return (
+        f"{comparisons}; {differing} from the baseline after Holm's correction for all of them "
+        "(family-wise 5%)"
+    )
