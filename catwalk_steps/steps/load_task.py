@@ -1,13 +1,18 @@
-"""`catwalk::load_task`: a task's splits, loaded once and cached."""
+"""`catwalk::load_task`: a task's splits, loaded once and cached: read as a stream (a file
+one row at a time, every row checked) and stored as they come, each split one Arrow file
+(:mod:`catwalk_steps.workspace.instances`); the next step reads the stored splits."""
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 from tango import Step
 from tango.common import DatasetDict
 from tango.common.exceptions import ConfigurationError
+from tango.step_caches import LocalStepCache
 
+from ..kinds.storing import StreamedSplits
 from ..scoring.tokenization import chat_tokenizer
 from ..tasks import LOADED_SPLITS, Task
 from ..workspace.formats import InstancesFormat
@@ -61,9 +66,12 @@ class LoadTask(Step[DatasetDict]):
         tokenizer: str | None = None,
     ) -> DatasetDict:
         rendering = chat_tokenizer(task, tokenizer, "load_task.tokenizer") if tokenizer else None
-        loaded = task.load(splits or LOADED_SPLITS, rendering)
+        streams = task.stream(splits or LOADED_SPLITS, rendering)
         if max_instances is not None:
-            loaded = {name: instances[:max_instances] for name, instances in loaded.items()}
-        for name, instances in loaded.items():
-            self.logger.info("Split %s: %d instances", name, len(instances))
-        return DatasetDict(splits=loaded, metadata={"task": task.name})
+            streams = ((name, islice(rows, max_instances)) for name, rows in streams)
+        metadata = {"task": task.name}
+        if not isinstance(self.workspace.step_cache, LocalStepCache):
+            # Tango's memory workspace (tests, notebooks) keeps a result as it is: as lists.
+            return DatasetDict(splits={n: list(rows) for n, rows in streams}, metadata=metadata)
+        # Written by the format as the rows are read; Tango returns the stored result.
+        return StreamedSplits(streams, metadata)  # type: ignore[return-value]

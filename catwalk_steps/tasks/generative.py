@@ -27,7 +27,8 @@ from .answers import DEFAULT_METRIC_LIST, AnswerScoring
 from .base import NAMED_TASK_TYPES, OTHER_TASK_NAMES, Task, TaskDataError
 from .fewshot import Rendered
 from .generation import GenerationInstance, answer_text
-from .templated import InstanceBuilder, TemplatedTask
+from .instance_builder import InstanceBuilder
+from .templated import TemplatedTask
 from .templates import Template, TemplateError
 
 TASK_TYPE = "catwalk::generative"

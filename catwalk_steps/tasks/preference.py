@@ -9,13 +9,14 @@ preference sets (:mod:`.preference_rows`), from JSON lines / CSV / Parquet files
 'files'`), a `datasets.save_to_disk` directory of splits (`source: 'datasets'`, `path`), or the
 hub by name (`source: 'hub'`, `hub: {path, name}`, `split_names` for sets whose splits are
 named otherwise, e.g. UltraFeedback's `train_prefs`). A bad row (a field missing, the same
-answer twice, a prompt longer than `max_length` tokens) is one line naming its file and line,
-when the step graph is built for files on disk.
+answer twice, a prompt longer than `max_length` tokens) is one line naming its file and line:
+for files on disk, when the step graph is built if it is among each file's first
+:data:`HEAD_ROWS` rows, else when the load step reads it (which reads every row, one at a time).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,6 +30,7 @@ from .preference_rows import checked_row, is_messages, rendered
 from .sources import FileSource, HubSource, RowSource
 
 SOURCES = ("files", "datasets", "hub")
+HEAD_ROWS = 100  # rows of each file checked when the step graph is built (the load step: all)
 
 
 @dataclass(frozen=True)
@@ -110,9 +112,9 @@ class PreferenceTask(Task):
         self.split_names = dict(split_names or {})
         self.source = preference_source(name, source, data_files, path, hub)
         self.chat_rows = not isinstance(self.source, FileSource)  # unknown until loaded
-        if isinstance(self.source, FileSource):  # known now: every row checked before a step
+        if isinstance(self.source, FileSource):  # its first rows checked now, every row loaded
             for split in self.source.splits():
-                rows = self.checked_rows(split)
+                rows = self.checked_rows(split, self.head)
                 self.chat_rows |= any(is_messages(row[1]) for row, _ in rows)
 
     @property
@@ -135,26 +137,41 @@ class PreferenceTask(Task):
     def describe(self, split: str) -> str:
         return f"task '{self.name}' ({self.source.describe(self.data_split(split))})"
 
-    def checked_rows(self, split: str) -> list[tuple[tuple[Any, Any, Any], str]]:
-        rows = self.source.rows(split, self.max_instances)
-        wheres = [self.source.where(split, index) for index in range(len(rows))]
-        return [(checked_row(row, where), where) for row, where in zip(rows, wheres, strict=True)]
+    @property
+    def head(self) -> int:
+        """The rows of each file checked when the step graph is built (the load step checks
+        every row, as it reads them)."""
+        return min(HEAD_ROWS, self.max_instances or HEAD_ROWS)
+
+    def checked_rows(
+        self, split: str, limit: int | None
+    ) -> Iterator[tuple[tuple[Any, Any, Any], str]]:
+        for where, row in self.source.iter_rows(split, limit):
+            yield checked_row(row, where), where
 
     def check_tokenizer(self, tokenizer: ModelTokenizer) -> None:
-        """The files' prompts rendered and counted with the model's tokenizer (one line for the
-        first that does not fit)."""
+        """The first rows' prompts of the files rendered and counted with the model's tokenizer
+        (one line for the first that does not fit)."""
         if isinstance(self.source, FileSource):
             for split in self.source.splits():
-                self.instances(split, tokenizer)
+                for _ in self.instances(split, tokenizer, self.head):
+                    pass
 
     def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[Any]:
-        return self.instances(self.data_split(split), tokenizer)
+        return list(self.iter_split(split, tokenizer))
 
-    def instances(self, split: str, tokenizer: ModelTokenizer | None) -> list[PreferenceInstance]:
-        rows = self.checked_rows(split)
-        renderer = self.renderer(tokenizer, any(is_messages(r[1]) for r, _ in rows))
-        instances = []
-        for row, where in rows:
+    def iter_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> Iterator[Any]:
+        return self.instances(self.data_split(split), tokenizer, self.max_instances)
+
+    def instances(
+        self, split: str, tokenizer: ModelTokenizer | None, limit: int | None
+    ) -> Iterator[PreferenceInstance]:
+        """The pairs of `split` (its first `limit`) as their rows are read: checked, chat rows
+        rendered by the model's template, each prompt counted against `max_length`."""
+        renderer = None
+        for row, where in self.checked_rows(split, limit):
+            if renderer is None and is_messages(row[1]):
+                renderer = self.renderer(tokenizer, True)
             instance = PreferenceInstance(*rendered(row, renderer, where))
             if tokenizer is not None and self.max_length is not None:
                 length = len(prompt_ids(tokenizer.tokenizer, instance.prompt))
@@ -163,8 +180,7 @@ class PreferenceTask(Task):
                         f"{where}: the prompt has {length} tokens, and max_length "
                         f"{self.max_length} leaves no room for an answer after it"
                     )
-            instances.append(instance)
-        return instances
+            yield instance
 
     def renderer(self, tokenizer: ModelTokenizer | None, chat: bool) -> ChatRenderer | None:
         if tokenizer is None or not chat:

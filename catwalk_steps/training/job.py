@@ -6,7 +6,7 @@ The schedule is derived once, from the `catwalk::train` step's config, and every
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
+from ..kinds.stored import data_fingerprint
 from ..settings import DEFAULTS
 
 
@@ -104,10 +105,9 @@ class TrainingJob(PlacedJob):
 
     def node_message(self) -> dict[str, Any]:
         """What node 0 tells the other nodes beside the step (data): its data's checksum (they
-        read the data from the shared workspace, and check it is the same)."""
-        from ..tasks import dataset_fingerprint
-
-        return {"dataset_sha256": dataset_fingerprint(self.dataset_dict)}
+        read the data from the shared workspace, and check it is the same; a stored split's is
+        read from its record, no row is read)."""
+        return {"dataset_sha256": data_fingerprint(self.dataset_dict)}
 
 
 @dataclass
@@ -144,9 +144,10 @@ def task_name(data: Any) -> str:
     return getattr(data, "metadata", {}).get("task", "?")
 
 
-def training_split(data: Any, schedule: Schedule) -> list:
+def training_split(data: Any, schedule: Schedule) -> Sequence[Any]:
     """The training split as its kind trains on it (a generative task: each prompt with its
-    answer); the job keeps the data as it was loaded (what other nodes check it against)."""
-    train = list(data[schedule.train_split])
+    answer); the job keeps the data as it was loaded (what other nodes check it against). A
+    stored split stays one: no row is read here but the first."""
+    train = data[schedule.train_split]
     where = f"train: task '{task_name(data)}', split '{schedule.train_split}'"
     return kind_of(train[:1]).training_instances(train, where)
