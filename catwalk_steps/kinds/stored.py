@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,12 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..arrow_tables import open_table
+from ..file_digests import stat_key
 from ..tasks.base import dataset_fingerprint
 from .base import KINDS, TaskKind, kind_named
 
 READ_ROWS = 1024  # rows decoded at a time when a split is iterated
 
-_tables: dict[tuple[str, str], pa.Table] = {}  # this process's mapped files, by (path, digest)
+# This process's mapped files, by (path, digest, the file's stat: as file_digests keys them).
+_tables: dict[tuple[str, str, tuple[int, ...]] | None, pa.Table] = {}
 
 
 class StoredSplit(Sequence[Any]):
@@ -59,6 +62,7 @@ class StoredSplit(Sequence[Any]):
         self.name, self.fingerprint = name, fingerprint
         self.window = range(rows) if window is None else window
         self.fields = fields
+        self._table: pa.Table | None = None  # this process's mapping (never pickled)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """What another process gets: where the rows are, never the rows."""
@@ -72,16 +76,19 @@ class StoredSplit(Sequence[Any]):
     def kind(self) -> TaskKind:
         return kind_named(self.kind_name)
 
-    def whole(self) -> bool:
-        """Whether it is the split as written: every row, as stored."""
-        return self.window == range(self.rows) and not self.fields
-
     def table(self) -> pa.Table:
-        """The file, mapped and checked (once per process)."""
-        key = (self.path, self.sha256)
-        if key not in _tables:
-            _tables[key] = open_table(Path(self.path), self.sha256, self.kind.columns.schema)
-        return _tables[key]
+        """The file, mapped and checked: once per process while the file is unchanged (a
+        file changed since, or gone, is checked again: one line naming it)."""
+        if self._table is None:
+            try:
+                key = (self.path, self.sha256, stat_key(os.stat(self.path)))
+            except OSError:
+                key = None  # (gone: open_table says so)
+            if key is None or key not in _tables:
+                table = open_table(Path(self.path), self.sha256, self.kind.columns.schema)
+                _tables[key] = table
+            self._table = _tables[key]
+        return self._table
 
     def __len__(self) -> int:
         return len(self.window)
