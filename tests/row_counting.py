@@ -53,7 +53,7 @@ def counted_lines(path: Path):
 
 
 def counted_decoded(self: StoredSplit, rows: list) -> list:
-    COUNTS.decoded[self.path] += len(rows)
+    COUNTS.decoded[self.file.path] += len(rows)
     return _decoded(self, rows)
 
 

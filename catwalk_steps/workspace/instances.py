@@ -78,7 +78,7 @@ def read_instances(directory: Path) -> DatasetDict:
     except (KeyError, TypeError, AttributeError) as e:  # (a KeyError: "not cached" to Tango)
         raise ValueError(f"{directory / RECORD}: not the record of stored splits ({e!r})") from None
     for split in splits.values():
-        split.table()  # each file checked now: a damaged one is one line before any row is read
+        split.reader()  # each file checked now: a damaged one is one line before any row is read
     return DatasetDict(splits=splits, metadata=metadata)
 
 
