@@ -76,8 +76,10 @@ def test_a_killed_streaming_run_reruns_to_the_weights_of_an_uninterrupted_one(tm
     whole = faulty(tmp_path / "whole_pids")  # no fault: never interrupted
     run_tango(path, tmp_path / "whole", "whole", whole, extra=("-s", "trained"))
     assert model_bytes(workspace, "rerun") == model_bytes(tmp_path / "whole", "whole")
-    stored = (step_result(workspace, "rerun", "data") / "instances.json").read_text()
-    assert "what is 7 plus 7" not in stored  # the streamed split: no row stored
+    stored = step_result(workspace, "rerun", "data")
+    splits = json.loads((stored / "splits.json").read_text())["splits"]
+    assert set(splits["train"]) == {"stream"}  # the streamed split: no row stored
+    assert not any(b"what is 7 plus 7" in f.read_bytes() for f in stored.rglob("*") if f.is_file())
 
 
 DPO = REPO / "tests" / "fixtures" / "dpo_tiny.jsonnet"
