@@ -13,12 +13,12 @@ import pytest
 
 from . import commands
 from .commands import error_lines
-from .conftest import EXPERIMENTS, REPO, TANGO_ENV, run_tango, step_result, tango_command
+from .conftest import LIBRARY, REPO, TANGO_ENV, run_tango, step_result, tango_command
 from .training import TINY_WITH_DROPOUT
 
 pytestmark = [pytest.mark.slow]
 
-EXPERIMENT = """local lib = import '{experiments}/lib/pipeline.libsonnet';
+EXPERIMENT = """local lib = import '{library}/pipeline.libsonnet';
 local task = {{
   type: 'catwalk::generative',
   name: 'sums',
@@ -47,7 +47,7 @@ def experiment(directory: Path, bad_line: int | None = None) -> Path:
     train.write_text("\n".join(rows) + "\n")
     validation.write_text("\n".join(rows[:4]) + "\n")
     path = directory / "streaming.jsonnet"
-    path.write_text(EXPERIMENT.format(experiments=EXPERIMENTS, train=train, validation=validation))
+    path.write_text(EXPERIMENT.format(library=LIBRARY, train=train, validation=validation))
     return path
 
 
