@@ -50,10 +50,6 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             raise TaskDataError(f"{path}:{number}: invalid JSON ({e.msg})") from None
 
 
-def read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    return list(iter_jsonl(path))
-
-
 def iter_labels(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, label) of each non-blank line, as it is read."""
     for number, line in text_lines(path):
@@ -64,10 +60,6 @@ def iter_labels(path: Path) -> Iterator[tuple[int, Any]]:
             raise TaskDataError(
                 f"{path}:{number}: field 'label' must be 0 or 1, got {text[:20]!r}"
             ) from None
-
-
-def read_labels(path: Path) -> list[tuple[int, Any]]:
-    return list(iter_labels(path))
 
 
 def fingerprint(paths: Iterable[Path]) -> str:
