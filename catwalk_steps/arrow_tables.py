@@ -49,18 +49,35 @@ def open_table(path: Path, sha256: str | None, schema: pa.Schema | None = None) 
     """The table in `path`, memory-mapped (no row is read here), once the file's SHA-256 is
     `sha256` (None: a file this process has just written and checked) and its schema is
     `schema` (when given)."""
+    reader = open_batches(path, sha256, schema)
+    try:
+        return reader.read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise not_arrow(Path(path), e) from None
+
+
+def open_batches(
+    path: Path, sha256: str | None, schema: pa.Schema | None = None
+) -> pa.ipc.RecordBatchFileReader:
+    """As :func:`open_table`, reading only the file's footer: each record batch is read (its
+    pages mapped) when it is asked for (`get_batch`), so opening a file of a million rows
+    maps a few pages of it, whatever its size."""
     path = Path(path)
     if not path.is_file():
         raise AlteredFileError(f"{path}: missing (the table was written with the result)")
     if sha256 is not None and file_digests([path])[0] != sha256:
         raise AlteredFileError(f"{path}: {altered('the one written with it')}")
     try:
-        table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
     except (pa.ArrowInvalid, OSError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise AlteredFileError(f"{path}: not an Arrow table ({first})") from None
-    if schema is not None and not table.schema.equals(schema):
+        raise not_arrow(path, e) from None
+    if schema is not None and not reader.schema.equals(schema):
         raise AlteredFileError(
-            f"{path}: its columns are {table.schema.names}, not the {schema.names} of its kind"
+            f"{path}: its columns are {reader.schema.names}, not the {schema.names} of its kind"
         )
-    return table
+    return reader
+
+
+def not_arrow(path: Path, error: BaseException) -> AlteredFileError:
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return AlteredFileError(f"{path}: not an Arrow table ({first})")

@@ -913,8 +913,9 @@ def test_through_tango_run_one_line_in_seconds_and_the_workspace_serves_the_next
 
 
 def test_every_damaged_cached_result_is_one_line_naming_its_directory(tmp_path):
-    """JSON cut short, a model's weights cut short, a format swapped for a pickle: each is one
-    line naming the step's directory and the command that clears it; nothing is unpickled."""
+    """JSON cut short, a stored split's Arrow file cut short, a format swapped for a pickle: each
+    is one line naming the step's directory and the command that clears it; nothing is
+    unpickled."""
     from tango.common import DatasetDict
 
     from catwalk_steps.scoring.rank_classifier import RankClassifier
@@ -942,10 +943,11 @@ def test_every_damaged_cached_result_is_one_line_naming_its_directory(tmp_path):
         return str(error.value)
 
     def cut(path):
-        path.write_text(path.read_text()[:20])
+        path.write_bytes(path.read_bytes()[:20])
 
     for step, file, damage in (
-        (data, "instances.json", cut),
+        (data, "train.arrow", cut),
+        (data, "splits.json", cut),
         (metrics, "data.json", cut),
         (data, "cache-metadata.json", swap_format_for_dill),
     ):

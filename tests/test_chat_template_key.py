@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from tango.step_graph import StepGraph
 
+from catwalk_steps.workspace.formats import InstancesFormat
+
 from . import commands
 from .commands import error_lines
 from .conftest import LIBRARY, TANGO_ENV, experiment_params, run_tango, step_result, tango_command
@@ -109,13 +111,17 @@ def test_a_byte_level_tokenizer_given_a_template_by_the_key_trains_and_evaluates
         return json.loads((step_result(workspace, "chat", step) / name).read_text())
 
     prompt = "<|user|>\nWhat is the capital of France?<|end|>\n<|assistant|>\n"
-    sft = result("sft_data", "instances.json")["splits"]["train"][0]
-    assert (sft["context"], sft["answer"]) == (prompt, "Paris<|end|>")
-    pairs = result("dpo_data", "instances.json")["splits"]["train"]
-    assert (pairs[0]["prompt"], pairs[0]["chosen"], pairs[0]["rejected"]) == (
+
+    def stored(step: str) -> list:
+        return list(InstancesFormat().read(step_result(workspace, "chat", step))["train"])
+
+    sft = stored("sft_data")[0]
+    assert (sft.context, sft.answer) == (prompt, "Paris<|end|>")
+    pairs = stored("dpo_data")
+    assert (pairs[0].prompt, pairs[0].chosen, pairs[0].rejected) == (
         prompt, "Paris<|end|>\n", "Lyon<|end|>\n",
     )  # fmt: skip
-    assert pairs[1]["prompt"] == prompt.replace("France", "Peru")  # the implicit prompt
+    assert pairs[1].prompt == prompt.replace("France", "Peru")  # the implicit prompt
     trained = step_result(workspace, "chat", "sft_trained")
     assert (trained / "chat_template.jinja").read_text() == TEMPLATE
     history = json.loads((trained / "catwalk_model.json").read_text())["metrics_history"]

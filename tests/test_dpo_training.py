@@ -158,10 +158,10 @@ def test_a_beta_sweep_computes_the_reference_once(tmp_path):
 
 
 def references(workspace: Path, run: str) -> list:
-    stored = json.loads(
-        (step_result(workspace, run, "dpo_reference") / "instances.json").read_text()
-    )
-    return [x for split in stored["splits"].values() for pair in split for x in pair["reference"]]
+    from catwalk_steps.workspace.formats import InstancesFormat
+
+    stored = InstancesFormat().read(step_result(workspace, run, "dpo_reference"))
+    return [x for split in stored.splits.values() for pair in split for x in pair.reference]
 
 
 def test_the_reference_step_sharded_over_two_workers_gives_the_one_device_numbers(tmp_path):
@@ -175,22 +175,28 @@ def test_the_reference_step_sharded_over_two_workers_gives_the_one_device_number
 
 
 def test_an_edited_reference_log_probability_is_one_line_and_never_trained_on(tmp_path):
-    """The cached reference's instances carry their SHA-256: a number edited in them is one line
-    naming the file when DPO training reads them, and no training starts."""
+    """The cached reference's pairs carry their SHA-256: a number edited in their Arrow file is
+    one line naming the file when DPO training reads them, and no training starts."""
+    import struct
+
+    from catwalk_steps.workspace.formats import InstancesFormat
+
     from .commands import error_lines
 
     workspace = tmp_path / "ws"
     run_tango(TINY_DPO, workspace, "reference", extra=("-s", "dpo_reference"))
-    path = step_result(workspace, "reference", "dpo_reference") / "instances.json"
-    stored = json.loads(path.read_text())
-    stored["splits"]["train"][0]["reference"][0] = -1000.0
-    path.write_text(json.dumps(stored))
+    result = step_result(workspace, "reference", "dpo_reference")
+    value = InstancesFormat().read(result)["train"][0].reference[0]
+    path = result / "train.arrow"
+    data = path.read_bytes()
+    assert struct.pack("<d", value) in data
+    path.write_bytes(data.replace(struct.pack("<d", value), struct.pack("<d", -1000.0), 1))
     argv = tango_command(TINY_DPO, workspace, "edited", None, "-s", "dpo_trained")
     done = commands.run(argv, timeout=300)
     output = done.stdout + done.stderr
     lines = error_lines(output)
     assert done.returncode != 0 and len(lines) == 1, lines or output[-3000:]
-    assert f"DamagedResultError: {path.parent}: this cached step result cannot be read" in lines[0]
+    assert f"DamagedResultError: {result}: this cached step result cannot be read" in lines[0]
     assert f"({path}: changed since it was written" in lines[0]
     assert "Training on" not in output
 

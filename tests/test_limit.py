@@ -4,12 +4,14 @@ steps than the full run's, and every report saying it was limited."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from tango.step_graph import StepGraph
 
 import catwalk_steps  # noqa: F401  (registers the steps)
+from catwalk_steps.tasks import Task, TaskDataError
 
 from . import commands
 from .conftest import EXPERIMENTS, TANGO_ENV, experiment_params, tango_command
@@ -59,6 +61,29 @@ def test_a_limited_run_is_other_steps_than_the_full_one(path: Path):
 def test_a_limit_that_is_no_number_is_one_line():
     with pytest.raises(Exception, match=r"--ext-var limit=ten: a number of instances per task > 0"):
         experiment_params(EXPERIMENTS / "demo.jsonnet", limit="ten")
+
+
+def test_a_limited_load_reads_no_row_past_its_limit(tmp_path):
+    """The load step stores a limited task's splits as it reads them (`stream`), each cut at
+    the limit: a file is read no further (a bad line after the limit is never met)."""
+    path = tmp_path / "train.jsonl"
+    rows = [json.dumps({"q": f"question {i}", "a": f"answer {i}"}) for i in range(3)]
+    path.write_text("\n".join([*rows, "{not json"]) + "\n")
+    block = {
+        "type": "catwalk::generative",
+        "name": "qa",
+        "source": "files",
+        "data_files": {"train": str(path), "validation": str(path)},
+        "doc_to_text": "Q: {{q}}\nA:",
+        "doc_to_target": "{{a}}",
+    }
+    limited = Task.from_params({"type": "catwalk::limited", "task": dict(block), "limit": 3})
+    assert [i.context for i in limited.load_split("train")][-1] == "Q: question 2\nA:"
+    stored = {name: list(instances) for name, instances in limited.stream(["train", "validation"])}
+    assert [len(instances) for instances in stored.values()] == [3, 3]
+    past = Task.from_params({"type": "catwalk::limited", "task": dict(block), "limit": 4})
+    with pytest.raises(TaskDataError, match=f"{path}:4: invalid JSON"):
+        list(next(past.stream(["train"]))[1])
 
 
 @pytest.mark.slow

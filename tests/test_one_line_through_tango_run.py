@@ -344,7 +344,7 @@ def test_a_stopped_reference_scoring_says_so_once(tmp_path):
     )
     assert len(lines) == 1 and stopped in lines[0], lines or command.output()[-3000:]
     assert "KeyboardInterrupt:" not in command.output()
-    assert not list((tmp_path / "ws" / "cache").glob("ReferenceLogprobs*/instances.json"))
+    assert not list((tmp_path / "ws" / "cache").glob("ReferenceLogprobs*/splits.json"))
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ starts, and trains nothing. (In-process: tests/test_preference_data.py.)"""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -252,3 +253,27 @@ def test_lib_preference_starts_from_a_model_directory(tmp_path):
     assert set(start) <= set(trained)
     for name, weights in start.items():
         torch.testing.assert_close(trained[name], weights, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_a_bad_row_past_the_first_rows_is_one_line_from_the_load_step(tmp_path):
+    """The graph build checks each file's first rows (HEAD_ROWS); the load step reads every
+    row as it stores it: a bad row after the first ones is one line naming its file and line,
+    from the load step, and no step after it starts (nothing is cached)."""
+    from catwalk_steps.tasks.preference import HEAD_ROWS
+
+    line = HEAD_ROWS + 50
+    path = tmp_path / "pairs.jsonl"
+    rows = [GOOD] * (line - 1) + [BAD_ROWS["same_answer"][0]]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    task = {"type": "catwalk::preference", "source": "files", "max_length": 128}
+    task["data_files"] = {"train": str(path), "validation": str(path)}
+    argv = tango_command(DPO, tmp_path / "ws", "deep", {"steps.dpo_data.task": task})
+    out = tmp_path / "deep.txt"
+    code = commands.start(argv, out, env={**TANGO_ENV, "COLUMNS": "400"}).wait(300)
+    text = out.read_text()
+    lines = error_lines(text)
+    assert code == 1 and len(lines) == 1, lines or text[-3000:]
+    assert f"{path}:{line}: 'chosen' and 'rejected' are the same answer" in lines[0], lines[0]
+    assert re.findall(r'Starting step "([^"]+)"', text) == ["dpo_data"]
+    assert not list((tmp_path / "ws" / "cache").glob("*/splits.json"))

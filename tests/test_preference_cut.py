@@ -17,6 +17,7 @@ from catwalk_steps.kinds.preference_batches import cut_pairs, fitted, fitted_pai
 from catwalk_steps.scoring.tokenization import load_tokenizer
 from catwalk_steps.settings import LoaderSettings
 from catwalk_steps.tasks.preference import PreferenceInstance
+from catwalk_steps.workspace.formats import InstancesFormat
 
 from .conftest import REPO, run_tango, step_result
 
@@ -82,10 +83,8 @@ def test_a_long_prompt_is_cut_alike_in_the_reference_training_and_evaluation(tmp
     for field in ("reference_logprobs.max_length", "collate_fn.max_length"):
         assert f"{field}: {said.format('train')}" in output, field
     assert f"reference_logprobs.max_length: {said.format('validation')}" in output
-    stored = step_result(tmp_path / "ws", "cut", "dpo_reference") / "instances.json"
-    short, long, tail = [
-        row["reference"] for row in json.loads(stored.read_text())["splits"]["train"]
-    ]
+    stored = InstancesFormat().read(step_result(tmp_path / "ws", "cut", "dpo_reference"))
+    short, long, tail = [list(pair.reference) for pair in stored["train"]]
     assert long[0] != pytest.approx(long[1], abs=0.1)  # not one shared token
     assert long == pytest.approx(tail, abs=1e-4)  # the answers whole, behind the kept end
     after = step_result(tmp_path / "ws", "cut", "dpo_eval_after")

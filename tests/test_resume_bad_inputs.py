@@ -207,7 +207,7 @@ def test_a_full_disk_is_one_line_naming_the_file_and_nothing_partial_is_kept(tmp
         cache = disks["a"] / "ws" / "cache"
         [data_dir] = cache.glob("LoadTask-*")
         assert (
-            f"{data_dir / 'instances.json'}: not written, the disk is full (no space left on it); "
+            f"{data_dir / 'train.arrow'}: not written, the disk is full (no space left on it); "
             in lines["result"]
         )
         assert "step 'data' has no result (what it wrote is removed)" in lines["result"]

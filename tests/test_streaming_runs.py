@@ -13,12 +13,12 @@ import pytest
 
 from . import commands
 from .commands import error_lines
-from .conftest import EXPERIMENTS, REPO, TANGO_ENV, run_tango, step_result, tango_command
+from .conftest import LIBRARY, REPO, TANGO_ENV, run_tango, step_result, tango_command
 from .training import TINY_WITH_DROPOUT
 
 pytestmark = [pytest.mark.slow]
 
-EXPERIMENT = """local lib = import '{experiments}/lib/pipeline.libsonnet';
+EXPERIMENT = """local lib = import '{library}/pipeline.libsonnet';
 local task = {{
   type: 'catwalk::generative',
   name: 'sums',
@@ -47,7 +47,7 @@ def experiment(directory: Path, bad_line: int | None = None) -> Path:
     train.write_text("\n".join(rows) + "\n")
     validation.write_text("\n".join(rows[:4]) + "\n")
     path = directory / "streaming.jsonnet"
-    path.write_text(EXPERIMENT.format(experiments=EXPERIMENTS, train=train, validation=validation))
+    path.write_text(EXPERIMENT.format(library=LIBRARY, train=train, validation=validation))
     return path
 
 
@@ -76,8 +76,10 @@ def test_a_killed_streaming_run_reruns_to_the_weights_of_an_uninterrupted_one(tm
     whole = faulty(tmp_path / "whole_pids")  # no fault: never interrupted
     run_tango(path, tmp_path / "whole", "whole", whole, extra=("-s", "trained"))
     assert model_bytes(workspace, "rerun") == model_bytes(tmp_path / "whole", "whole")
-    stored = (step_result(workspace, "rerun", "data") / "instances.json").read_text()
-    assert "what is 7 plus 7" not in stored  # the streamed split: no row stored
+    stored = step_result(workspace, "rerun", "data")
+    splits = json.loads((stored / "splits.json").read_text())["splits"]
+    assert set(splits["train"]) == {"stream"}  # the streamed split: no row stored
+    assert not any(b"what is 7 plus 7" in f.read_bytes() for f in stored.rglob("*") if f.is_file())
 
 
 DPO = REPO / "tests" / "fixtures" / "dpo_tiny.jsonnet"

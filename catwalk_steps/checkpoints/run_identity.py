@@ -7,8 +7,8 @@ checkpoint's manifest records both, and a run that would resume from it compares
 own before any worker starts (the model already when the step graph is built), refusing a
 mismatch in one line naming the two.
 
-The data is the training split's SHA-256 (:func:`~catwalk_steps.tasks.dataset_fingerprint`, the
-checksum node 0 publishes to the other nodes), not the task's name or config: the same task
+The data is the training split's SHA-256 (:func:`~catwalk_steps.tasks.dataset_fingerprint`,
+computed when the split was stored), not the task's name or config: the same task
 loaded with other sizes or files is other data, and a run that only adds a validation split
 or an in-loop task trains on the same data. The model is the name and shape of each of its
 parameters (an adapter's included), as its meta-device skeleton has them: what a checkpoint's
@@ -20,22 +20,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..tasks import dataset_fingerprint
+from ..kinds.stored import split_fingerprint
 from ..tasks.streamed import is_streamed
 
 
 def data_identity(data: Any, split: str, task: str) -> dict[str, Any]:
     """The training data of a run: its task's name, the split, its size and its SHA-256 (a
-    streamed split's: of what identifies the stream; its size unknown: None)."""
-    if is_streamed(data[split]):
-        sha256 = dataset_fingerprint({split: data[split]})
-        return {"task": task, "split": split, "instances": None, "sha256": sha256}
-    instances = list(data[split])
+    stored split's, computed when it was written: no row is read; a streamed split's: of what
+    identifies the stream, its size unknown: None)."""
+    instances = data[split]
     return {
         "task": task,
         "split": split,
-        "instances": len(instances),
-        "sha256": dataset_fingerprint({split: instances}),
+        "instances": None if is_streamed(instances) else len(instances),
+        "sha256": split_fingerprint(instances, split),
     }
 
 

@@ -88,7 +88,7 @@ def cut_warnings(
 ) -> list[str]:
     """What `max_length` (the key `field`) cuts of a split's instances, as their kind counts
     it: answers longer than it, and prompts whose start gives way to their answers."""
-    instances, warnings = list(instances), []
+    warnings = []  # (a stored split stays one: its kind reads what it counts, row by row)
     kind = kind_of(instances)
     cut = kind.answers_cut(instances, tokenizer, max_length)
     if cut:

@@ -17,8 +17,9 @@ batch, then `compute`) and lm-evaluation-harness's task (`process_results`, `agg
   checks one read back from an evaluation's records); :meth:`TaskKind.result`: the evaluate
   step's metrics from them;
 - :meth:`TaskKind.shown` and :meth:`TaskKind.lower_is_better`: what a report shows of a result;
-- :meth:`TaskKind.encode` / :meth:`TaskKind.decode`: its instances' stored form (data, JSON:
-  a cached `catwalk::load_task`, read back as the instances it wrote);
+- :attr:`TaskKind.columns`: its instances' stored form (a cached `catwalk::load_task`: Arrow
+  columns, each instance decoded when asked for, :mod:`.stored`); :meth:`TaskKind.encode` /
+  :meth:`TaskKind.decode`: one instance as JSON (results stored before, an evaluation's keys);
 - :meth:`TaskKind.training_instances`, :meth:`TaskKind.validation_metrics` (validation runs
   through `update` and `compute`, as the in-loop tasks do) and :meth:`TaskKind.lower_is_better`:
   how a training run trains on it, validates it and picks its best checkpoint.
@@ -38,6 +39,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..scoring.generation import Ranks
 from ..tasks.base import instance_record
+from .columns import Columns
 from .records import RECORDS
 
 
@@ -68,8 +70,8 @@ class TaskKind:
     """One kind of task, as every stage asks it (see the module)."""
 
     name: ClassVar[str]
-    # Whether the metrics it validates by are the task's own (a generative task's metric list,
-    # a label's metric type), so that a message names the task beside them.
+    columns: ClassVar[Columns]  # its instances as Arrow columns (a schema and a row view)
+    # Its validation metrics are the task's own (a generative task's): messages name the task.
     metrics_of_task: ClassVar[bool] = False
 
     # --- Graph build ----------------------------------------------------------------------
@@ -129,7 +131,7 @@ class TaskKind:
             return None
         return int(mask.sum()) if "attention_mask" in batch else mask.numel()
 
-    def answers_cut(self, instances: list, tokenizer: Any, max_length: int) -> int:
+    def answers_cut(self, instances: Sequence[Any], tokenizer: Any, max_length: int) -> int:
         """How many instances have an answer longer than `max_length` tokens (it is cut: an
         answer among choices is scored whole only when it fits)."""
         choices = sorted({choice for instance in instances for choice in instance.choices})
@@ -139,7 +141,7 @@ class TaskKind:
         lengths = dict(zip(choices, counts, strict=True))
         return sum(any(lengths[c] > max_length for c in i.choices) for i in instances)
 
-    def prompts_cut(self, instances: list, tokenizer: Any, max_length: int) -> int:
+    def prompts_cut(self, instances: Sequence[Any], tokenizer: Any, max_length: int) -> int:
         """How many instances lose their prompt's start so that their answers fit whole in
         `max_length` tokens (said in a warning); 0 where a context is cut on the left as
         lm-evaluation-harness cuts it, which its scores follow."""

@@ -12,9 +12,8 @@ no rank waits alone in a collective.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,12 +22,13 @@ from tango.common.exceptions import ConfigurationError
 from ..scoring.generated import generate_texts
 from ..scoring.generation import GenerationEncoder, eos_ids_of, forward_step, greedy_generate
 from ..scoring.sequences import ChoiceSequence, pad_sequences
-from ..tasks.answers import AnswerScoring
 from ..tasks.base import TaskDataError
 from ..tasks.generation import GenerationInstance, prompt_room
 from .base import Scorer, TaskKind, register, tupled
+from .columns import GenerativeColumns, stored_scoring
 from .records import RECORDS, stderr_key, stderrs
 from .stderr import stderr_from_sums
+from .stored import first_without, with_fields
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,7 @@ def answer_batch(collator: Any, instances: list, weights: list[float]) -> dict[s
 
 class Generative(TaskKind):
     name = "generative"
+    columns = GenerativeColumns()
     metrics_of_task = True  # its metric list
 
     def check_objective(self, objective, task):
@@ -165,14 +166,16 @@ class Generative(TaskKind):
         return 1  # a prompt (or a prompt and its answer) per instance
 
     def training_instances(self, instances, where):
-        for number, instance in enumerate(instances, start=1):
-            if instance.answer is None:
-                why = instance.no_answer or "its doc_to_target is empty"
-                raise TaskDataError(
-                    f"{where}: instance {number} has no target to train on ({why}); a "
-                    "generative task trains on its first target"
-                )
-        return [replace(instance, training=True) for instance in instances]
+        """Each instance with `training` set; one without an answer is named (a stored split's
+        column is scanned: nothing is decoded)."""
+        missing = first_without(instances, "answer")
+        if missing is not None:
+            why = instances[missing].no_answer or "its doc_to_target is empty"
+            raise TaskDataError(
+                f"{where}: instance {missing + 1} has no target to train on ({why}); a "
+                "generative task trains on its first target"
+            )
+        return with_fields(instances, training=True)
 
     def check_settings(
         self, task: Any, length: Callable[[], int | None], extra_metrics: Sequence[str] | None
@@ -269,12 +272,6 @@ class Generative(TaskKind):
 
     def owns(self, result):
         return isinstance(result.get("outputs"), list) or any(KEY_SEPARATOR in k for k in result)
-
-
-@functools.lru_cache(maxsize=64)
-def stored_scoring(source: str, where: str) -> AnswerScoring:
-    """A split's requests share one scoring: read once."""
-    return AnswerScoring.read(source, where)
 
 
 def raise_extra_metrics(task: Any) -> None:

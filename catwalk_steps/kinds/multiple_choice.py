@@ -17,6 +17,7 @@ from ..scoring.sequences import SequenceEncoder, pad_sequences
 from ..scoring.tokenization import load_tokenizer
 from ..tasks.base import MultipleChoiceInstance, joined_choice_text
 from .base import ResultContext, Scorer, TaskKind, register, tupled
+from .columns import MultipleChoiceColumns
 from .records import RECORDS, grouped_stderrs, mean_of, stderr_key, stderrs
 from .stderr import stderr_from_sums
 
@@ -194,6 +195,7 @@ def continuation_tokens(tokenizer: str, length: int, instances: list) -> list[li
 
 class MultipleChoice(TaskKind):
     name = "multiple_choice"
+    columns = MultipleChoiceColumns()
 
     def check_settings(
         self, task: Any, length: Callable[[], int | None], extra_metrics: Sequence[str] | None

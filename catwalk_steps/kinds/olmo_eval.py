@@ -34,6 +34,7 @@ from ..scoring.sequences import SequenceEncoder
 from ..tasks import TaskDataError
 from ..tasks.olmo_eval_labels import GOLD_ONLY_METRICS, METRIC_TYPES, OlmoEvalInstance
 from .base import Scorer, TaskKind, register, tupled
+from .columns import OlmoEvalColumns
 from .multiple_choice import choice_answers, choice_batch, score_rows
 from .olmo_documents import (  # noqa: F401  (the label's arithmetic, imported from here)
     document_values,
@@ -182,6 +183,7 @@ def batch_sums(scores: torch.Tensor, batch: Mapping[str, Any]) -> dict[str, floa
 
 class OlmoEval(TaskKind):
     name = "olmo_eval"
+    columns = OlmoEvalColumns()
     metrics_of_task = True  # its label's metric type
 
     def check_settings(

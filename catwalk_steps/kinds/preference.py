@@ -31,6 +31,7 @@ from ..scoring.preference_objective import (
 )
 from ..tasks.preference import PreferenceInstance
 from .base import Scorer, TaskKind, register
+from .columns import PreferenceColumns
 from .generative import squared
 from .preference_batches import batch_answers, cut_pairs, preference_answers, preference_batch
 from .records import RECORDS, stderr_key, stderrs
@@ -59,6 +60,7 @@ def pair_values(answer: Mapping[str, Any]) -> dict[str, float]:
 
 class Preference(TaskKind):
     name = "preference"
+    columns = PreferenceColumns()
 
     def check_objective(self, objective, task):
         if objective != "dpo":

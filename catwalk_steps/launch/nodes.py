@@ -32,8 +32,8 @@ from tango.common.exceptions import ConfigurationError
 from ..distributed.rendezvous import connect_store, wait_for_listener
 from ..errors import first_line
 from ..experiment import read_experiment
+from ..kinds.stored import data_fingerprint
 from ..settings import DEFAULTS, TrainSettings
-from ..tasks import dataset_fingerprint
 from .launcher import JOB_KEY, RENDEZVOUS_TOKEN, start_workers
 from .plan import build_job
 from .worker_process import RendezvousError, Work, train_on_worker
@@ -167,7 +167,7 @@ def shared_dataset(step: Step[Any], workspace: Any, message: dict) -> Any:
             "catwalk-worker reads it from the workspace node 0 uses (-w)"
         )
     dataset = workspace.step_cache[data_step]
-    if dataset_fingerprint(dataset.splits) != message["dataset_sha256"]:
+    if data_fingerprint(dataset.splits) != message["dataset_sha256"]:
         raise ConfigurationError(
             f"{workspace.step_dir(data_step)}: this node's copy of the data differs from node 0's"
         )

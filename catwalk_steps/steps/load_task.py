@@ -1,13 +1,18 @@
-"""`catwalk::load_task`: a task's splits, loaded once and cached."""
+"""`catwalk::load_task`: a task's splits, loaded once and cached: read as a stream (a file
+one row at a time, every row checked) and stored as they come, each split one Arrow file
+(:mod:`catwalk_steps.workspace.instances`); the next step reads the stored splits."""
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 from tango import Step
 from tango.common import DatasetDict
 from tango.common.exceptions import ConfigurationError
+from tango.step_caches import LocalStepCache
 
+from ..kinds.storing import StreamedSplits
 from ..scoring.tokenization import chat_tokenizer
 from ..tasks import LOADED_SPLITS, Task
 from ..tasks.chat_templates import ChatTemplate
@@ -43,7 +48,8 @@ class LoadTask(Step[DatasetDict]):
     """
 
     VERSION = "002"  # 002: stored as JSON (InstancesFormat), no longer a pickle; instances may
-    # carry a context per choice
+    # carry a context per choice. Still 002 with splits stored as Arrow files: a result of
+    # either form reads back (InstancesFormat tells them apart), so the ids stay as they were.
     DETERMINISTIC = True
     CACHEABLE = True
     FORMAT = InstancesFormat()
@@ -82,22 +88,27 @@ class LoadTask(Step[DatasetDict]):
         rendering = chat_tokenizer(task, tokenizer, TOKENIZER, template) if tokenizer else None
         wanted = splits or LOADED_SPLITS
         streamed = task.streaming.split if task.streaming else None  # never stored
-        loaded: dict[str, Any] = task.load([s for s in wanted if s != streamed], rendering)
-        if max_instances is not None:
-            loaded = {name: instances[:max_instances] for name, instances in loaded.items()}
-        for name, instances in loaded.items():
-            self.logger.info("Split %s: %d instances", name, len(instances))
-        if streamed in wanted:
+        streams: dict[str, Any] = {}
+        if streamed is not None and streamed in wanted:  # its first row read and rendered now
             stream = streamed_split(task, self.task_config(), tokenizer, max_instances, rendering)
             where = stream.stream.describe()
             self.logger.info(
                 "Split %s: streamed from %s by training, no row stored", streamed, where
             )
-            loaded = {name: loaded[name] if name != streamed else stream for name in wanted}
+            streams[streamed] = stream
+        read = task.stream([s for s in wanted if s not in streams], rendering)
+        if max_instances is not None:
+            read = ((name, islice(rows, max_instances)) for name, rows in read)
+        loaded = ((name, streams[name]) if name in streams else next(read) for name in wanted)
         metadata: dict[str, Any] = {"task": task.name}
         if task.limit is not None:  # shrunk for a quick try: its evaluations say so
             metadata["limit"] = task.limit
-        return DatasetDict(splits=loaded, metadata=metadata)
+        if not isinstance(self.workspace.step_cache, LocalStepCache):
+            # Tango's memory workspace (tests, notebooks) keeps a result as it is: as lists.
+            kept: dict[str, Any] = {n: r if n in streams else list(r) for n, r in loaded}
+            return DatasetDict(splits=kept, metadata=metadata)
+        # Written by the format as the rows are read; Tango returns the stored result.
+        return StreamedSplits(loaded, metadata)  # type: ignore[return-value]
 
     def task_config(self) -> Any:
         """The task's block as the experiment gives it: where a streamed split is read, the task

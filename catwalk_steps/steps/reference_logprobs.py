@@ -1,6 +1,7 @@
 """`catwalk::reference_logprobs`: the reference model's log-probability of every preference
-pair's answers, computed once and cached as data (the instances' JSON, each pair with its
-`reference`), for DPO training to read instead of running a second model.
+pair's answers, computed once and cached as data (the pairs stored as a task's splits are, an
+Arrow file per split, each pair with its `reference`), for DPO training to read instead of
+running a second model.
 
 The result depends on the reference model, the data, the tokenizer and `max_length` only: a
 sweep over `beta`, learning rate or seed trains every cell on the one cached result. It is

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -237,6 +239,21 @@ class Task(Registrable):
     def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[TaskInstance]:
         raise NotImplementedError
 
+    def iter_split(
+        self, split: str, tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[TaskInstance]:
+        """A split's instances as they are read (a task reading files: one row in memory at a
+        time); the same instances, in the same order, as :meth:`load_split`."""
+        return iter(self.load_split(split, tokenizer))
+
+    def stream(
+        self, splits: Sequence[str], tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[tuple[str, Iterator[TaskInstance]]]:
+        """Each requested split, in order, as its instances are read (what `catwalk::load_task`
+        stores as they come); an empty split is an error, as in :meth:`load`."""
+        for split in splits:
+            yield split, not_empty(self.iter_split(split, tokenizer), self.describe(split), split)
+
     def check_splits(self, splits: Sequence[str], field: str) -> None:
         """When the step graph is built: a step that will load `splits` (its key: `field`)
         fails now, naming the split and the data, where the task knows its splits without
@@ -276,17 +293,45 @@ class Task(Registrable):
         raise NotImplementedError
 
 
+def not_empty(instances: Iterator[Any], where: str, split: str) -> Iterator[Any]:
+    """`instances` as they come; none at all is an error naming the split."""
+    empty = True
+    for instance in instances:
+        empty = False
+        yield instance
+    if empty:
+        raise TaskDataError(f"{where}: split '{split}' is empty")
+
+
 def dataset_fingerprint(splits: Mapping[str, Any]) -> str:
     """SHA-256 of a dataset's splits (their names, instances and order): two nodes that built
     the same data from the same config have the same fingerprint."""
-    import hashlib
-    import json
-
     payload = {  # a streamed split (tasks.streamed): what identifies it, its `record()`
         name: split.record() if hasattr(split, "record") else [instance_record(i) for i in split]
         for name, split in splits.items()
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+class SplitFingerprint:
+    """`dataset_fingerprint({name: instances})` of one split, computed as its instances come
+    (:meth:`add` each in order, then :meth:`hexdigest`): the same bytes hashed as that JSON
+    text, `{"<name>": [<instance>, <instance>]}`, without the whole split in memory (what the
+    stored form records when it writes a split, for checkpoints' manifests to compare)."""
+
+    def __init__(self, name: str):
+        self.digest = hashlib.sha256(f"{{{json.dumps(name)}: [".encode())
+        self.count = 0
+
+    def add(self, instance: Any) -> None:
+        text = json.dumps(instance_record(instance), sort_keys=True)
+        self.digest.update(f"{', ' if self.count else ''}{text}".encode())
+        self.count += 1
+
+    def hexdigest(self) -> str:
+        closed = self.digest.copy()
+        closed.update(b"]}")
+        return closed.hexdigest()
 
 
 def instance_record(instance: Any) -> dict[str, Any]:

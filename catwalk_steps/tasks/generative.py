@@ -27,7 +27,8 @@ from .answers import DEFAULT_METRIC_LIST, AnswerScoring
 from .base import NAMED_TASK_TYPES, OTHER_TASK_NAMES, Task, TaskDataError
 from .fewshot import Rendered
 from .generation import GenerationInstance, answer_text
-from .templated import InstanceBuilder, TemplatedTask
+from .instance_builder import InstanceBuilder
+from .templated import TemplatedTask
 from .templates import Template, TemplateError
 
 TASK_TYPE = "catwalk::generative"
@@ -284,10 +285,10 @@ class GenerativeTask(TemplatedTask):
         document's target is one."""
         if source not in self.first_listed:
             split = self.evaluation_split_of(source)
-            row = source.first_row(split)  # (never the whole of a streamed split)
+            rows = source.rows(split, 1)  # the first row alone (a file: its first line)
             template = prompt_templates(self.spec)["doc_to_target"]
             extra = {"subtask": None} if self.spec.subtasks else {}
-            first = read_prompt(template, row, extra) if row is not None else None
+            first = read_prompt(template, rows[0], extra) if rows else None
             # lm-eval's `multiple_target = len(first)`: an empty first list counts as none.
             self.first_listed[source] = isinstance(first, list) and len(first) > 0
         return self.first_listed[source]

@@ -14,7 +14,8 @@ it is given in this type when the ext var is set (`catwalk_steps/jsonnet/lib/`),
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import islice
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
@@ -48,7 +49,22 @@ class LimitedTask(Task):
         return self.task.name
 
     def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[TaskInstance]:
-        return self.task.load_split(split, tokenizer)[: self.limit]
+        return list(self.iter_split(split, tokenizer))
+
+    def iter_split(
+        self, split: str, tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[TaskInstance]:
+        """The task's first `limit` instances, as it reads them: a task reading files stops
+        after them (never a row past its limit)."""
+        return islice(self.task.iter_split(split, tokenizer), self.limit)
+
+    def stream(
+        self, splits: Sequence[str], tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[tuple[str, Iterator[TaskInstance]]]:
+        """The task's splits as it reads them (what the load step stores), each cut at
+        `limit`."""
+        for split, instances in self.task.stream(splits, tokenizer):
+            yield split, islice(instances, self.limit)
 
     def check_splits(self, splits: Sequence[str], field: str) -> None:
         self.task.check_splits(splits, field)

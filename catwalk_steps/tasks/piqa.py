@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..remote import require_hub
 from .base import ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError, TaskInstance
-from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, read_jsonl, read_labels
+from .reading import MAX_LINE_BYTES, TOO_LONG, fingerprint, iter_jsonl, iter_labels
 
 logger = logging.getLogger(__name__)
 
@@ -42,20 +42,37 @@ def piqa_instance(row: Mapping[str, Any], label: Any, where: str) -> MultipleCho
 
 def read_piqa_files(data_dir: Path, file_stem: str) -> list[MultipleChoiceInstance]:
     """Reads PIQA's original distribution files `<stem>.jsonl` and `<stem>-labels.lst`."""
+    return list(iter_piqa_files(data_dir, file_stem))
+
+
+def iter_piqa_files(data_dir: Path, file_stem: str) -> Iterator[MultipleChoiceInstance]:
+    """PIQA's instances from its distribution files, each as its line and its label's are read
+    (the two files side by side, one line of each in memory)."""
     data_path = data_dir / f"{file_stem}.jsonl"
     labels_path = data_dir / f"{file_stem}-labels.lst"
     for path in (data_path, labels_path):
         if not path.is_file():
             raise TaskDataError(f"{path}: file not found")
-    rows = read_jsonl(data_path)
-    labels = read_labels(labels_path)
-    if len(rows) != len(labels):
+    rows, labels = iter_jsonl(data_path), iter_labels(labels_path)
+    skipped, count = [], 0
+    while (numbered := next(rows, None)) is not None and (labelled := next(labels, None)):
+        (number, row), (label_number, label) = numbered, labelled
+        count += 1
+        if row is TOO_LONG:
+            skipped.append(number)
+            continue
+        if isinstance(label, int) and label not in (0, 1):
+            raise TaskDataError(
+                f"{labels_path}:{label_number}: field 'label' must be 0 or 1, got {label}"
+            )
+        yield piqa_instance(row, label, f"{data_path}:{number}")
+    row_count = count + (numbered is not None) + sum(1 for _ in rows)
+    label_count = count + sum(1 for _ in labels)
+    if row_count != label_count:
         raise TaskDataError(
-            f"{labels_path}: {len(labels)} labels for {len(rows)} rows in {data_path.name}; "
+            f"{labels_path}: {label_count} labels for {row_count} rows in {data_path.name}; "
             "the files must have one line per instance"
         )
-    instances = []
-    skipped = [number for number, row in rows if row is TOO_LONG]
     if skipped:
         logger.warning(
             "%s: skipped %d line(s) longer than %d bytes (line %s), with their labels",
@@ -64,15 +81,6 @@ def read_piqa_files(data_dir: Path, file_stem: str) -> list[MultipleChoiceInstan
             MAX_LINE_BYTES,
             ", ".join(map(str, skipped[:5])),
         )
-    for (number, row), (label_number, label) in zip(rows, labels, strict=True):
-        if row is TOO_LONG:
-            continue
-        if isinstance(label, int) and label not in (0, 1):
-            raise TaskDataError(
-                f"{labels_path}:{label_number}: field 'label' must be 0 or 1, got {label}"
-            )
-        instances.append(piqa_instance(row, label, f"{data_path}:{number}"))
-    return instances
 
 
 @Task.register("catwalk::piqa")
@@ -113,6 +121,13 @@ class PiqaTask(Task):
                 )
             return [*read_piqa_files(self.data_dir, self.file_stems[split])]
         return self._load_hub_split(split)
+
+    def iter_split(
+        self, split: str, tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[TaskInstance]:
+        if self.data_dir is not None and self.data_dir.is_dir() and split in self.file_stems:
+            return iter_piqa_files(self.data_dir, self.file_stems[split])
+        return super().iter_split(split, tokenizer)
 
     def _load_hub_split(self, split: str) -> list[TaskInstance]:
         if split not in self.HUB_SPLITS:

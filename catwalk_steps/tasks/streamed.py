@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -24,9 +24,9 @@ from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
 from .base import Task, TaskDataError
-from .chat import prompt_of
+from .file_rows import Row
 from .sources import RowSource
-from .streams import Row, RowStream, source_identity
+from .streams import RowStream
 
 DEFAULT_SHUFFLE_BUFFER = 1000  # rows shuffled among (datasets' default buffer)
 
@@ -39,7 +39,7 @@ class Streaming:
     split: str
     stream: RowStream
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
-    data: Any = None  # what the whole source is (its other splits too): `source_identity`
+    data: Any = None  # what the whole source is (its other splits too): its `identity()`
 
     @classmethod
     def of(
@@ -74,7 +74,7 @@ class Streaming:
                 f"{field}: the data has no split '{data_split}' to stream ({source.offered()})"
             )
         stream = RowStream.of(source, data_split, field, revision).identified()
-        return cls(split, stream, buffer, source_identity(source))
+        return cls(split, stream, buffer, source.identity())
 
     def identity(self) -> tuple:
         """For the task's identity (in place of its source's, which reads files whole): a
@@ -104,17 +104,6 @@ def templated_problem(task: Any) -> str | None:
     if task.spec.training_split is None:
         return "the task has no training split to stream (training_split is null)"
     return None
-
-
-def templated_instances(builder: Any, rows: Iterable[Row], renderer: Any) -> Iterator[Any]:
-    """A task of templates' instances of rows met one at a time (no few-shot examples), each
-    the one its `InstanceBuilder.build` makes of that row."""
-    delimiter = builder.spec.fewshot_delimiter
-    for row, where in rows:
-        doc = builder.render(row, where)
-        description = builder.templates["description"].apply(row, builder.extra)
-        prompt = prompt_of(builder.task.chat, renderer, description, [], delimiter)
-        yield builder.instance(doc, prompt)
 
 
 @dataclass(frozen=True)

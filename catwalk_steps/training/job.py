@@ -19,6 +19,7 @@ from ..distributed.placement import PlacedJob
 from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
+from ..kinds.stored import data_fingerprint
 from ..settings import DEFAULTS
 from ..tasks.streamed import is_streamed
 
@@ -105,10 +106,9 @@ class TrainingJob(PlacedJob):
 
     def node_message(self) -> dict[str, Any]:
         """What node 0 tells the other nodes beside the step (data): its data's checksum (they
-        read the data from the shared workspace, and check it is the same)."""
-        from ..tasks import dataset_fingerprint
-
-        return {"dataset_sha256": dataset_fingerprint(self.dataset_dict)}
+        read the data from the shared workspace, and check it is the same; a stored split's is
+        read from its record, no row is read)."""
+        return {"dataset_sha256": data_fingerprint(self.dataset_dict)}
 
 
 @dataclass
@@ -148,9 +148,10 @@ def task_name(data: Any) -> str:
 def training_split(data: Any, schedule: Schedule) -> Any:
     """The training split as its kind trains on it (a generative task: each prompt with its
     answer); the job keeps the data as it was loaded (what other nodes check it against). A
-    streamed split as it is: its loader does that a batch at a time."""
-    if is_streamed(data[schedule.train_split]):
-        return data[schedule.train_split]
-    train = list(data[schedule.train_split])
+    stored split stays one: no row is read here but the first; a streamed split as it is: its
+    loader does that a batch at a time."""
+    train = data[schedule.train_split]
+    if is_streamed(train):
+        return train
     where = f"train: task '{task_name(data)}', split '{schedule.train_split}'"
     return kind_of(train[:1]).training_instances(train, where)

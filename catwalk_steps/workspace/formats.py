@@ -1,5 +1,5 @@
 """How step results are stored, as data: a trained rank classifier as a Hugging Face directory,
-a task's instances as JSON, an evaluation's metrics and records as JSON. What feeds a number
+a task's instances as Arrow files, an evaluation's metrics and records as JSON. What feeds a number
 (instances, metrics, records) is written with its SHA-256 and checked when read
 (:mod:`catwalk_steps.sealed`): an edited file is one line naming it, never a number."""
 
@@ -15,11 +15,10 @@ from tango.format import Format
 
 from ..checkpoints.weights import read_model_info, write_model_info
 from ..files import write_atomic, write_json_atomic
-from ..kinds import kind_of, kind_of_record
 from ..kinds.records import RECORDS
-from ..sealed import read_checked, read_if_written, write_digests
 from ..scoring.rank_classifier import RankClassifier
-from ..tasks.streamed import StreamedSplit, is_streamed
+from ..sealed import read_checked, read_if_written, write_digests
+from .instances import LEGACY, read_instances, write_instances
 
 
 @Format.register("catwalk::hf_model")
@@ -52,38 +51,22 @@ class HFModelFormat(Format[RankClassifier]):
 
 @Format.register("catwalk::instances")
 class InstancesFormat(Format[DatasetDict]):
-    """A task's splits of instances as one JSON file: data, never a pickle, so a cached (or
-    shared) `catwalk::load_task` result cannot run code when it is read. Each instance is stored
-    and read back by its kind (:meth:`~catwalk_steps.kinds.TaskKind.encode`, `decode`)."""
+    """A task's splits of instances, each one Arrow file in its kind's columns, memory-mapped
+    when read and decoded an instance at a time (:mod:`.instances`): data, never a pickle, so a
+    cached (or shared) `catwalk::load_task` result cannot run code when it is read. A result
+    stored as one JSON file (`instances.json`, before splits were Arrow files) still reads
+    back, whole."""
 
+    # 001 still: a step's id holds its format's version, and results of either form read back
+    # (the JSON form of 001 is told from the Arrow one by its files), so ids stay as they were.
     VERSION = "001"
-    FILE = "instances.json"
+    FILE = LEGACY
 
-    def write(self, artifact: DatasetDict, dir: PathOrStr) -> None:
-        payload = {
-            "metadata": artifact.metadata,
-            "splits": {
-                name: {"stream": instances.record()}  # no rows: what identifies them
-                if is_streamed(instances)
-                else [kind_of(instances).encode(instance) for instance in instances]
-                for name, instances in artifact.splits.items()
-            },
-        }
-        write_json_atomic(Path(dir) / self.FILE, payload)
-        write_digests(Path(dir), [self.FILE])
+    def write(self, artifact: Any, dir: PathOrStr) -> None:
+        write_instances(artifact, Path(dir))
 
     def read(self, dir: PathOrStr) -> DatasetDict:
-        payload = json.loads(read_checked(Path(dir) / self.FILE))
-        try:
-            splits: dict[str, Any] = {
-                name: StreamedSplit.of_record(rows["stream"])
-                if isinstance(rows, dict)
-                else [kind_of_record(row).decode(row, self.FILE) for row in rows]
-                for name, rows in payload["splits"].items()
-            }
-        except KeyError as e:  # (a KeyError would say "not cached" to Tango's cache)
-            raise ValueError(f"{self.FILE}: a stored instance has no {e}") from None
-        return DatasetDict(splits=splits, metadata=payload["metadata"])
+        return read_instances(Path(dir))
 
 
 @Format.register("catwalk::json")
