@@ -4,7 +4,7 @@ warning each; and which blocks a sharded engine wraps when its `modules_to_wrap`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..distributed.devices import usable_cores
@@ -66,19 +66,26 @@ def answers_cut(instances: Iterable[Any], tokenizer: Any, max_length: int) -> in
 
 
 def cut_answer_warnings(
-    dataset_dict: Any, loader: LoaderSettings, splits: Iterable[str | None]
+    dataset_dict: Any,
+    loader: LoaderSettings,
+    splits: Iterable[str | None],
+    stored: Mapping[str, Any | None] | None = None,
 ) -> list[str]:
     """Answers are scored whole only when they fit in the collate's max_length: say how many do
-    not, per split (`loader`: the training loader's block)."""
+    not, per split (`loader`: the training loader's block); a split whose tokens are `stored`
+    (:class:`~catwalk_steps.tokenized.StoredTokens`) says what was counted when they were."""
     if "tokenizer" not in loader.collate:
         return []
-    max_length = loader.max_length
+    max_length, field = loader.max_length, "collate_fn.max_length"
     tokenizer = load_tokenizer(loader.collate["tokenizer"], loader.collate_key("tokenizer"))
     warnings = []
     for split in filter(None, splits):
-        warnings += cut_warnings(
-            dataset_dict[split], tokenizer, max_length, split, "collate_fn.max_length"
-        )
+        tokens = (stored or {}).get(split)
+        if tokens is not None:
+            counts = (tokens.prompts_cut, tokens.answers_cut)
+            warnings += cut_lines(counts, tokens.rows, split, max_length, field)
+        else:
+            warnings += cut_warnings(dataset_dict[split], tokenizer, max_length, split, field)
     return warnings
 
 
@@ -87,19 +94,30 @@ def cut_warnings(
 ) -> list[str]:
     """What `max_length` (the key `field`) cuts of a split's instances, as their kind counts
     it: answers longer than it, and prompts whose start gives way to their answers."""
-    instances, warnings = list(instances), []
+    instances = list(instances)
     kind = kind_of(instances)
-    cut = kind.answers_cut(instances, tokenizer, max_length)
-    if cut:
+    counts = (
+        kind.prompts_cut(instances, tokenizer, max_length),
+        kind.answers_cut(instances, tokenizer, max_length),
+    )
+    return cut_lines(counts, len(instances), split, max_length, field)
+
+
+def cut_lines(
+    counts: tuple[int, int], instances: int, split: str, max_length: int, field: str
+) -> list[str]:
+    """The warnings for (prompts cut, answers cut) of a split of `instances`."""
+    prompts, answers = counts
+    warnings = []
+    if answers:
         warnings.append(
-            f"{field}: {cut} of {len(instances)} {split} instances have an answer longer than "
+            f"{field}: {answers} of {instances} {split} instances have an answer longer than "
             f"fits in {max_length} tokens, which is cut (answers are otherwise scored whole); "
             "raise max_length"
         )
-    cut = kind.prompts_cut(instances, tokenizer, max_length)
-    if cut:
+    if prompts:
         warnings.append(
-            f"{field}: {cut} of {len(instances)} {split} instances have a prompt too long for "
+            f"{field}: {prompts} of {instances} {split} instances have a prompt too long for "
             f"their answers to fit after it in {max_length} tokens: the prompt's start is cut "
             "(it keeps its last tokens, TRL's truncation_mode 'keep_end'; the answers are "
             "scored whole); raise max_length to keep it"

@@ -29,6 +29,7 @@ from ..engines.skeleton import chosen_modules, model_skeleton
 from ..kinds import kind_of
 from ..scoring.tokenization import chat_tokenizer, load_tokenizer
 from ..settings import TrainSettings
+from ..tokenized import StoredTokens, tokens_root, training_tokens
 from ..training.callbacks import RunMetrics
 from ..training.job import Schedule, TrainingJob, task_name, training_split
 
@@ -48,12 +49,9 @@ def build_job(
     schedule = replace(schedule, val_metric_name=checked_val_metric(settings, schedule))
     devices = plan_devices(settings.device_count, requested=settings.device, field="train.device")
     engine = check_engine_settings(settings.blocks.engine)
-    warnings = [devices.note] if devices.note else []
-    warnings += training_warnings(devices.device_type, devices.count)
-    warnings += schedule_warnings(schedule)
-    splits = (schedule.train_split, schedule.validation_split)
-    warnings += cut_answer_warnings(settings.dataset_dict, settings.blocks.train_loader, splits)
-    for warning in warnings:
+    identity = run_identity(settings, schedule)
+    tokens = stored_tokens(settings, schedule, identity, tokens_root(workspace, work_dir), log)
+    for warning in start_warnings(settings, schedule, devices, tokens):
         log.warning(warning)
     job = TrainingJob(
         step_id=step_id,
@@ -79,7 +77,8 @@ def build_job(
         workspace=workspace,
         evaluate_tasks=in_loop_instances(settings, log),
         inner_modules=chosen_modules(settings.blocks.model, engine),
-        identity=run_identity(settings, schedule),
+        identity=identity,
+        tokens=tokens,
     )
     check_resumable(
         job.work_dir, job.resume_from, engine.engine_class.__name__, job.world_size, job.identity
@@ -90,6 +89,34 @@ def build_job(
     if note:
         announce(log, "%s", note)
     return job
+
+
+def stored_tokens(
+    settings: TrainSettings,
+    schedule: Schedule,
+    identity: dict[str, Any],
+    root: Path,
+    log: logging.Logger,
+) -> StoredTokens | None:
+    """The training split's tokens, stored once (under `root`) for every rank, slot and sweep
+    cell: computed here when they are not yet."""
+    split = training_split(settings.dataset_dict, schedule)
+    data = identity["data"]["sha256"]  # the split's fingerprint
+    return training_tokens(settings.blocks.train_loader, split, data, root, log)
+
+
+def start_warnings(
+    settings: TrainSettings, schedule: Schedule, devices: Any, tokens: StoredTokens | None
+) -> list[str]:
+    """Settings that work but are probably not what was meant (:mod:`..checks.start_warnings`);
+    what max_length cuts of the training split as counted when its tokens were stored."""
+    warnings = [devices.note] if devices.note else []
+    warnings += training_warnings(devices.device_type, devices.count)
+    warnings += schedule_warnings(schedule)
+    splits = (schedule.train_split, schedule.validation_split)
+    stored = {schedule.train_split: tokens}
+    loader = settings.blocks.train_loader
+    return warnings + cut_answer_warnings(settings.dataset_dict, loader, splits, stored)
 
 
 def run_identity(settings: TrainSettings, schedule: Schedule) -> dict[str, Any]:

@@ -6,7 +6,7 @@ The schedule is derived once, from the `catwalk::train` step's config, and every
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
 from ..settings import DEFAULTS
+from ..tokenized import StoredTokens, TokenizedSplit
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class TrainingJob(PlacedJob):
     # What it trains on, recorded in each checkpoint's manifest: {"data": ..., "model": ...}
     # (:mod:`~catwalk_steps.checkpoints.run_identity`).
     identity: dict[str, Any] = field(default_factory=dict)
+    # The training split's tokens, stored once (None: its batches tokenize as they are made).
+    tokens: StoredTokens | None = None
 
     def node_message(self) -> dict[str, Any]:
         """What node 0 tells the other nodes beside the step (data): its data's checksum (they
@@ -150,3 +153,10 @@ def training_split(data: Any, schedule: Schedule) -> list:
     train = list(data[schedule.train_split])
     where = f"train: task '{task_name(data)}', split '{schedule.train_split}'"
     return kind_of(train[:1]).training_instances(train, where)
+
+
+def training_items(job: TrainingJob, schedule: Schedule) -> Sequence[Any]:
+    """What the training loader collates: the training split, each instance with its stored
+    tokens where the job has them."""
+    train = training_split(job.dataset_dict, schedule)
+    return train if job.tokens is None else TokenizedSplit(train, job.tokens)

@@ -39,7 +39,7 @@ from ..distributed.groups import barrier, distributed_position
 from ..engines.train_config import NodeAwareTrainConfig
 from .checkpointing import Checkpointer
 from .in_loop import InLoopTasks
-from .job import TrainerState, TrainingJob, training_split
+from .job import TrainerState, TrainingJob, training_items
 from .trackers import connect_trackers
 from .validation import Validation
 
@@ -119,8 +119,9 @@ class Trainer:
         """The loaders of the two splits; `train_steps` from the loader's length when the
         schedule gives epochs."""
         data = job.dataset_dict
-        train = training_split(data, self.schedule)
-        self.train_loader = job.train_dataloader.construct(dataset=train)
+        self.train_loader = job.train_dataloader.construct(
+            dataset=training_items(job, self.schedule)
+        )
         default_seed = getattr(self.train_loader, "use_default_seed", None)
         if default_seed is not None:
             default_seed(self.schedule.seed)
