@@ -253,9 +253,9 @@ def test_a_split_tokenized_by_several_processes_is_the_one_tokenized_by_one(tmp_
 def test_a_bad_row_in_a_tokenizing_process_is_its_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setattr(build, "PARALLEL_ROWS", 2)
     monkeypatch.setattr(build, "usable_cores", lambda: 2)
-    bad = [*CHOICES[:2], MultipleChoiceInstance("Q: x", ("",), 0)]  # a choice without tokens
+    bad = [*CHOICES[:3], MultipleChoiceInstance("Q: x", ("",), 0)]  # a choice without tokens
     with pytest.raises(TaskDataError, match="choice '' has no tokens of its own"):
-        stored(bad, MultipleChoiceCollator(BYTES, 16), tmp_path)
+        stored(bad, MultipleChoiceCollator(BYTES, 16), tmp_path)  # in the second of 2 parts
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
 
 
