@@ -118,7 +118,17 @@ CASES = [
     (
         DEMO,
         {f"{COLLATE}.max_lenght": 64},
-        "ConfigurationError: train_dataloader.collate_fn.max_lenght: MultipleChoiceCollator has no such key; did you mean 'max_length'? (it takes max_length, tokenizer)",
+        "ConfigurationError: train_dataloader.collate_fn.max_lenght: MultipleChoiceCollator has no such key; did you mean 'max_length'? (it takes max_length, packing, tokenizer)",
+    ),
+    (
+        DEMO,
+        {f"{COLLATE}.packing": "yes"},
+        "ConfigurationError: train_dataloader.collate_fn.packing: true or false, got 'yes'",
+    ),
+    (
+        DEMO,
+        {f"{COLLATE}.packing": True},
+        "ConfigurationError: train_dataloader.collate_fn.packing: packs generative (SFT) training examples, and task 'SyntheticTask' is multiple choice; leave packing out",
     ),
     (
         DEMO,

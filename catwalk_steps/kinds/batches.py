@@ -6,12 +6,24 @@ batches either way), and what the collate's `max_length` cuts, counted from thos
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
+
+from tango.common.exceptions import ConfigurationError
 
 from ..scoring.tokenization import Known, TextKey
 
 
 class Batches:
+    name: ClassVar[str]
+
+    def check_packing(self, task: str, field: str) -> None:
+        """`collate_fn.packing: true` (the key `field`) training on task `task` of this kind:
+        only generative (SFT) training examples are packed."""
+        raise ConfigurationError(
+            f"{field}: packs generative (SFT) training examples, and task '{task}' is "
+            f"{self.name.replace('_', ' ')}; leave packing out"
+        )
+
     def collate(
         self, collator: Any, instances: list, weights: list[float], known: Known | None = None
     ) -> Any:

@@ -194,6 +194,9 @@ class Generative(TaskKind):
     def token_texts(self, collator, instance):
         return training_texts(collator.generation_encoder, instance)
 
+    def check_packing(self, task, field):
+        pass  # its training examples (prompt, answer) are what packing packs
+
     def batch_tokens(self, batch):
         if isinstance(batch, dict) and DOCUMENTS in batch:
             return document_tokens(batch[DOCUMENTS])  # packed rows: each document's tokens
