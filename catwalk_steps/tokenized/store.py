@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from filelock import FileLock
 
@@ -60,6 +61,25 @@ class StoredTokens:
         return pa.concat_tables(tables).column("tokens")
 
 
+class TokenRows:
+    """A row's tokens read from the mapped column through NumPy views of its buffers (no copy):
+    a few microseconds a row, where Arrow's `as_py` takes a hundred."""
+
+    def __init__(self, column: pa.ChunkedArray):
+        self.starts = np.cumsum([0, *(len(chunk) for chunk in column.chunks)])
+        self.chunks = [
+            (c.offsets.to_numpy(), c.values.offsets.to_numpy(), c.values.values.to_numpy())
+            for c in column.chunks
+        ]
+
+    def __getitem__(self, index: int) -> list[list[int]]:
+        chunk = int(np.searchsorted(self.starts, index, side="right")) - 1
+        rows, texts, values = self.chunks[chunk]
+        row = index - int(self.starts[chunk])
+        bounds = texts[rows[row] : rows[row + 1] + 1].tolist()
+        return [values[a:b].tolist() for a, b in zip(bounds, bounds[1:])]
+
+
 class TokenizedSplit(Sequence):
     """A split whose items carry their stored tokens (:class:`~catwalk_steps.kinds.collate.
     Tokenized`): what a training loader collates from. Only the rows asked for are read."""
@@ -72,13 +92,14 @@ class TokenizedSplit(Sequence):
             )
         self.instances = instances
         self.stored = stored
-        self.tokens = stored.column()
+        self.tokens = TokenRows(stored.column())
 
     def __len__(self) -> int:
         return len(self.instances)
 
     def __getitem__(self, index):  # type: ignore[override]  # one row at a time
-        return Tokenized(self.instances[index], self.tokens[index].as_py())
+        index = range(len(self))[index]  # (a negative index from the end)
+        return Tokenized(self.instances[index], self.tokens[index])
 
     def __reduce__(self) -> tuple[Any, ...]:
         return TokenizedSplit, (self.instances, self.stored)  # reopened, never the rows
