@@ -34,7 +34,7 @@ from bench.common import read_status_kib, reset_peak_rss, write_results  # noqa:
 
 TOKENIZER = "olmo_eval::gpt-neox-olmo-dolma-v1_5"
 MAX_LENGTH = 512
-WORDS = (
+WORDS = (  # noqa: SIM905  (a paragraph of words)
     "the of and to in is was for that on as with by he it at from his an were are which this "
     "be or has had first one their its new after who they have her she two been other when "
     "there all during into school time may years more most only over city some world would "
@@ -95,13 +95,17 @@ def cold(instances: list, root: Path, processes: int | None) -> dict:
     from catwalk_steps.tokenized import build
     from catwalk_steps.tokenized.store import stored_training_tokens
 
+    cores = build.usable_cores
     if processes is not None:
         build.usable_cores = lambda: processes  # type: ignore[assignment]
     collator = MultipleChoiceCollator(TOKENIZER, MAX_LENGTH)
     before = read_status_kib("VmRSS") * 1024
     reset_peak_rss()
     started = time.perf_counter()
-    stored = stored_training_tokens(kind_of(instances), collator, instances, "b", root, LOG)
+    try:
+        stored = stored_training_tokens(kind_of(instances), collator, instances, "b", root, LOG)
+    finally:
+        build.usable_cores = cores  # type: ignore[assignment]
     seconds = time.perf_counter() - started
     peak = read_status_kib("VmHWM") * 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
@@ -199,7 +203,10 @@ def main() -> None:
 
 def markdown(results: dict) -> str:
     lines = [
-        "| rows | cold (processes) | rows/s | parent peak above its rows | a tokenizing process's peak | stored | cold, one process | cached: found and checked (first reader / later) | a row by index | batch of 16: tokenized / stored |",
+        "| rows | cold (processes) | rows/s | parent peak above its rows "
+        "| a tokenizing process's peak RSS (the parent's pages it touched included) | stored "
+        "| cold, one process | cached: found and checked (a fresh process, twice) "
+        "| a row by index | batch of 16: tokenized / stored |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for rows, r in results.items():

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from catwalk_steps.kinds.generative import training_batch
 from catwalk_steps.scoring.packed_documents import (
     best_fit_decreasing,
     document_log_probs,
@@ -22,7 +23,7 @@ from catwalk_steps.scoring.packed_documents import (
     packed_answer_batch,
 )
 from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.scoring.sequences import ChoiceSequence, pad_sequences
+from catwalk_steps.scoring.sequences import ChoiceSequence
 
 from .conftest import run_tango, step_result
 from .families import FAMILIES
@@ -44,20 +45,6 @@ def documents(count: int, seed: int = 1) -> list[ChoiceSequence]:
         ids = tuple(rng.randrange(250) for _ in range(length))
         sequences.append(ChoiceSequence(ids, rng.randint(1, length - 1), index, 0, 1))
     return sequences
-
-
-def padded_batch(sequences, weights) -> dict:
-    count = len(sequences)
-    batch = dict(pad_sequences(sequences, 0))
-    batch.update(
-        instance_index=torch.arange(count),
-        choice_index=torch.zeros(count, dtype=torch.long),
-        choice_chars=torch.ones(count),
-        labels=torch.zeros(count, dtype=torch.long),
-        weights=torch.tensor(weights),
-        num_choices=1,
-    )
-    return batch
 
 
 def unpacked_log_probs(lm, sequences) -> torch.Tensor:
@@ -87,7 +74,7 @@ def test_packed_rows_give_every_answer_token_and_the_loss_their_unpacked_values(
         order = torch.argsort(batch["documents"]["packed_target_sequence"], stable=True)
         assert torch.allclose(packed[order], alone, rtol=0, atol=1e-6)
     loss = model(**batch)["loss"]
-    expected = model(**padded_batch(sequences, weights))["loss"]
+    expected = model(**training_batch(sequences, weights, 0, 64))["loss"]
     assert float(loss) == pytest.approx(float(expected), rel=0, abs=1e-6)
     loss.backward()  # it trains: gradients reach the weights
     assert all(p.grad is not None for p in model.lm.parameters() if p.requires_grad)

@@ -200,6 +200,21 @@ def test_preference_batches_and_cuts_from_stored_tokens_equal_tokenized_ones(tmp
     )
 
 
+def test_the_start_warnings_say_the_counts_stored_with_the_tokens(tmp_path):
+    from catwalk_steps.checks.start_warnings import cut_answer_warnings
+    from catwalk_steps.settings import LoaderSettings
+
+    long = "Q: " + "word " * 40 + "?\nA:"
+    pairs = [PreferenceInstance(long, " yes\n", " no\n"), PreferenceInstance("Q:", " a\n", " b\n")]
+    collate = {"type": "catwalk::multiple_choice", "tokenizer": BYTES, "max_length": 32}
+    loader = LoaderSettings("train_dataloader", None, {}, collate)
+    tokens = stored(pairs, MultipleChoiceCollator(BYTES, 32), tmp_path)
+    data = {"train": pairs, "validation": pairs}
+    said = cut_answer_warnings(data, loader, ["train", "validation"], {"train": tokens})
+    assert said == cut_answer_warnings(data, loader, ["train", "validation"])  # tokenized
+    assert len(said) == 2 and said[0].startswith("collate_fn.max_length: 1 of 2 train instances")
+
+
 def test_tokens_are_stored_once_per_key(tmp_path, caplog):
     collator = MultipleChoiceCollator(BYTES, 16)
     with caplog.at_level(logging.INFO, logger="test"):

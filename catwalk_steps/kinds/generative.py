@@ -151,19 +151,29 @@ def training_texts(encoder: GenerationEncoder, instance: GenerationInstance) -> 
 def answer_batch(
     collator: Any, instances: list, weights: list[float], known: Known | None = None
 ) -> dict[str, Any]:
-    """Training examples as one forward of the `lm` objective (:func:`answer_sequences`): one
-    sequence per instance, its right choice, padded; or, with the collate's `packing`, packed
-    into rows of `max_length` (:mod:`~catwalk_steps.scoring.packed_documents`)."""
+    """Training examples as one forward of the `lm` objective (:func:`answer_sequences`)."""
     encoder = collator.generation_encoder
     sequences = answer_sequences(encoder, instances, known)
-    if collator.packing:
-        return packed_answer_batch(sequences, weights, encoder.pad_id, encoder.max_length)
-    batch: dict[str, Any] = dict(pad_sequences(sequences, encoder.pad_id))
+    return training_batch(sequences, weights, encoder.pad_id, encoder.max_length, collator.packing)
+
+
+def training_batch(
+    sequences: list[ChoiceSequence],
+    weights: list[float],
+    pad_id: int,
+    max_length: int,
+    packing: bool = False,
+) -> dict[str, Any]:
+    """Training sequences, one per instance (its right choice), padded; or, `packing`, packed
+    into rows of `max_length` (:mod:`~catwalk_steps.scoring.packed_documents`)."""
+    if packing:
+        return packed_answer_batch(sequences, weights, pad_id, max_length)
+    batch: dict[str, Any] = dict(pad_sequences(sequences, pad_id))
     batch.update(
-        instance_index=torch.arange(len(instances)),
-        choice_index=torch.zeros(len(instances), dtype=torch.long),
+        instance_index=torch.arange(len(sequences)),
+        choice_index=torch.zeros(len(sequences), dtype=torch.long),
         choice_chars=torch.tensor([s.choice_chars for s in sequences]),
-        labels=torch.zeros(len(instances), dtype=torch.long),
+        labels=torch.zeros(len(sequences), dtype=torch.long),
         weights=torch.tensor(weights),
         num_choices=1,
     )

@@ -24,6 +24,7 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     else the digests of the files of its directory that are not weights; with its class, special
     tokens and chat template, and the versions of the libraries that run it."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
+    content: dict[str, str] | str
     if backend is not None:
         content = hashlib.sha256(backend.to_str().encode()).hexdigest()
     else:

@@ -77,7 +77,7 @@ class TokenRows:
         rows, texts, values = self.chunks[chunk]
         row = index - int(self.starts[chunk])
         bounds = texts[rows[row] : rows[row + 1] + 1].tolist()
-        return [values[a:b].tolist() for a, b in zip(bounds, bounds[1:])]
+        return [values[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 class TokenizedSplit(Sequence):
@@ -97,7 +97,7 @@ class TokenizedSplit(Sequence):
     def __len__(self) -> int:
         return len(self.instances)
 
-    def __getitem__(self, index):  # type: ignore[override]  # one row at a time
+    def __getitem__(self, index):  # one row at a time
         index = range(len(self))[index]  # (a negative index from the end)
         return Tokenized(self.instances[index], self.tokens[index])
 
