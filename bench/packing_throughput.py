@@ -5,7 +5,8 @@ Training examples whose lengths (prompt and answer, tokens) are drawn log-unifor
 GPT-2 of ~124M parameters (12 x 768, vocabulary 50257) with random weights, float32, AdamW; the
 same batches both ways, built by the generative kind's own batch function
 (:func:`catwalk_steps.kinds.generative.training_batch`), each step through the rank classifier's
-forward, backward and an optimizer step, on `--threads` CPU threads.
+forward, backward and an optimizer step, on `--threads` CPU threads; the two models alternate
+batch by batch, so that other work on the machine weighs on both alike.
 
 Run: `python bench/packing_throughput.py --steps 3` (bench/results/packing_throughput.md).
 """
@@ -46,28 +47,18 @@ def batches(steps: int, vocab: int, seed: int = 0) -> list[list]:
     return drawn
 
 
-def run(model, optimizer, drawn: list[list], packing: bool) -> dict:
+def step(model, optimizer, sequences: list, packing: bool) -> tuple[float, int]:
+    """One training step on a batch laid out padded or packed: (seconds, positions run)."""
     from catwalk_steps.kinds.generative import training_batch
 
-    times, tokens, positions = [], 0, 0
-    for step, sequences in enumerate(drawn):
-        batch = training_batch(sequences, [1.0] * BATCH, 0, MAX_LENGTH, packing)
-        started = time.perf_counter()
-        loss = model(**batch)["loss"]
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if step > 0:  # the first is a warm-up
-            times.append(time.perf_counter() - started)
-            tokens += sum(len(s.token_ids) for s in sequences)
-            rows = batch["documents"]["packed_input_ids"] if packing else batch["input_ids"]
-            positions += rows.numel()
-    return {
-        "tokens_per_s": tokens / sum(times),
-        "s_per_step": sum(times) / len(times),
-        "real_share": tokens / positions,
-        "loss_first": None,
-    }
+    batch = training_batch(sequences, [1.0] * BATCH, 0, MAX_LENGTH, packing)
+    started = time.perf_counter()
+    loss = model(**batch)["loss"]
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    rows = batch["documents"]["packed_input_ids"] if packing else batch["input_ids"]
+    return time.perf_counter() - started, rows.numel()
 
 
 def main() -> None:
@@ -81,18 +72,29 @@ def main() -> None:
 
     spec = gpt2_spec(12, 768, MAX_LENGTH, vocab=50257)
     drawn = batches(args.steps + 1, 50257)
-    results = {"machine": machine(), "steps": args.steps}
-    for packing in (False, True):
+    runs = {}
+    for name in ("padded", "packed"):
         torch.manual_seed(0)
         model = Model.from_params(Params(dict(spec))).train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        name = "packed" if packing else "padded"
-        results[name] = run(model, optimizer, drawn, packing)
-        print(name, results[name], flush=True)
-        del model, optimizer
+        runs[name] = (model, torch.optim.AdamW(model.parameters(), lr=1e-5), [], [0, 0])
+    # The two alternate, batch by batch: other work on the machine weighs on both alike.
+    for index, sequences in enumerate(drawn):
+        for name, (model, optimizer, times, counts) in runs.items():
+            seconds, positions = step(model, optimizer, sequences, name == "packed")
+            print(name, index, f"{seconds:.1f} s", flush=True)
+            if index > 0:  # the first is a warm-up
+                times.append(seconds)
+                counts[0] += sum(len(s.token_ids) for s in sequences)
+                counts[1] += positions
+    results: dict = {"machine": machine(), "steps": args.steps}
+    for name, (_, _, times, (tokens, positions)) in runs.items():
+        results[name] = {
+            "tokens_per_s": tokens / sum(times),
+            "s_per_step": sum(times) / len(times),
+            "real_share": tokens / positions,
+        }
     results["speedup"] = results["packed"]["tokens_per_s"] / results["padded"]["tokens_per_s"]
-    params = sum(p.numel() for p in Model.from_params(Params(dict(spec))).parameters())
-    results["parameters"] = params
+    results["parameters"] = sum(p.numel() for p in runs["padded"][0].parameters())
     write_results("packing_throughput", results, markdown(results))
 
 
@@ -100,7 +102,7 @@ def markdown(r: dict) -> str:
     rows = [
         f"GPT-2 {r['parameters'] / 1e6:.0f}M parameters, float32, batch {BATCH}, max_length "
         f"{MAX_LENGTH}, lengths log-uniform 32-512 (half answer), {r['steps']} timed steps after "
-        f"one warm-up, {r['machine']['cpu_threads']} threads.",
+        f"one warm-up, each batch padded then packed, {r['machine']['cpu_threads']} threads.",
         "",
         "| batches | tokens/s (real) | s/step | real tokens / positions run |",
         "|---|---|---|---|",

@@ -13,7 +13,9 @@ processes forked from this one, one per usable core: each reads the split this p
 data, a JSON file: its part's digest, rows and counts, or its error's type and message, raised
 here again (in one line where the error is one of those).
 
-Measured (docs/results.md, `bench/tokenize_once.py`): see the page for the figures.
+Measured (`bench/tokenize_once.py`, docs/results.md): 1,000,000 SFT rows (~92 tokens each) in
+333 s on 2 shared cores, this process 17 MiB above the rows it holds; the tokenizer's batched
+call is most of the time.
 """
 
 from __future__ import annotations
