@@ -128,14 +128,7 @@ def check_training_task(settings: TrainSettings) -> None:
     kind = kind_of_task(task)
     check_val_metric(settings, kind, task, task_named(kind, task.name))
     kind.check_objective(model_objective(settings.model), task)
-    check_packing(settings, kind, task.name)
-
-
-def check_packing(settings: TrainSettings, kind: Any, task: str) -> None:
-    """`packing: true` in the training loader's collate, for a task whose kind packs."""
-    loader = settings.blocks.train_loader
-    if loader.collate.get("packing") is True:
-        kind.check_packing(task, loader.collate_key("packing"))
+    kind.check_packing(task.name, settings.blocks.train_loader)
 
 
 def check_loaded_splits(settings: TrainSettings, task: Any) -> None:
@@ -244,10 +237,6 @@ def check_loader(settings: LoaderSettings | None) -> dict[str, Any]:
     check_keys(collator, collate_params, f"{key}.collate_fn")
     if "max_length" in collate_params:
         whole(collate_params["max_length"], f"{key}.collate_fn.max_length", minimum=2)
-    if not isinstance(collate_params.get("packing", False), bool):
-        raise ConfigurationError(
-            f"{key}.collate_fn.packing: true or false, got {collate_params['packing']!r}"
-        )
     return collate_params
 
 

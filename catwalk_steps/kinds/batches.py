@@ -16,13 +16,14 @@ from ..scoring.tokenization import Known, TextKey
 class Batches:
     name: ClassVar[str]
 
-    def check_packing(self, task: str, field: str) -> None:
-        """`collate_fn.packing: true` (the key `field`) training on task `task` of this kind:
-        only generative (SFT) training examples are packed."""
-        raise ConfigurationError(
-            f"{field}: packs generative (SFT) training examples, and task '{task}' is "
-            f"{self.name.replace('_', ' ')}; leave packing out"
-        )
+    def check_packing(self, task: str, loader: Any) -> None:
+        """Training on task `task` of this kind with the training `loader` (its settings): only
+        generative (SFT) training examples are packed (`collate_fn.packing`)."""
+        if loader.packing:
+            raise ConfigurationError(
+                f"{loader.collate_key('packing')}: packs generative (SFT) training examples, "
+                f"and task '{task}' is {self.name.replace('_', ' ')}; leave packing out"
+            )
 
     def collate(
         self, collator: Any, instances: list, weights: list[float], known: Known | None = None

@@ -204,7 +204,7 @@ class Generative(TaskKind):
     def token_texts(self, collator, instance):
         return training_texts(collator.generation_encoder, instance)
 
-    def check_packing(self, task, field):
+    def check_packing(self, task, loader):
         pass  # its training examples (prompt, answer) are what packing packs
 
     def batch_tokens(self, batch):

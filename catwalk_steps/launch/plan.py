@@ -21,12 +21,7 @@ from ..checks.start_warnings import (
     wrapping_note,
 )
 from ..checks.trackers import tracker_callbacks
-from ..checks.training import (
-    check_engine_settings,
-    check_packing,
-    check_val_metric,
-    task_named,
-)
+from ..checks.training import check_engine_settings, check_val_metric, task_named
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
@@ -106,9 +101,10 @@ def stored_tokens(
     """The training split's tokens, stored once (under `root`) for every rank, slot and sweep
     cell: computed here when they are not yet."""
     split = training_split(settings.dataset_dict, schedule)
-    check_packing(settings, kind_of(split[:1]), task_name(settings.dataset_dict))  # known now
+    loader = settings.blocks.train_loader
+    kind_of(split[:1]).check_packing(task_name(settings.dataset_dict), loader)  # known now
     data = identity["data"]["sha256"]  # the split's fingerprint
-    return training_tokens(settings.blocks.train_loader, split, data, root, log)
+    return training_tokens(loader, split, data, root, log)
 
 
 def start_warnings(
