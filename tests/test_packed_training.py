@@ -153,9 +153,13 @@ def training(packing: bool, lr: float, data: str = "data") -> dict:
     }
 
 
-def losses(workspace: Path, run: str, step: str) -> list[float]:
+def history(workspace: Path, run: str, step: str) -> dict:
     info = json.loads((step_result(workspace, run, step) / "catwalk_model.json").read_text())
-    return [entry["loss"] for entry in info["metrics_history"]["train"]]
+    return info["metrics_history"]
+
+
+def losses(workspace: Path, run: str, step: str) -> list[float]:
+    return [entry["loss"] for entry in history(workspace, run, step)["train"]]
 
 
 @pytest.mark.slow
@@ -180,6 +184,10 @@ def test_packed_and_unpacked_sft_train_to_the_same_losses_from_tokens_stored_onc
     assert len(padded) == 2 and all(math.isfinite(x) for x in padded)  # steps 1 and 3
     assert packed == pytest.approx(padded, rel=1e-5)
     assert losses(workspace, "sft", "faster") != padded
+    # Validation generates as without packing (the validation batches are not packed).
+    validated = [history(workspace, "sft", step)["validation"] for step in ("padded", "packed")]
+    assert validated[0][-1]["count"] == 4 and "exact_match,none" in validated[0][-1]
+    assert validated[0] == validated[1]
     [tokens] = list((workspace / "tokens").glob("*/tokens-0.arrow"))
     data = bytearray(tokens.read_bytes())
     data[len(data) // 2] ^= 0xFF
