@@ -118,7 +118,17 @@ CASES = [
     (
         DEMO,
         {f"{COLLATE}.max_lenght": 64},
-        "ConfigurationError: train_dataloader.collate_fn.max_lenght: MultipleChoiceCollator has no such key; did you mean 'max_length'? (it takes max_length, tokenizer)",
+        "ConfigurationError: train_dataloader.collate_fn.max_lenght: MultipleChoiceCollator has no such key; did you mean 'max_length'? (it takes max_length, packing, tokenizer)",
+    ),
+    (
+        DEMO,
+        {f"{COLLATE}.packing": "yes"},
+        "ConfigurationError: train_dataloader.collate_fn.packing: true or false, got 'yes'",
+    ),
+    (
+        DEMO,
+        {f"{COLLATE}.packing": True},
+        "ConfigurationError: train_dataloader.collate_fn.packing: packs generative (SFT) training examples, and task 'SyntheticTask' is multiple choice; leave packing out",
     ),
     (
         DEMO,
@@ -818,7 +828,7 @@ def test_blocks_wrapped_without_a_list_are_named_when_training_starts():
 
 
 def test_answers_that_max_length_cuts_are_counted():
-    from catwalk_steps.checks.start_warnings import answers_cut
+    from catwalk_steps.kinds import kind_of
     from catwalk_steps.scoring.tokenization import load_tokenizer
     from catwalk_steps.tasks.base import MultipleChoiceInstance
 
@@ -826,7 +836,8 @@ def test_answers_that_max_length_cuts_are_counted():
         MultipleChoiceInstance("Q:", (" short", " " + "long" * 10), 0),
         MultipleChoiceInstance("Q:", (" a", " b"), 1),
     ]
-    assert answers_cut(instances, load_tokenizer("catwalk::byte_level"), max_length=16) == 1
+    tokenizer = load_tokenizer("catwalk::byte_level")
+    assert kind_of(instances).answers_cut(instances, tokenizer, max_length=16) == 1
 
 
 # --- The workspace ----------------------------------------------------------------------------

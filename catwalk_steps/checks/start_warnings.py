@@ -11,9 +11,7 @@ from ..distributed.devices import usable_cores
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..engines.wrapping import describe_blocks
 from ..kinds import kind_of
-from ..scoring.tokenization import load_tokenizer
 from ..settings import EngineSettings, LoaderSettings
-from ..tasks.streamed import is_streamed
 
 
 def wrapping_note(engine: EngineSettings, model: Any) -> str | None:
@@ -59,27 +57,18 @@ def training_warnings(device_type: str, local_workers: int, step: str = "train")
     return warnings
 
 
-def answers_cut(instances: Iterable[Any], tokenizer: Any, max_length: int) -> int:
-    """How many instances have an answer longer than `max_length` tokens, as their kind counts
-    (:meth:`~catwalk_steps.kinds.TaskKind.answers_cut`)."""
-    instances = list(instances)
-    return kind_of(instances).answers_cut(instances, tokenizer, max_length)
-
-
-def cut_answer_warnings(
-    dataset_dict: Any, loader: LoaderSettings, splits: Iterable[str | None]
-) -> list[str]:
+def cut_answer_warnings(collated: Iterable[tuple[str | None, LoaderSettings, Any]]) -> list[str]:
     """Answers are scored whole only when they fit in the collate's max_length: say how many do
-    not, per split (`loader`: the training loader's block)."""
-    if "tokenizer" not in loader.collate:
-        return []
-    max_length = loader.max_length
-    tokenizer = load_tokenizer(loader.collate["tokenizer"], loader.collate_key("tokenizer"))
+    not, per split, as counted when its tokens were stored (`collated`: each split, the loader
+    that collates it and its :class:`~catwalk_steps.tokenized.StoredTokens`). A split without
+    stored tokens (a collate of one's own, a stream) is not counted: no split is read whole
+    here."""
     warnings = []
-    for split in (s for s in splits if s and not is_streamed(dataset_dict[s])):  # never read whole
-        warnings += cut_warnings(
-            dataset_dict[split], tokenizer, max_length, split, "collate_fn.max_length"
-        )
+    for split, loader, tokens in collated:
+        if split is not None and tokens is not None:
+            counts = (tokens.prompts_cut, tokens.answers_cut)
+            field = loader.collate_key("max_length")
+            warnings += cut_lines(counts, tokens.rows, split, loader.max_length, field)
     return warnings
 
 
@@ -87,20 +76,32 @@ def cut_warnings(
     instances: Sequence[Any], tokenizer: Any, max_length: int, split: str, field: str
 ) -> list[str]:
     """What `max_length` (the key `field`) cuts of a split's instances, as their kind counts
-    it: answers longer than it, and prompts whose start gives way to their answers."""
-    warnings = []  # (a stored split stays one: its kind reads what it counts, row by row)
+    it: answers longer than it, and prompts whose start gives way to their answers (a step
+    that scores every instance: the reference's log-probabilities; a stored split stays one,
+    read row by row)."""
     kind = kind_of(instances)
-    cut = kind.answers_cut(instances, tokenizer, max_length)
-    if cut:
+    counts = (
+        kind.prompts_cut(instances, tokenizer, max_length),
+        kind.answers_cut(instances, tokenizer, max_length),
+    )
+    return cut_lines(counts, len(instances), split, max_length, field)
+
+
+def cut_lines(
+    counts: tuple[int, int], instances: int, split: str, max_length: int, field: str
+) -> list[str]:
+    """The warnings for (prompts cut, answers cut) of a split of `instances`."""
+    prompts, answers = counts
+    warnings = []
+    if answers:
         warnings.append(
-            f"{field}: {cut} of {len(instances)} {split} instances have an answer longer than "
+            f"{field}: {answers} of {instances} {split} instances have an answer longer than "
             f"fits in {max_length} tokens, which is cut (answers are otherwise scored whole); "
             "raise max_length"
         )
-    cut = kind.prompts_cut(instances, tokenizer, max_length)
-    if cut:
+    if prompts:
         warnings.append(
-            f"{field}: {cut} of {len(instances)} {split} instances have a prompt too long for "
+            f"{field}: {prompts} of {instances} {split} instances have a prompt too long for "
             f"their answers to fit after it in {max_length} tokens: the prompt's start is cut "
             "(it keeps its last tokens, TRL's truncation_mode 'keep_end'; the answers are "
             "scored whole); raise max_length to keep it"

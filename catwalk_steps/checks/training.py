@@ -16,11 +16,7 @@ from typing import Any
 
 from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import (
-    DataCollator,
-    LRScheduler,
-    Optimizer,
-)
+from tango.integrations.torch import DataCollator, LRScheduler, Optimizer
 
 from ..components import check_keys, lazy_params, registered_name, resolve_config
 from ..distributed.rendezvous import rendezvous_settings
@@ -128,6 +124,7 @@ def check_training_task(settings: TrainSettings) -> None:
     kind = kind_of_task(task)
     check_val_metric(settings, kind, task, task_named(kind, task.name))
     kind.check_objective(model_objective(settings.model), task)
+    kind.check_packing(task.name, settings.blocks.train_loader)
 
 
 def check_loaded_splits(settings: TrainSettings, task: Any) -> None:

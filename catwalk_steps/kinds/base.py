@@ -7,7 +7,8 @@ their instances or result and never test a type. Shaped on OLMo-core's evaluator
 batch, then `compute`) and lm-evaluation-harness's task (`process_results`, `aggregation`,
 `higher_is_better`):
 
-- :meth:`TaskKind.collate`: a batch of its instances for one forward (or a decoding loop);
+- :meth:`TaskKind.collate`: a batch of its instances for one forward (or a decoding loop), from
+  their texts tokenized then or stored once (:mod:`.batches`);
 - :meth:`TaskKind.update`: one batch's sums, through a :class:`Scorer` (the forward through
   the engine's root wrapper, the model, the decisions all ranks take together);
 - :meth:`TaskKind.compute`: the metrics from sums added over batches and ranks (sums combine by
@@ -39,6 +40,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..scoring.generation import Ranks
 from ..tasks.base import instance_record
+from .batches import Batches
 from .columns import Columns
 from .records import RECORDS
 
@@ -66,7 +68,7 @@ class ResultContext:
     extra_metrics: Sequence[str] | None = None
 
 
-class TaskKind:
+class TaskKind(Batches):
     """One kind of task, as every stage asks it (see the module)."""
 
     name: ClassVar[str]
@@ -117,9 +119,6 @@ class TaskKind:
         """The training split's instances as training batches are made of them (`where` names
         the split in errors)."""
         return instances
-
-    def collate(self, collator: Any, instances: list, weights: list[float]) -> Any:
-        raise NotImplementedError
 
     def batch_tokens(self, batch: Any) -> int | None:
         """The token positions one collated training batch runs, for tokens/s: each sequence's

@@ -21,7 +21,9 @@ from tango.common.exceptions import ConfigurationError
 
 from ..scoring.generated import generate_texts
 from ..scoring.generation import GenerationEncoder, eos_ids_of, forward_step, greedy_generate
+from ..scoring.packed_documents import DOCUMENTS, document_tokens, packed_answer_batch
 from ..scoring.sequences import ChoiceSequence, pad_sequences
+from ..scoring.tokenization import Known, TextKey, tokenize_keys
 from ..tasks.base import TaskDataError
 from ..tasks.generation import GenerationInstance, prompt_room
 from .base import Scorer, TaskKind, register, tupled
@@ -115,28 +117,63 @@ def squared(name: str) -> str:
 KEY_SEPARATOR = ","
 
 
-def answer_batch(collator: Any, instances: list, weights: list[float]) -> dict[str, Any]:
-    """Training examples as one forward of the `lm` objective: each prompt as generation encodes
-    it (the tokenizer's BOS rule, cut on the left to leave `max_gen_toks` for the answer), then
-    its answer's tokens (at most `max_gen_toks`; the end-of-text token when the task has no
-    stop sequence), which alone are in the loss: one sequence per instance, its right choice."""
-    encoder = collator.generation_encoder
-    tokenizer = encoder.tokenizer
-    sequences, prompts = [], encoder.prompts(instances)
+def answer_key(instance: GenerationInstance) -> TextKey:
+    """How a training example's answer is tokenized: alone, without special tokens."""
+    return instance.answer or "", False
+
+
+def answer_sequences(
+    encoder: GenerationEncoder, instances: list, known: Known | None = None
+) -> list[ChoiceSequence]:
+    """Each training example as one sequence: its prompt as generation encodes it (the
+    tokenizer's BOS rule, cut on the left to leave `max_gen_toks` for the answer), then its
+    answer's tokens (at most `max_gen_toks`; the end-of-text token when the task has no stop
+    sequence), which alone are in the loss. `known`: their texts' tokens as stored."""
+    if known is None:
+        keys = [key for instance in instances for key in training_texts(encoder, instance)]
+        known = tokenize_keys(encoder.tokenizer, keys)
+    sequences, prompts = [], encoder.prompts(instances, known)
     for index, (instance, prompt) in enumerate(zip(instances, prompts, strict=True)):
-        answer = tokenizer(instance.answer, add_special_tokens=False)["input_ids"]
+        answer = list(known[answer_key(instance)])
         if not instance.until:
-            answer = [*answer, tokenizer.eos_token_id]
+            answer = [*answer, encoder.tokenizer.eos_token_id]
         answer = answer[: instance.max_gen_toks]
         sequences.append(
             ChoiceSequence(tuple(prompt + answer), len(answer), index, 0, len(instance.answer))
         )
-    batch: dict[str, Any] = dict(pad_sequences(sequences, encoder.pad_id))
+    return sequences
+
+
+def training_texts(encoder: GenerationEncoder, instance: GenerationInstance) -> list[TextKey]:
+    return [encoder.prompt_key(instance), answer_key(instance)]
+
+
+def answer_batch(
+    collator: Any, instances: list, weights: list[float], known: Known | None = None
+) -> dict[str, Any]:
+    """Training examples as one forward of the `lm` objective (:func:`answer_sequences`)."""
+    encoder = collator.generation_encoder
+    sequences = answer_sequences(encoder, instances, known)
+    return training_batch(sequences, weights, encoder.pad_id, encoder.max_length, collator.packing)
+
+
+def training_batch(
+    sequences: list[ChoiceSequence],
+    weights: list[float],
+    pad_id: int,
+    max_length: int,
+    packing: bool = False,
+) -> dict[str, Any]:
+    """Training sequences, one per instance (its right choice), padded; or, `packing`, packed
+    into rows of `max_length` (:mod:`~catwalk_steps.scoring.packed_documents`)."""
+    if packing:
+        return packed_answer_batch(sequences, weights, pad_id, max_length)
+    batch: dict[str, Any] = dict(pad_sequences(sequences, pad_id))
     batch.update(
-        instance_index=torch.arange(len(instances)),
-        choice_index=torch.zeros(len(instances), dtype=torch.long),
+        instance_index=torch.arange(len(sequences)),
+        choice_index=torch.zeros(len(sequences), dtype=torch.long),
         choice_chars=torch.tensor([s.choice_chars for s in sequences]),
-        labels=torch.zeros(len(instances), dtype=torch.long),
+        labels=torch.zeros(len(sequences), dtype=torch.long),
         weights=torch.tensor(weights),
         num_choices=1,
     )
@@ -164,6 +201,17 @@ class Generative(TaskKind):
 
     def widest(self, instances):
         return 1  # a prompt (or a prompt and its answer) per instance
+
+    def token_texts(self, collator, instance):
+        return training_texts(collator.generation_encoder, instance)
+
+    def check_packing(self, task, loader):
+        pass  # its training examples (prompt, answer) are what packing packs
+
+    def batch_tokens(self, batch):
+        if isinstance(batch, dict) and DOCUMENTS in batch:
+            return document_tokens(batch[DOCUMENTS])  # packed rows: each document's tokens
+        return super().batch_tokens(batch)
 
     def training_instances(self, instances, where):
         """Each instance with `training` set; one without an answer is named (a stored split's
@@ -195,9 +243,9 @@ class Generative(TaskKind):
             f"collate_fn.max_length {max_length}",
         )
 
-    def collate(self, collator, instances, weights):
+    def collate(self, collator, instances, weights, known=None):
         if instances[0].training:
-            return answer_batch(collator, instances, weights)
+            return answer_batch(collator, instances, weights, known)
         encoder, live = collator.generation_encoder, [w > 0 for w in weights]
         return GenerationBatch(instances, encoder.prompts(instances), live, encoder)
 

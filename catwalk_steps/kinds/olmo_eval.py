@@ -195,12 +195,23 @@ class OlmoEval(TaskKind):
                 "metrics already include its per-character and per-byte forms"
             )
 
-    def collate(self, collator, instances, weights):
+    def collate(self, collator, instances, weights, known=None):
         olmo, unconditioned = olmo_eval_batch(instances, collator.unconditioned_rows)
         weights = weights + [0.0] * len(unconditioned)
-        batch = choice_batch(collator, instances + unconditioned, weights, alone=True)
+        batch = choice_batch(collator, instances + unconditioned, weights, True, known)
         batch["olmo_eval"] = olmo
         return batch
+
+    def token_texts(self, collator, instance):
+        """Its texts each alone, and its unconditioned instance's where its batch has them."""
+        pmi = instance.metric == "pmi_dc" and collator.unconditioned_rows
+        extra = [instance.unconditioned_instance()] if pmi else []
+        texts = collator.encoder.instance_texts
+        return list(dict.fromkeys(key for i in [instance, *extra] for key in texts(i, True)))
+
+    def cuts(self, collator, instances, known):
+        encoder = collator.encoder
+        return 0, sum(encoder.answer_cut(instance, True, known) for instance in instances)
 
     def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         outputs = scorer.forward({k: v for k, v in batch.items() if k != "olmo_eval"})

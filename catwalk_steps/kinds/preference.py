@@ -33,7 +33,13 @@ from ..tasks.preference import PreferenceInstance
 from .base import Scorer, TaskKind, register
 from .columns import PreferenceColumns
 from .generative import squared
-from .preference_batches import batch_answers, cut_pairs, preference_answers, preference_batch
+from .preference_batches import (
+    batch_answers,
+    cut_pairs,
+    pair_texts,
+    preference_answers,
+    preference_batch,
+)
 from .records import RECORDS, stderr_key, stderrs
 from .stderr import stderr_from_sums
 
@@ -91,9 +97,16 @@ class Preference(TaskKind):
     def widest(self, instances):
         return 2  # two answers per pair (in one packed row)
 
-    def collate(self, collator, instances, weights):
+    def collate(self, collator, instances, weights, known=None):
         encoder = collator.encoder
-        return preference_batch(encoder.tokenizer, encoder.max_length, instances, weights)
+        return preference_batch(encoder.tokenizer, encoder.max_length, instances, weights, known)
+
+    def token_texts(self, collator, instance):
+        return pair_texts(collator.encoder.tokenizer, instance)
+
+    def cuts(self, collator, instances, known):
+        encoder = collator.encoder
+        return cut_pairs(encoder.tokenizer, encoder.max_length, instances, known)
 
     def batch_tokens(self, batch):
         """Each pair's prompt once and both its answers, as a packed row holds them (the same

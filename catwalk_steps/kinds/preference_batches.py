@@ -20,18 +20,22 @@ from ..scoring.preference_objective import (
     REWARDS_CHOSEN,
     REWARDS_REJECTED,
 )
-from ..tasks.preference import PreferenceInstance, prompts_ids
+from ..scoring.tokenization import Known, TextKey, tokenize_keys
+from ..tasks.preference import PreferenceInstance, prompt_key
 
 CHUNK = 1024  # pairs tokenized at once when they are counted
 Whole = tuple[list[int], list[int], list[int]]  # a pair's (prompt, chosen, rejected) tokens, uncut
 
 
-def answers_ids(tokenizer: Any, answers: Sequence[str]) -> list[list[int]]:
-    """Answers' tokens, each with the end-of-text token after it, as TRL tokenizes a
-    completion; in one call of the tokenizer."""
-    end = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    tokens = tokenizer(list(answers), add_special_tokens=False)["input_ids"] if answers else []
-    return [list(ids) + end for ids in tokens]
+def pair_texts(tokenizer: Any, instance: PreferenceInstance) -> list[TextKey]:
+    """What a pair's batch tokenizes: its prompt with the tokenizer's special tokens unless it
+    starts with BOS (a chat template writes it: kept once), and each answer alone, without
+    (TRL's tokenization of a prompt and a completion)."""
+    return [
+        prompt_key(tokenizer, instance.prompt),
+        (instance.chosen, False),
+        (instance.rejected, False),
+    ]
 
 
 def fitted(
@@ -46,30 +50,45 @@ def fitted(
     return prompt[-room:], chosen, rejected
 
 
-def whole_pairs(tokenizer: Any, instances: Sequence[PreferenceInstance]) -> list[Whole]:
-    """Each pair's (prompt, chosen, rejected) tokens, uncut."""
-    prompts = prompts_ids(tokenizer, [instance.prompt for instance in instances])
-    chosen = answers_ids(tokenizer, [instance.chosen for instance in instances])
-    rejected = answers_ids(tokenizer, [instance.rejected for instance in instances])
-    return list(zip(prompts, chosen, rejected, strict=True))
+def whole_pairs(
+    tokenizer: Any, instances: Sequence[PreferenceInstance], known: Known | None = None
+) -> list[Whole]:
+    """Each pair's (prompt, chosen, rejected) tokens, uncut, each answer with the end-of-text
+    token after it, as TRL tokenizes a completion (`known`: the texts' tokens as stored, else
+    tokenized here)."""
+    texts = [pair_texts(tokenizer, instance) for instance in instances]
+    if known is None:
+        known = tokenize_keys(tokenizer, [key for keys in texts for key in keys])
+    end = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    return [
+        (list(known[prompt]), [*known[chosen], *end], [*known[rejected], *end])
+        for prompt, chosen, rejected in texts
+    ]
 
 
 def fitted_pairs(
-    tokenizer: Any, max_length: int, instances: Sequence[PreferenceInstance]
+    tokenizer: Any,
+    max_length: int,
+    instances: Sequence[PreferenceInstance],
+    known: Known | None = None,
 ) -> list[PreferencePair]:
     """The pairs' tokens, cut to `max_length` as :func:`fitted` says: the same in the reference
     step, training and evaluation, which all batch pairs here."""
     return [
-        PreferencePair(*fitted(*whole, max_length)) for whole in whole_pairs(tokenizer, instances)
+        PreferencePair(*fitted(*whole, max_length))
+        for whole in whole_pairs(tokenizer, instances, known)
     ]
 
 
-def cut_pairs(tokenizer: Any, max_length: int, instances: Sequence[Any]) -> tuple[int, int]:
+def cut_pairs(
+    tokenizer: Any, max_length: int, instances: Sequence[Any], known: Known | None = None
+) -> tuple[int, int]:
     """(pairs whose prompt loses its start, pairs with an answer cut) in `max_length`: what
     :func:`fitted` drops, counted for the warnings that say so (a chunk of pairs at a time)."""
     prompts = answers = 0
     for start in range(0, len(instances), CHUNK):
-        for whole in whole_pairs(tokenizer, instances[start : start + CHUNK]):
+        chunk = instances[start : start + CHUNK]
+        for whole in whole_pairs(tokenizer, chunk, known):
             kept = fitted(*whole, max_length)
             prompts += len(kept[0]) < len(whole[0])
             answers += len(kept[1]) < len(whole[1]) or len(kept[2]) < len(whole[2])
@@ -86,11 +105,13 @@ def preference_batch(
     max_length: int,
     instances: Sequence[PreferenceInstance],
     weights: Sequence[float],
+    known: Known | None = None,
 ) -> dict[str, Any]:
     """One forward's batch: `preference` (the packed pairs, and TRL's two rows each for a model
     that cannot take packed rows: the collate does not know the model), `weights` (0: padding),
-    and `reference` where every pair has it (a list: no engine casts it to a low precision)."""
-    pairs = fitted_pairs(tokenizer, max_length, instances)
+    and `reference` where every pair has it (a list: no engine casts it to a low precision);
+    `known`: the pairs' texts' tokens as stored."""
+    pairs = fitted_pairs(tokenizer, max_length, instances, known)
     pad = pad_id_of(tokenizer)
     batch: dict[str, Any] = {
         "preference": {**pack_pairs(pairs, pad), **concatenated_pairs(pairs, pad)},

@@ -27,8 +27,10 @@ from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..kinds import kind_of
+from ..kinds.stored import split_fingerprint
 from ..scoring.tokenization import chat_tokenizer, load_tokenizer
 from ..settings import TrainSettings
+from ..tokenized import StoredTokens, tokens_root, training_tokens
 from ..training.callbacks import RunMetrics
 from ..training.job import Schedule, TrainingJob, task_name, training_split
 
@@ -48,12 +50,8 @@ def build_job(
     schedule = replace(schedule, val_metric_name=checked_val_metric(settings, schedule))
     devices = plan_devices(settings.device_count, requested=settings.device, field="train.device")
     engine = check_engine_settings(settings.blocks.engine)
-    warnings = [devices.note] if devices.note else []
-    warnings += training_warnings(devices.device_type, devices.count)
-    warnings += schedule_warnings(schedule)
-    splits = (schedule.train_split, schedule.validation_split)
-    warnings += cut_answer_warnings(settings.dataset_dict, settings.blocks.train_loader, splits)
-    for warning in warnings:
+    tokens = split_tokens(settings, schedule, tokens_root(workspace, work_dir), log)
+    for warning in start_warnings(settings, schedule, devices, tokens):
         log.warning(warning)
     job = TrainingJob(
         step_id=step_id,
@@ -80,6 +78,8 @@ def build_job(
         evaluate_tasks=in_loop_instances(settings, log),
         inner_modules=chosen_modules(settings.blocks.model, engine),
         identity=run_identity(settings, schedule),
+        tokens=tokens[0],
+        validation_tokens=tokens[1],
     )
     check_resumable(
         job.work_dir, job.resume_from, engine.engine_class.__name__, job.world_size, job.identity
@@ -90,6 +90,47 @@ def build_job(
     if note:
         announce(log, "%s", note)
     return job
+
+
+def split_tokens(
+    settings: TrainSettings, schedule: Schedule, root: Path, log: logging.Logger
+) -> tuple[StoredTokens | None, StoredTokens | None]:
+    """The tokens of the splits the job collates, each stored once (under `root`) for every
+    rank, slot and sweep cell, computed here (streaming, on every core) when they are not yet:
+    the training split's as the training loader collates it, the validation split's as the
+    loader that validates does. Each is keyed by its split's fingerprint as stored with it (the
+    one the run's identity records: no row is read for it); a streamed split has none."""
+    data, blocks = settings.dataset_dict, settings.blocks
+    train = training_split(data, schedule)
+    kind_of(train).check_packing(task_name(data), blocks.train_loader)  # known now
+    fingerprint = split_fingerprint(data[schedule.train_split], schedule.train_split)
+    tokens = training_tokens(blocks.train_loader, train, fingerprint, root, log)
+    name = schedule.validation_split
+    if name is None:
+        return tokens, None
+    validation = data[name]
+    return tokens, training_tokens(
+        blocks.in_loop, validation, split_fingerprint(validation, name), root, log
+    )
+
+
+def start_warnings(
+    settings: TrainSettings,
+    schedule: Schedule,
+    devices: Any,
+    tokens: tuple[StoredTokens | None, StoredTokens | None],
+) -> list[str]:
+    """Settings that work but are probably not what was meant (:mod:`..checks.start_warnings`);
+    what max_length cuts of each split, as counted when its tokens were stored."""
+    warnings = [devices.note] if devices.note else []
+    warnings += training_warnings(devices.device_type, devices.count)
+    warnings += schedule_warnings(schedule)
+    blocks = settings.blocks
+    collated = [
+        (schedule.train_split, blocks.train_loader, tokens[0]),
+        (schedule.validation_split, blocks.in_loop, tokens[1]),
+    ]
+    return warnings + cut_answer_warnings(collated)
 
 
 def run_identity(settings: TrainSettings, schedule: Schedule) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from ..tasks import GenerationInstance
 from ..tasks.generation import prompt_room
 from .decoding import Decoding, Step, shared_prefix
 from .sequences import CHARS_PER_TOKEN
+from .tokenization import Known, TextKey, tokenize_keys
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -48,21 +49,23 @@ class GenerationEncoder:
         self.pad_id = pad if pad is not None else tokenizer.eos_token_id
         self.stop_lengths: dict[str, int] = {}
 
-    def prompts(self, instances: Sequence[GenerationInstance]) -> list[list[int]]:
-        """Each instance's prompt tokens, cut on the left to leave room for its answer."""
-        result: list[list[int]] = [[] for _ in instances]
-        for special in (True, False):
-            chosen = [i for i, x in enumerate(instances) if self.special(x.context) == special]
-            if not chosen:
-                continue
-            # No token covers more than CHARS_PER_TOKEN characters: a prompt far longer than
-            # the room it has is cut before it is tokenized, keeping the same last tokens.
-            texts = [self.clip(instances[i]) for i in chosen]
-            encoded = self.tokenizer(texts, add_special_tokens=special)["input_ids"]
-            for i, ids in zip(chosen, encoded, strict=True):
-                room = self.room(instances[i])
-                result[i] = list(ids[-room:])
-        return result
+    def prompts(
+        self, instances: Sequence[GenerationInstance], known: Known | None = None
+    ) -> list[list[int]]:
+        """Each instance's prompt tokens, cut on the left to leave room for its answer
+        (`known`: the prompts' tokens as stored, else tokenized here)."""
+        keys = [self.prompt_key(instance) for instance in instances]
+        found = tokenize_keys(self.tokenizer, keys) if known is None else known
+        return [
+            list(found[key][-self.room(instance) :])
+            for key, instance in zip(keys, instances, strict=True)
+        ]
+
+    def prompt_key(self, instance: GenerationInstance) -> TextKey:
+        """What a prompt is tokenized as: no token covers more than CHARS_PER_TOKEN characters,
+        so a prompt far longer than the room it has is cut before it is tokenized, keeping the
+        same last tokens; the tokenizer's special tokens unless it starts with BOS."""
+        return self.clip(instance), self.special(instance.context)
 
     def clip(self, instance: GenerationInstance) -> str:
         return instance.context[-(self.room(instance) + 1) * CHARS_PER_TOKEN :]

@@ -29,6 +29,7 @@ from .causal_lm import build_causal_lm, checked_source
 from .choice_scoring import ChoiceScoring
 from .generation import decode_step
 from .model_saving import save_model_directory
+from .packed_documents import document_loss
 from .preference_objective import PreferenceScoring
 from .shared_context import packing_support
 from .tokenization import load_tokenizer
@@ -199,15 +200,19 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         attention_mask: torch.Tensor | None = None,
         decoding: Mapping[str, Any] | None = None,
         preference: Mapping[str, torch.Tensor] | None = None,
+        documents: Mapping[str, torch.Tensor] | None = None,
         **batch: Any,
     ) -> dict[str, Any]:
         """A batch of multiple-choice instances (:meth:`choice_outputs`), a batch of
-        `preference` pairs (:meth:`preference_outputs`), or a `decoding` step of generation
-        (positions, cache): the next token's logits and the cache
+        `preference` pairs (:meth:`preference_outputs`), training `documents` packed into rows
+        (the `lm` objective's loss: :func:`~.packed_documents.document_loss`), or a `decoding`
+        step of generation (positions, cache): the next token's logits and the cache
         (:func:`~catwalk_steps.scoring.generation.decode_step`). One forward, through the
-        engine's root wrapper, for all three."""
+        engine's root wrapper, for all four."""
         if preference is not None:
             return self.preference_outputs(preference, **batch)
+        if documents is not None:
+            return {"loss": document_loss(self.lm, documents, batch["weights"])}
         assert input_ids is not None and attention_mask is not None, "a batch of tokens"
         if decoding is not None:
             return decode_step(self.lm, input_ids, attention_mask, **decoding)

@@ -14,6 +14,7 @@ from tango.common.exceptions import ConfigurationError
 from ..settings import MAX_LENGTH
 from ..tasks import MultipleChoiceInstance, OlmoEvalInstance, TaskDataError
 from ..tasks.base import joined_choice_chars
+from .tokenization import Known, TextKey, tokenize_keys
 
 CHARS_PER_TOKEN = 64
 
@@ -82,14 +83,15 @@ class SequenceEncoder:
     def encode_all(self, keys: Sequence[tuple[str, bool]]) -> None:
         """Tokenizes the texts not seen yet in one batched call per setting of special tokens
         (much faster than one by one)."""
-        new = [key for key in dict.fromkeys(keys) if key not in self._cache]
-        for special in (True, False):
-            texts = [text for text, with_special in new if with_special == special]
-            if texts:
-                encoded = self.tokenizer(texts, add_special_tokens=special)["input_ids"]
-                self._cache.update(
-                    zip([(t, special) for t in texts], map(tuple, encoded), strict=True)
-                )
+        self._cache.update(tokenize_keys(self.tokenizer, [k for k in keys if k not in self._cache]))
+
+    def known(self, keys: Sequence[TextKey], known: Known | None) -> Known:
+        """Where the tokens of `keys` are read from: `known` (a batch's stored tokens), else
+        this encoder's memo, once they are tokenized into it."""
+        if known is not None:
+            return known
+        self.encode_all(keys)
+        return self._cache
 
     def clip(self, context: str, choice: str) -> tuple[str, str]:
         """lm-evaluation-harness's split of a pair, and only what can be used of it.
@@ -111,12 +113,14 @@ class SequenceEncoder:
             return [self.key(choice, special=False)]
         return [self.key(context), self.key(context + choice)]
 
-    def pair(self, context: str, choice: str) -> tuple[tuple[int, ...], int]:
-        """The tokens of one (context, continuation) pair and how many are the continuation's."""
+    def whole_pair(
+        self, context: str, choice: str, known: Known | None = None
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The context's and the continuation's tokens of one pair, before any cut."""
         texts = self.texts(context, choice)
-        self.encode_all(texts)  # those not memoised yet
+        found = self.known(texts, known)  # those not memoised yet, tokenized
         if len(texts) == 1:  # no context: lm-eval's prefix token, unless the choice starts so
-            choice_ids = self._cache[texts[0]]
+            choice_ids = found[texts[0]]
             if choice_ids[:1] == (self.prefix_id,):
                 context_ids, choice_ids = choice_ids[:1], choice_ids[1:]
             else:
@@ -124,14 +128,21 @@ class SequenceEncoder:
             if not choice_ids:
                 raise TaskDataError(f"choice {choice!r} has no tokens")
         else:
-            context_ids = self._cache[texts[0]]
-            choice_ids = self._cache[texts[1]][len(context_ids) :]
+            context_ids = found[texts[0]]
+            choice_ids = found[texts[1]][len(context_ids) :]
             if not choice_ids:
                 raise TaskDataError(
                     f"choice {choice!r} has no tokens of its own after context "
                     f"'...{context[-40:]}' (tokenized together, context and choice are no more "
                     "tokens than the context)"
                 )
+        return context_ids, choice_ids
+
+    def pair(
+        self, context: str, choice: str, known: Known | None = None
+    ) -> tuple[tuple[int, ...], int]:
+        """The tokens of one (context, continuation) pair and how many are the continuation's."""
+        context_ids, choice_ids = self.whole_pair(context, choice, known)
         choice_ids = choice_ids[: self.max_length]
         return (context_ids + choice_ids)[-(self.max_length + 1) :], len(choice_ids)
 
@@ -139,14 +150,14 @@ class SequenceEncoder:
         return [(context[-self.char_limit :], False), (choice[: self.char_limit], False)]
 
     def olmo_eval_pair(
-        self, context: str, choice: str, with_bos: bool = True
+        self, context: str, choice: str, with_bos: bool = True, known: Known | None = None
     ) -> tuple[tuple[int, ...], int]:
         """A pair tokenized as ai2-olmo-eval does: context and continuation each alone, without
         special tokens; the BOS before the context (:attr:`olmo_eval_bos`) unless it starts so;
         the context cut on the left to fit (`query[-model_ctx_len:]`)."""
         texts = self.olmo_eval_texts(context, choice)
-        self.encode_all(texts)
-        context_ids, choice_ids = (self._cache[key] for key in texts)
+        found = self.known(texts, known)
+        context_ids, choice_ids = (found[key] for key in texts)
         bos = self.olmo_eval_bos if with_bos else None
         if bos is not None and context_ids[:1] != (bos,):
             context_ids = (bos, *context_ids)
@@ -162,10 +173,19 @@ class SequenceEncoder:
     def olmo_eval_lengths(self, instances: Sequence[OlmoEvalInstance]) -> list[int]:
         """Each document's longest continuation, in tokens as :meth:`olmo_eval_pair` counts."""
         self.encode_all([key for i in instances for key in self.instance_texts(i, alone=True)])
-        return [
-            max(len(self._cache[(choice[: self.char_limit], False)]) for choice in i.choices)
-            for i in instances
-        ]
+        return [self.longest_alone(i, self._cache) for i in instances]
+
+    def longest_alone(self, instance: MultipleChoiceInstance, known: Known) -> int:
+        """An instance's longest continuation tokenized alone (ai2-olmo-eval's encoding)."""
+        return max(len(known[(choice[: self.char_limit], False)]) for choice in instance.choices)
+
+    def answer_cut(self, instance: MultipleChoiceInstance, alone: bool, known: Known) -> bool:
+        """Whether one of the instance's continuations is longer than `max_length` tokens (as
+        :meth:`sequences` encodes it), so that it is cut (or, `alone`, refused)."""
+        if alone:
+            return self.longest_alone(instance, known) > self.max_length
+        pairs = instance.pairs()
+        return any(len(self.whole_pair(*pair, known)[1]) > self.max_length for pair in pairs)
 
     def instance_texts(
         self, instance: MultipleChoiceInstance, alone: bool
@@ -176,26 +196,35 @@ class SequenceEncoder:
         return [key for pair in instance.pairs() for key in texts(*pair)]
 
     def encoded(
-        self, instance: MultipleChoiceInstance, context: str, choice: str, alone: bool
+        self,
+        instance: MultipleChoiceInstance,
+        context: str,
+        choice: str,
+        alone: bool,
+        known: Known,
     ) -> tuple[tuple[int, ...], int]:
         if alone:
             assert isinstance(instance, OlmoEvalInstance)
-            return self.olmo_eval_pair(context, choice, instance.conditioned)
-        return self.pair(context, choice)
+            return self.olmo_eval_pair(context, choice, instance.conditioned, known)
+        return self.pair(context, choice, known)
 
     def sequences(
-        self, instances: Sequence[MultipleChoiceInstance], alone: bool = False
+        self,
+        instances: Sequence[MultipleChoiceInstance],
+        alone: bool = False,
+        known: Known | None = None,
     ) -> list[ChoiceSequence]:
         """One sequence per choice of every instance, in instance order. `alone`: as
         ai2-olmo-eval encodes its documents (:meth:`olmo_eval_pair`: each text alone, BOS
         before a conditioned context), which its kind asks for; else lm-evaluation-harness's
-        (:meth:`pair`)."""
-        self.encode_all([key for i in instances for key in self.instance_texts(i, alone)])
+        (:meth:`pair`). `known`: the instances' texts' tokens as stored (else tokenized)."""
+        keys = [key for i in instances for key in self.instance_texts(i, alone)]
+        found = self.known(keys, known)
         out = []
         for i, instance in enumerate(instances):
             chars = instance.norm_chars()
             for c, (context, choice) in enumerate(instance.pairs()):
-                ids, continuation_length = self.encoded(instance, context, choice, alone)
+                ids, continuation_length = self.encoded(instance, context, choice, alone, found)
                 out.append(ChoiceSequence(ids, continuation_length, i, c, chars[c]))
         return out
 

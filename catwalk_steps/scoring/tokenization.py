@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tango.common.exceptions import ConfigurationError
@@ -18,6 +19,23 @@ if TYPE_CHECKING:
 
 BYTE_LEVEL_TOKENIZER = "catwalk::byte_level"
 OLMO_EVAL_TOKENIZERS = "olmo_eval::"
+
+TextKey = tuple[str, bool]  # a text, and whether the tokenizer adds its special tokens to it
+Known = Mapping[TextKey, tuple[int, ...]]  # texts' tokens: tokenized now, or stored
+
+
+def tokenize_keys(tokenizer: Any, keys: Iterable[TextKey]) -> dict[TextKey, tuple[int, ...]]:
+    """Each text's tokens as `tokenizer(texts, add_special_tokens=flag)` gives them: one batched
+    call per setting of special tokens, each text once. The one rule every batch's tokens come
+    from, whether tokenized at collate time or stored once (:mod:`catwalk_steps.tokenized`)."""
+    unique = list(dict.fromkeys(keys))
+    found: dict[TextKey, tuple[int, ...]] = {}
+    for special in (True, False):
+        texts = [text for text, flag in unique if flag == special]
+        if texts:
+            encoded = tokenizer(texts, add_special_tokens=special)["input_ids"]
+            found.update(zip([(t, special) for t in texts], map(tuple, encoded), strict=True))
+    return found
 
 
 def byte_level_tokenizer():

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataLoader
 
 from ..components import lazy_config
@@ -24,12 +25,16 @@ class LoaderSettings:
     params: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # Every key of its `collate_fn` as given (`tokenizer`, `max_length`); {} when left out.
     collate: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    packing: bool = False  # `collate_fn.packing`: generative training examples packed into rows
 
     @classmethod
     def of(cls, lazy: Any, key: str) -> LoaderSettings:
         loader, params = lazy_config(lazy, DataLoader, key)
         collate = dict(params.get("collate_fn") or {})
-        return cls(key=key, loader_class=loader, params=params, collate=collate)
+        packing = collate.get("packing", False)
+        if not isinstance(packing, bool):
+            raise ConfigurationError(f"{key}.collate_fn.packing: true or false, got {packing!r}")
+        return cls(key=key, loader_class=loader, params=params, collate=collate, packing=packing)
 
     @property
     def tokenizer(self) -> str | None:

@@ -55,26 +55,17 @@ class PreferenceInstance:
         return [(self.prompt, self.chosen), (self.prompt, self.rejected)]
 
 
-def prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
-    """A prompt's tokens (:func:`prompts_ids`)."""
-    return prompts_ids(tokenizer, [prompt])[0]
-
-
-def prompts_ids(tokenizer: Any, prompts: Sequence[str]) -> list[list[int]]:
-    """Prompts' tokens, each with the tokenizer's special tokens unless the text starts with
-    its BOS (a chat template writes it: kept once); in two calls of the tokenizer at most."""
+def prompt_key(tokenizer: Any, prompt: str) -> tuple[str, bool]:
+    """How a prompt is tokenized: with the tokenizer's special tokens unless the text starts
+    with its BOS (a chat template writes it: kept once)."""
     bos = tokenizer.bos_token if tokenizer.bos_token_id is not None else None
-    special = [not (bos and prompt.startswith(bos)) for prompt in prompts]
-    ids: list[list[int]] = [[] for _ in prompts]
-    for flag in (True, False):
-        where = [index for index, given in enumerate(special) if given == flag]
-        if where:
-            texts = [prompts[index] for index in where]
-            for index, tokens in zip(
-                where, tokenizer(texts, add_special_tokens=flag)["input_ids"], strict=True
-            ):
-                ids[index] = list(tokens)
-    return ids
+    return prompt, not (bos and prompt.startswith(bos))
+
+
+def prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
+    """A prompt's tokens (:func:`prompt_key`)."""
+    text, special = prompt_key(tokenizer, prompt)
+    return list(tokenizer([text], add_special_tokens=special)["input_ids"][0])
 
 
 @Task.register("catwalk::preference")

@@ -6,7 +6,7 @@ The schedule is derived once, from the `catwalk::train` step's config, and every
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from ..kinds import kind_of
 from ..kinds.stored import data_fingerprint
 from ..settings import DEFAULTS
 from ..tasks.streamed import is_streamed
+from ..tokenized import StoredTokens, TokenizedSplit
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,10 @@ class TrainingJob(PlacedJob):
     # What it trains on, recorded in each checkpoint's manifest: {"data": ..., "model": ...}
     # (:mod:`~catwalk_steps.checkpoints.run_identity`).
     identity: dict[str, Any] = field(default_factory=dict)
+    # The training and validation splits' tokens, stored once (None: their batches tokenize
+    # as they are made).
+    tokens: StoredTokens | None = None
+    validation_tokens: StoredTokens | None = None
 
     def node_message(self) -> dict[str, Any]:
         """What node 0 tells the other nodes beside the step (data): its data's checksum (they
@@ -155,3 +160,21 @@ def training_split(data: Any, schedule: Schedule) -> Any:
         return train
     where = f"train: task '{task_name(data)}', split '{schedule.train_split}'"
     return kind_of(train[:1]).training_instances(train, where)
+
+
+def training_items(job: TrainingJob, schedule: Schedule) -> Sequence[Any]:
+    """What the training loader collates: the training split, each instance with its stored
+    tokens where the job has them (a streamed split has none: its loader tokenizes each
+    batch)."""
+    return with_tokens(training_split(job.dataset_dict, schedule), job.tokens)
+
+
+def validation_items(job: TrainingJob, split: str) -> Sequence[Any]:
+    """What the validation loader collates: the validation `split`, with its stored tokens
+    where the job has them."""
+    return with_tokens(job.dataset_dict[split], job.validation_tokens)
+
+
+def with_tokens(split: Any, tokens: StoredTokens | None) -> Any:
+    """`split` (read lazily), each item with its stored tokens (read when it is asked for)."""
+    return split if tokens is None else TokenizedSplit(split, tokens)

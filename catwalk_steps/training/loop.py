@@ -39,7 +39,7 @@ from ..distributed.groups import barrier, distributed_position
 from ..engines.train_config import NodeAwareTrainConfig
 from .checkpointing import Checkpointer
 from .in_loop import InLoopTasks
-from .job import TrainerState, TrainingJob, training_split
+from .job import TrainerState, TrainingJob, training_items, validation_items
 from .streaming import train_loader
 from .trackers import connect_trackers
 from .validation import Validation
@@ -120,7 +120,7 @@ class Trainer:
         """The loaders of the two splits; `train_steps` from the loader's length when the
         schedule gives epochs."""
         data = job.dataset_dict
-        train = training_split(data, self.schedule)
+        train = training_items(job, self.schedule)
         self.train_loader = train_loader(job.train_dataloader, train)  # (or a stream's)
         default_seed = getattr(self.train_loader, "use_default_seed", None)
         if default_seed is not None:
@@ -128,7 +128,8 @@ class Trainer:
         self.validation_loader = None
         if self.schedule.validation_split is not None:
             loader = job.validation_dataloader or job.train_dataloader
-            self.validation_loader = loader.construct(dataset=data[self.schedule.validation_split])
+            items = validation_items(job, self.schedule.validation_split)
+            self.validation_loader = loader.construct(dataset=items)
         if self.schedule.train_steps is None:
             steps = math.ceil(
                 len(self.train_loader)
