@@ -86,6 +86,30 @@ def test_a_limited_load_reads_no_row_past_its_limit(tmp_path):
         list(next(past.stream(["train"]))[1])
 
 
+def test_a_limited_task_that_streams_trains_on_its_first_rows_alone(tmp_path):
+    """`catwalk::limited` over a task that streams its training split: the stream is cut at
+    the limit (each pass reads its first N rows), as a stored split is; a load step's smaller
+    `max_instances` cuts it further."""
+    from catwalk_steps.tasks.streamed import streamed_split
+
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps({"q": f"q{i}", "a": f"a{i}"}) + "\n" for i in range(9)))
+    block = {
+        "type": "catwalk::generative",
+        "name": "qa",
+        "source": "files",
+        "data_files": {"train": str(path), "validation": str(path)},
+        "doc_to_text": "Q: {{q}}\nA:",
+        "doc_to_target": "{{a}}",
+        "streaming": True,
+    }
+    config = {"type": "catwalk::limited", "task": block, "limit": 4}
+    limited = Task.from_params(json.loads(json.dumps(config)))
+    split = streamed_split(limited, config, None, None, None)
+    assert [row["q"] for row, _ in split.rows(0, False, 0, 0, 1)] == ["q0", "q1", "q2", "q3"]
+    assert streamed_split(limited, config, None, 2, None).limit == 2
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_every_offline_experiment_runs_limited_and_its_reports_say_so(tmp_path):

@@ -14,7 +14,7 @@ it is given in this type when the ext var is set (`catwalk_steps/jsonnet/lib/`),
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
@@ -65,6 +65,17 @@ class LimitedTask(Task):
         `limit`."""
         for split, instances in self.task.stream(splits, tokenizer):
             yield split, islice(instances, self.limit)
+
+    @property  # (the base class has one: never looked up through `__getattr__`)
+    def streaming(self) -> Any:
+        """The task's streamed training split, if it streams one: read by training as the
+        whole task's is, each pass its first `limit` rows (:mod:`.streamed`)."""
+        return self.task.streaming
+
+    def stream_instances(
+        self, rows: Iterable[tuple[dict[str, Any], str]], tokenizer: ModelTokenizer | None = None
+    ) -> Iterator[Any]:
+        return self.task.stream_instances(rows, tokenizer)
 
     def check_splits(self, splits: Sequence[str], field: str) -> None:
         self.task.check_splits(splits, field)

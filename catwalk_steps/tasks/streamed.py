@@ -210,7 +210,9 @@ def streamed_split(
     and its first row rendered (a bad first row or template fails in the load step)."""
     streaming = task.streaming
     assert streaming is not None
-    limits = [n for n in (limit, getattr(task, "max_instances", None)) if n is not None]
+    # The load step's `max_instances`, the task's own, and a `catwalk::limited` task's limit.
+    asked = (limit, getattr(task, "max_instances", None), task.limit)
+    limits = [n for n in asked if n is not None]
     split = StreamedSplit(
         task=config,
         split=streaming.split,
