@@ -105,10 +105,11 @@ def stream_of(config: dict, tokenizer: str | None = None) -> StreamedSplit:
     return streamed_split(task, config, tokenizer, None, rendering)
 
 
-def loader_block(batch_size: int, shuffle: bool, num_workers: int = 0) -> Lazy:
+def loader_block(batch_size: int, shuffle: bool, num_workers: int = 0, **collate_keys) -> Lazy:
     collate = {"type": "catwalk::multiple_choice", "tokenizer": "catwalk::byte_level"}
+    collate |= {"max_length": 64, **collate_keys}
     params = {"type": "catwalk::sharded", "batch_size": batch_size, "shuffle": shuffle}
-    params |= {"seed": 5, "num_workers": num_workers, "collate_fn": {**collate, "max_length": 64}}
+    params |= {"seed": 5, "num_workers": num_workers, "collate_fn": collate}
     return Lazy(DataLoader, Params(params))
 
 
@@ -142,6 +143,27 @@ def test_a_streamed_split_gives_the_batches_of_the_split_loaded_whole(tmp_path, 
     task = split.built_task()
     streamed = list(task.stream_instances(split.stream.first_rows(12), rendering))
     assert streamed == instances  # (each kind's own equality: the instances' fields)
+
+
+@pytest.mark.parametrize("kind", ["generative", "generative_chat"])
+def test_a_streamed_split_s_batches_are_packed_as_the_split_loaded_whole(tmp_path, kind):
+    """`collate_fn.packing` on a stream: its loader calls the same collate on each batch it
+    reads, so its batches are packed rows (several documents to a row), the whole split's."""
+    from catwalk_steps.scoring.packed_documents import DOCUMENTS
+
+    config = block(tmp_path, kind, streaming=True)
+    tokenizer = chat_directory(tmp_path) if KINDS[kind][2] else None
+    split = stream_of(config, tokenizer)
+    whole = Task.from_params({k: v for k, v in config.items() if k != "streaming"})
+    rendering = chat_tokenizer(whole, tokenizer, "t") if tokenizer else None
+    instances = whole.load(["train"], rendering)["train"]
+    training = kind_of(instances).training_instances(instances, "train")
+    packed = loader_block(batch_size=4, shuffle=False, packing=True, max_length=128)
+    expected = list(packed.construct(dataset=training).epoch_batches(0))
+    settings = LoaderSettings.of(packed, "train_dataloader")
+    streamed = list(islice(StreamLoader(split, settings).epoch_batches(0), 3))
+    assert all(len(b[DOCUMENTS]["packed_input_ids"]) < 4 for b in streamed)  # rows of several
+    assert same([b[DOCUMENTS] for b in streamed], [b[DOCUMENTS] for b in expected])
 
 
 def test_each_rank_reads_the_rows_the_sharded_loader_gives_it_and_passes_reshuffle(tmp_path):

@@ -52,8 +52,10 @@ def experiment(directory: Path, bad_line: int | None = None) -> Path:
 
 
 def faulty(pids: Path, **faults) -> dict:
+    """Dropout on, faults injected, and the streamed batches packed (`collate_fn.packing`)."""
     return {
         "steps.trained.model.config": TINY_WITH_DROPOUT,
+        "steps.trained.train_dataloader.collate_fn.packing": True,
         "steps.trained.callbacks": [{"type": "test::faults", "pid_dir": str(pids), **faults}],
     }
 
