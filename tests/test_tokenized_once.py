@@ -8,6 +8,7 @@ key), by several processes alike, and a damaged file is one line naming it."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import multiprocessing
@@ -283,7 +284,7 @@ def test_a_stored_split_is_read_by_range_in_each_tokenizing_process(tmp_path, mo
 
     def counted(self, instances):
         with decoded.open("a") as f:  # (one line per call, from any process)
-            f.write(f"{os.getpid()} {len(instances)}\n")
+            f.write(f"{os.getpid()} {len(instances)} {gc.get_freeze_count()}\n")
         return original(self, instances)
 
     monkeypatch.setattr(StoredSplit, "decoded", counted)
@@ -292,11 +293,14 @@ def test_a_stored_split_is_read_by_range_in_each_tokenizing_process(tmp_path, mo
     collator = MultipleChoiceCollator(BYTES, 64)
     shared = stored(split, collator, tmp_path / "three", data=entry["fingerprint"])
     calls: dict[int, list[int]] = {}
-    for line in decoded.read_text().splitlines():
-        pid, number = map(int, line.split())
+    frozen = []  # in a forked process, the objects it was forked with: out of its collector's
+    for line in decoded.read_text().splitlines():  # reach (its collections copy no page)
+        pid, number, objects = map(int, line.split())
         calls.setdefault(pid, []).append(number)
+        frozen += [objects > 0] if pid != os.getpid() else []
     assert calls.pop(os.getpid()) == [1]  # the first row: its kind
     assert sorted(calls.values()) == [[8], [8], [8]]  # each process its own range, at once
+    assert frozen == [True] * 3 and gc.get_freeze_count() == 0  # here, unfrozen after
     alone = stored(training_form(loaded), collator, tmp_path / "list")
     assert shared.column().to_pylist() == alone.column().to_pylist()
 

@@ -22,6 +22,7 @@ call is most of the time.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -91,6 +92,9 @@ def build_parts(kind: Any, collator: Any, split: Sequence[Any], directory: Path)
     if processes == 1:
         return [write_part(kind, collator, split, bounds[0], directory / "tokens-0.arrow")]
     children: dict[int, int] = {}
+    # This process's objects out of the collector's reach while the children are forked: a
+    # child's collections would otherwise write to (and so copy) every page they are on.
+    gc.freeze()
     try:
         for number, part in enumerate(bounds):
             pid = os.fork()
@@ -101,6 +105,7 @@ def build_parts(kind: Any, collator: Any, split: Sequence[Any], directory: Path)
             os.waitpid(pid, 0)
             del children[pid]
     finally:
+        gc.unfreeze()
         for pid in children:  # interrupted: the processes this one started, stopped
             os.kill(pid, signal.SIGTERM)
             os.waitpid(pid, 0)
