@@ -11,6 +11,12 @@ library directory after the experiment's own: a `lib/` beside an experiment stil
 (one's own copy of the library), and imports inside the library resolve beside their file, as
 jsonnet resolves any import. The directory is found without importing the package (this runs
 before Tango reads the experiment).
+
+The library reads ext vars (`std.extVar('limit')`, the sweep grids) that the package's settings
+declare empty (`catwalk_startup/tango.yml`, `environment:`). A `tango.yml` of one's own that
+names only a workspace declares none of them, and jsonnet failed on the first
+(`external variable is not defined: limit`): each gets its empty default from the package's
+settings where neither the command line nor the environment gives it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import importlib.util
 import types
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 LIBRARY_PARENT = "jsonnet"  # catwalk_steps/jsonnet/lib/*.libsonnet: `import 'lib/...'`
 
@@ -32,6 +40,17 @@ def library_path() -> str | None:
     return str(path) if path.is_dir() else None
 
 
+def declared_ext_vars() -> dict[str, str]:
+    """The ext vars the package's settings declare, with their defaults (all empty)."""
+    settings = yaml.safe_load(Path(__file__).with_name("tango.yml").read_text())
+    return {str(key): str(value) for key, value in (settings.get("environment") or {}).items()}
+
+
+def with_declared(ext_vars: Any) -> dict[str, Any]:
+    """`ext_vars` as given, with every declared ext var they lack at its default."""
+    return {**declared_ext_vars(), **(ext_vars or {})}
+
+
 def with_library(jpathdir: Any) -> list[str]:
     """jsonnet's library paths: those given, then the package's library."""
     paths = [] if jpathdir is None else [jpathdir] if isinstance(jpathdir, str) else list(jpathdir)
@@ -41,12 +60,13 @@ def with_library(jpathdir: Any) -> list[str]:
 
 def patch_params(module: types.ModuleType) -> None:
     """`tango.common.params.evaluate_file` (the name `Params.from_file` calls) with the library
-    path added; once."""
+    path and the declared ext vars added; once."""
     original = module.evaluate_file
     if getattr(original, "_catwalk_library", False):
         return
 
     def evaluate_file(filename: str, jpathdir: Any = None, **kwargs: Any) -> str:
+        kwargs["ext_vars"] = with_declared(kwargs.get("ext_vars"))
         return original(filename, with_library(jpathdir), **kwargs)
 
     evaluate_file._catwalk_library = True  # type: ignore[attr-defined]

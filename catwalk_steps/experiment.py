@@ -11,6 +11,7 @@ Here in the same order, with the same errors (each one line: :func:`..errors.com
 
 from __future__ import annotations
 
+import argparse
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,27 @@ class Experiment:
     config: dict[str, Any]
     settings: Any
     steps: Any
+
+
+def add_reading_arguments(parser: argparse.ArgumentParser, ext_var: str) -> None:
+    """`-D/--ext-var` and `-i/--include-package`, as `tango run` takes them (`ext_var`: what an
+    ext var's help says it is)."""
+    parser.add_argument(
+        "-D",
+        "--ext-var",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"{ext_var}; repeat for more (default: those tango.yml declares)",
+    )
+    parser.add_argument(
+        "-i",
+        "--include-package",
+        action="append",
+        default=[],
+        metavar="PACKAGE",
+        help="a module to import first, as tango run's -i; repeat for more (default: tango.yml's)",
+    )
 
 
 def ext_vars(given: Sequence[str], settings: Any) -> dict[str, str]:

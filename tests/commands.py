@@ -292,3 +292,21 @@ def error_lines(text: str) -> list[str]:
         for line in text.splitlines()
         if (" ERROR " in line and "\N{BALLOT X}" not in line) or "Traceback" in line
     ]
+
+
+def one_line_failures(argvs: dict[str, list[str]], directory: Path) -> dict[str, tuple[str, str]]:
+    """Starts every command at once (on a wide terminal: no line wraps), waits for each, and
+    asserts that each fails with exit status 1 and one error line: `{name: (that line, the
+    whole output)}`."""
+    env = {**TANGO_ENV, "COLUMNS": "400"}
+    started = {
+        name: start(argv, directory / f"{name}.txt", env=env) for name, argv in argvs.items()
+    }
+    failures = {}
+    for name, command in started.items():
+        code = command.wait(300)
+        text = command.output()
+        lines = error_lines(text)
+        assert code == 1 and len(lines) == 1, (name, code, lines or text[-3000:])
+        failures[name] = (lines[0], text)
+    return failures

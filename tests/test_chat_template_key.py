@@ -16,8 +16,7 @@ from tango.step_graph import StepGraph
 from catwalk_steps.workspace.formats import InstancesFormat
 
 from . import commands
-from .commands import error_lines
-from .conftest import LIBRARY, TANGO_ENV, experiment_params, run_tango, step_result, tango_command
+from .conftest import LIBRARY, experiment_params, run_tango, step_result, tango_command
 
 TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
@@ -184,17 +183,11 @@ def test_a_bad_or_missing_template_is_one_line_through_tango_run_before_any_step
         cases[name] = (experiment(tmp_path / name, value), line)
     for name, (body, line) in NO_TEMPLATE.items():
         cases[name] = (experiment(tmp_path / name, "null", body), line)
-    started = {}
-    for name, (path, _) in cases.items():
-        argv = tango_command(path, tmp_path / name / "ws", name)
-        out = tmp_path / f"{name}.txt"
-        started[name] = (commands.start(argv, out, env={**TANGO_ENV, "COLUMNS": "400"}), out)
-    for name, (command, out) in started.items():
-        code = command.wait(300)
-        text = out.read_text()
-        lines = error_lines(text)
-        assert code == 1 and len(lines) == 1, (name, code, lines or text[-3000:])
-        assert cases[name][1] in lines[0], (name, lines[0])
+    argvs = {
+        name: tango_command(path, tmp_path / name / "ws", name) for name, (path, _) in cases.items()
+    }
+    for name, (line, text) in commands.one_line_failures(argvs, tmp_path).items():
+        assert cases[name][1] in line, (name, line)
         assert 'Starting step "' not in text, name
         assert not list((tmp_path / name / "ws" / "cache").glob("*")), name
 

@@ -270,3 +270,23 @@ def test_a_generative_sweep_plots_its_validation_metric(tmp_path):
     report = build_report(metrics, configs=configs)
     assert validation_metric(report, "acc") == key
     assert plot_final(report, tmp_path / "final.png") and (tmp_path / "final.png").stat().st_size
+
+
+@pytest.mark.slow
+def test_a_generative_task_trains_without_a_validation_split(tmp_path):
+    """No validation split: no validation metric to check (it was checked against the
+    multiple-choice default and refused exact match when the step ran)."""
+    overrides = {
+        "steps.trained.validation_split": None,
+        "steps.trained.validate_every": None,
+        "steps.trained.evaluate_tasks": [],
+        "steps.trained.device_count": 1,
+    }
+    output = run_tango(
+        EXPERIMENTS / "generation_demo.jsonnet",
+        tmp_path / "ws",
+        "no_validation",
+        overrides,
+        extra=("--ext-var", "limit=4", "-s", "trained"),
+    )
+    assert '✓ Finished step "trained"' in output

@@ -197,7 +197,7 @@ SUITE_REF = (
 
 @pytest.mark.slow
 def test_each_case_is_one_line_through_tango_run_and_caches_nothing(tmp_path):
-    started = {}
+    argvs = {}
     for name, (experiment, overrides, _, _) in CASES.items():
         if isinstance(experiment, dict):
             experiment_file = tmp_path / f"{name}.jsonnet"
@@ -206,15 +206,9 @@ def test_each_case_is_one_line_through_tango_run_and_caches_nothing(tmp_path):
         elif experiment.name == "suite_ref.jsonnet":
             experiment = tmp_path / experiment.name
             experiment.write_text(SUITE_REF)
-        argv = tango_command(experiment, tmp_path / name, name, overrides)
-        out = tmp_path / f"{name}.txt"
-        started[name] = (commands.start(argv, out, env={**TANGO_ENV, "COLUMNS": "400"}), out)
-    for name, (command, out) in started.items():
-        code = command.wait(300)
-        text = out.read_text()
-        lines = error_lines(text)
-        assert code == 1 and len(lines) == 1, (name, code, lines or text[-3000:])
-        assert CASES[name][2] in lines[0], (name, lines[0])
+        argvs[name] = tango_command(experiment, tmp_path / name, name, overrides)
+    for name, (line, text) in commands.one_line_failures(argvs, tmp_path).items():
+        assert CASES[name][2] in line, (name, line)
         if not CASES[name][3]:
             assert 'Starting step "' not in text, name
         cache = tmp_path / name / "cache"

@@ -198,17 +198,9 @@ def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
     cases["dpo_on_choices"] = (DEMO, {"steps.trained.model.objective": "dpo"}, ON_CHOICES)
     in_loop = {"steps.trained.evaluate_tasks": [{"type": "catwalk::synthetic_preference"}]}
     cases["pairs_in_the_loop"] = (DEMO, in_loop, IN_LOOP)
-    started = {}
-    for name, (experiment, overrides, _) in cases.items():
-        argv = tango_command(experiment, tmp_path / name, name, overrides)
-        out = tmp_path / f"{name}.txt"
-        started[name] = (commands.start(argv, out, env={**TANGO_ENV, "COLUMNS": "400"}), out)
-    for name, (command, out) in started.items():
-        code = command.wait(300)
-        text = out.read_text()
-        lines = error_lines(text)
-        assert code == 1 and len(lines) == 1, (name, code, lines or text[-3000:])
-        assert cases[name][2] in lines[0], (name, lines[0])
+    argvs = {name: tango_command(e, tmp_path / name, name, o) for name, (e, o, _) in cases.items()}
+    for name, (line, text) in commands.one_line_failures(argvs, tmp_path).items():
+        assert cases[name][2] in line, (name, line)
         assert 'Starting step "' not in text, name
         assert not list((tmp_path / name / "cache").glob("*")), name
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from . import commands
-from .commands import error_lines
-from .conftest import LIBRARY, REPO, TANGO_ENV, run_tango, step_result, tango_command
+from .conftest import LIBRARY, REPO, run_tango, step_result, tango_command
 from .training import TINY_WITH_DROPOUT
 
 pytestmark = [pytest.mark.slow]
@@ -157,21 +156,20 @@ def cases(tmp_path: Path) -> dict[str, tuple[Path, dict | None, str]]:
     }
 
 
+def step_of(experiment: Path) -> str:
+    return "dpo_trained" if experiment == DPO else "trained"
+
+
 @pytest.mark.distributed
 def test_each_bad_streaming_use_is_one_line_through_tango_run(tmp_path):
     """Before any step, nothing cached; a bad row is met by training, mid-stream."""
-    started, every = {}, cases(tmp_path)
-    for name, (path, overrides, _) in every.items():
-        step = "dpo_trained" if path == DPO else "trained"
-        argv = tango_command(path, tmp_path / name, name, overrides, "-s", step)
-        out = tmp_path / f"{name}.txt"
-        started[name] = (commands.start(argv, out, env={**TANGO_ENV, "COLUMNS": "400"}), out)
-    for name, (command, out) in started.items():
-        code = command.wait(300)
-        text = out.read_text()
-        lines = error_lines(text)
-        assert code == 1 and len(lines) == 1, (name, code, lines or text[-3000:])
-        assert every[name][2] in lines[0], (name, lines[0])
+    every = cases(tmp_path)
+    argvs = {
+        name: tango_command(path, tmp_path / name, name, overrides, "-s", step_of(path))
+        for name, (path, overrides, _) in every.items()
+    }
+    for name, (line, text) in commands.one_line_failures(argvs, tmp_path).items():
+        assert every[name][2] in line, (name, line)
         if name != "bad_row_mid_stream":
             assert 'Starting step "' not in text, name
             assert not list((tmp_path / name / "cache").glob("*")), name

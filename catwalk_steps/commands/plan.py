@@ -30,7 +30,7 @@ from ..components import registered_name
 from ..distributed.devices import Lease, visible_gpu_count
 from ..distributed.lease import SIMULATED_ENV, simulated_gpus
 from ..errors import command_line
-from ..experiment import Experiment, read_experiment
+from ..experiment import Experiment, add_reading_arguments, read_experiment
 from ..tango_fixes.executor import run_order
 
 LOCAL_WORKSPACES = ("local", "catwalk::local")  # the types a directory names (tango.yml, -w)
@@ -182,29 +182,13 @@ def parser() -> argparse.ArgumentParser:
         help="fields to override, as tango run's -o: a JSON(NET) object of dotted keys, e.g. "
         """'{"steps.trained.train_steps": 4}' (default: none)""",
     )
-    parser.add_argument(
-        "-D",
-        "--ext-var",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a jsonnet external variable, as tango run's; repeat for more (default: those "
-        "tango.yml declares)",
-    )
+    add_reading_arguments(parser, "a jsonnet external variable, as tango run's")
     parser.add_argument(
         "-w",
         "--workspace",
         metavar="DIR",
         help="the workspace whose cached results count, as tango run's -w (default: "
         "tango.yml's); a directory that does not exist is not made",
-    )
-    parser.add_argument(
-        "-i",
-        "--include-package",
-        action="append",
-        default=[],
-        metavar="PACKAGE",
-        help="a module to import first, as tango run's -i; repeat for more (default: tango.yml's)",
     )
     parser.add_argument(
         "--json",

@@ -16,6 +16,7 @@ from pathlib import Path
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import command_line
+from ..experiment import add_reading_arguments
 from ..launch.nodes import join
 
 
@@ -44,22 +45,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-o", "--overrides", metavar="JSON", help="the same -o as node 0's (default: none)"
     )
-    parser.add_argument(
-        "-D",
-        "--ext-var",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="the same --ext-var as node 0's; repeat for more (default: those tango.yml declares)",
-    )
-    parser.add_argument(
-        "-i",
-        "--include-package",
-        action="append",
-        default=[],
-        metavar="PACKAGE",
-        help="a module to import first, as tango run's -i; repeat for more (default: tango.yml's)",
-    )
+    add_reading_arguments(parser, "the same --ext-var as node 0's")
     parser.add_argument(
         "-w",
         "--workspace",

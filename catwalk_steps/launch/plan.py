@@ -179,7 +179,9 @@ def checked_val_metric(settings: TrainSettings, schedule: Schedule) -> str:
     checked against the validation split's kind (known now, whatever step made the data)."""
     data = settings.dataset_dict
     training_split(data, schedule)
-    validation = list(data[schedule.validation_split][:1]) if schedule.validation_split else []
+    if not schedule.validation_split:  # nothing validates: no metric is computed or compared
+        return settings.val_metric_name or "loss"
+    validation = list(data[schedule.validation_split][:1])
     kind, first = kind_of(validation), validation[0] if validation else None
     return check_val_metric(settings, kind, first, task_named(kind, task_name(data)))
 
