@@ -26,7 +26,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # (PyYAML, with Tango: no stubs installed)
 
 LIBRARY_PARENT = "jsonnet"  # catwalk_steps/jsonnet/lib/*.libsonnet: `import 'lib/...'`
 
