@@ -5,7 +5,8 @@ experiment or imports `catwalk_steps`:
   unpickle whatever reaches the port, from any local user), and it prints only the records
   that carry its key (its own workers'), their control characters escaped;
 - :mod:`.one_line`: errors on the terminal in one line, also those raised while Tango evaluates
-  the experiment, `--ext-var` and `-o`, before the package is imported;
+  the experiment, `--ext-var` and `-o`, before the package is imported (and no traceback for
+  a log record a full disk cannot take);
 - :mod:`.settings`: where Tango finds no `tango.yml`, ours (this package's): `tango run` works
   from any directory;
 - :mod:`.registry_search`: a `catwalk::` type imports `catwalk_steps`, also under settings of
@@ -49,9 +50,10 @@ def patch(module: types.ModuleType) -> None:
     checked against (its receiver would unpickle what reaches it: never left so silently)."""
     check_tango("log records as JSON")
     from .log_records import patch_tango_logging, senders_write_json
-    from .one_line import one_line_on_the_terminal
+    from .one_line import drop_unwritable_records, one_line_on_the_terminal
 
     patch_tango_logging(module)
+    drop_unwritable_records(module.RichHandler)
     original = module._initialize_logging
     if getattr(original, "_catwalk_after", False):
         return

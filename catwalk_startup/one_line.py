@@ -17,6 +17,7 @@ type it registers (:func:`catwalk_steps.errors.one_line`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -157,3 +158,26 @@ def one_line_on_the_terminal(root: logging.Logger) -> None:
         terminal = not isinstance(handler, logging.FileHandler)
         if terminal and not any(isinstance(f, OneLineOnTheTerminal) for f in handler.filters):
             handler.addFilter(OneLineOnTheTerminal(handler))
+
+
+def drop_unwritable_records(handler_class: type[logging.Handler]) -> None:
+    """A record Tango's handler cannot write (an `OSError`: the workspace's disk full under the
+    run's log file, a closed pipe) is dropped, where logging printed a 20-line "Logging error"
+    traceback per record (and a table, which Tango's handler prints outside its `try`, ended
+    the command with a traceback) after the one-line error that said why (a `DiskFullError`).
+    Any other error in a handler is reported as logging reports it. Once per class."""
+    emit, handle_error = handler_class.emit, handler_class.handleError
+    if getattr(emit, "_catwalk_drops", False):
+        return
+
+    def dropping_emit(self: logging.Handler, record: logging.LogRecord) -> None:
+        with contextlib.suppress(OSError):
+            emit(self, record)
+
+    def dropping_handle_error(self: logging.Handler, record: logging.LogRecord) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):
+            handle_error(self, record)
+
+    dropping_emit._catwalk_drops = True  # type: ignore[attr-defined]
+    handler_class.emit = dropping_emit  # type: ignore[method-assign]
+    handler_class.handleError = dropping_handle_error  # type: ignore[method-assign]

@@ -75,6 +75,7 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Calls `write(temporary)`, flushes it to disk, then renames it to `path` in one step."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    full = None
     try:
         write(temporary)
         with open(temporary, "rb+") as f:
@@ -83,9 +84,20 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     except Exception as e:
         if isinstance(e, DiskFullError) or not no_room(e, path):
             raise
-        raise disk_full(path, "nothing of it was kept") from None
+        full = disk_full(path, "nothing of it was kept")
     finally:
         temporary.unlink(missing_ok=True)
+    if full is not None:
+        raise_unchained(full)
+
+
+def raise_unchained(error: BaseException) -> None:
+    """Raises `error` outside the handler that made it, so that it does not hold the library's
+    error as its context: that error's frames keep the half-written file open, and on a tmpfs
+    its pages stay taken (the disk still full for the failure's own record) until it is freed.
+    (Raised in a context manager's exit, where the body's error is still being handled, it
+    is chained to that one, shown as the cause no more.)"""
+    raise error from None
 
 
 def write_json_atomic(path: Path, value: Any) -> None:

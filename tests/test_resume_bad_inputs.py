@@ -190,15 +190,15 @@ def test_a_full_disk_is_one_line_naming_the_file_and_nothing_partial_is_kept(tmp
         disks = {name: stack.enter_context(small_disk(tmp_path / name, "600k")) for name in "abc"}
         big_data = {**TINY_DEMO, "steps.data.task.sizes": {"train": 8000, "validation": 8}}
         fsdp2 = {f"{T}.device_count": 2, f"{T}.training_engine.type": "catwalk::torch_fsdp"}
-        runs = {
-            "a": ("result", big_data),
-            "b": ("checkpoint", TINY_DEMO),
-            "c": ("fsdp2", {**TINY_DEMO, **fsdp2}),
+        runs = {  # each the step it is about (an evaluation beside it would meet the disk too)
+            "a": ("result", big_data, "data"),
+            "b": ("checkpoint", TINY_DEMO, "trained"),
+            "c": ("fsdp2", {**TINY_DEMO, **fsdp2}, "trained"),
         }
         started = {}
-        for disk, (name, overrides) in runs.items():
+        for disk, (name, overrides, step) in runs.items():
             out = tmp_path / f"{name}.txt"
-            argv = tango_command(DEMO, disks[disk] / "ws", name, overrides)
+            argv = tango_command(DEMO, disks[disk] / "ws", name, overrides, "-s", step)
             started[name] = (commands.start(argv, out), out)
         lines = {}
         for name, (command, out) in started.items():
@@ -225,3 +225,28 @@ def test_a_full_disk_is_one_line_naming_the_file_and_nothing_partial_is_kept(tmp
         assert f"{checkpoint}" in lines["fsdp2"] and "the disk is full" in lines["fsdp2"]
         assert "checkpoint step000000002 was incomplete and is removed" in lines["fsdp2"]
         assert not checkpoint.exists()
+
+
+def test_a_write_the_disk_had_no_room_for_keeps_no_file_open(tmp_path):
+    """The one line of a full disk is not chained to the writer's error, whose frames hold the
+    half-written file open (on a tmpfs its pages stayed taken, and the failure's own record in
+    stepinfo.sqlite found the disk still full), in a file's write and a checkpoint's alike."""
+    import errno
+
+    from catwalk_steps.files import DiskFullError, write_atomic
+    from catwalk_steps.training.checkpointing import removed_when_full
+
+    def write(path: Path) -> None:
+        handle = path.open("w")  # held by this frame, as a library's writer holds its file
+        assert not handle.closed
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for wrapped in (contextlib.nullcontext, lambda: removed_when_full(tmp_path / "step2")):
+        with pytest.raises(DiskFullError) as raised, wrapped():
+            write_atomic(tmp_path / "model.pt", write)
+        frames = [raised.value]
+        while frames[-1].__context__ is not None:
+            frames.append(frames[-1].__context__)
+        assert not any(isinstance(e, OSError) for e in frames), frames
+        assert raised.value.__suppress_context__ or raised.value.__context__ is None
+    assert not list(tmp_path.glob(".model.pt.*"))

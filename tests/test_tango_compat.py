@@ -108,6 +108,41 @@ def test_errors_are_one_line_on_the_terminal_and_whole_in_the_log_file(tmp_path,
     assert "Traceback (most recent call last)" in kept and "rank 1 failed:" in kept
 
 
+def test_a_log_file_that_cannot_be_written_drops_its_records_without_a_traceback(capsys):
+    """The run's log file on a full disk (Tango's RichHandler over a file whose writes fail
+    with ENOSPC): a message and a table are dropped, where logging printed a "Logging error"
+    traceback per record and the table ended the command; any other error still reports."""
+    import errno
+    import io
+    import logging
+
+    import tango.common.logging as tango_logging
+    from rich.console import Console
+    from rich.table import Table
+
+    class FullDisk(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise ValueError("not the disk")
+
+    handler = tango_logging.RichHandler(console=Console(file=FullDisk(), width=80))
+    logger = logging.getLogger("catwalk_test_full_disk")
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        logger.error("DiskFullError: /ws/model.pt: not written, the disk is full")
+        logger.info(Table("step", "status"))
+        assert capsys.readouterr().err == ""
+        handler.console = Console(file=Broken(), width=80)
+        logger.error("reported")
+        assert "ValueError: not the disk" in capsys.readouterr().err
+    finally:
+        logger.removeHandler(handler)
+
+
 def test_tangos_logging_is_patched_where_it_makes_its_handlers():
     """The fixes of catwalk_startup hold on to what Tango 1.3.2 has: a receiver whose handler
     reads records, and one function that sets up every handler."""

@@ -42,7 +42,7 @@ from ..checkpoints.weights import write_model_files
 from ..console import announce
 from ..distributed.exchange import broadcast_data, gather_data
 from ..distributed.groups import barrier, distributed_position
-from ..files import DiskFullError, disk_full, no_room, torch_save_atomic
+from ..files import DiskFullError, disk_full, no_room, raise_unchained, torch_save_atomic
 from .callback_states import restore_states, saved_states
 from .job import Schedule, TrainerState, TrainingJob
 
@@ -248,6 +248,7 @@ def removed_when_full(directory: Path) -> Iterator[None]:
     where the writer does not say which file), and is removed: without its manifest it would
     never be loaded, and removing it frees the room it took. The run resumes from its last
     complete checkpoint."""
+    full = None
     try:
         yield
     except BaseException as e:  # torch.distributed.checkpoint's CheckpointException is one
@@ -255,6 +256,7 @@ def removed_when_full(directory: Path) -> Iterator[None]:
             raise
         shutil.rmtree(directory, ignore_errors=True)
         kept = f"checkpoint {directory.name} was incomplete and is removed"
-        if isinstance(e, DiskFullError):
-            raise DiskFullError(f"{e}; {kept}") from None
-        raise disk_full(directory, kept) from None
+        full = DiskFullError(f"{e}; {kept}") if isinstance(e, DiskFullError) else None
+        full = full or disk_full(directory, kept)
+    if full is not None:
+        raise_unchained(full)  # (the writer's error freed first: its open files with it)
