@@ -120,14 +120,20 @@ def test_a_plan_gives_each_local_worker_its_device():
     ]
 
 
-def test_cpu_threads_are_the_cores_shared_between_ranks_at_most_omp_num_threads(monkeypatch):
+def test_cpu_threads_are_one_or_omp_num_threads_at_most_the_cores_shared_between_ranks(
+    monkeypatch,
+):
+    """One thread a rank (bench/threads.py: safe on a shared machine), or what OMP_NUM_THREADS
+    asks, never more than the cores shared between the machine's ranks."""
     from catwalk_steps.engines.base import default_cpu_threads
 
     # The cores this process may use (its affinity), as a scheduler's cpuset sets them.
     monkeypatch.setattr("catwalk_steps.engines.base.usable_cores", lambda: 16)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert [default_cpu_threads(n) for n in (1, 2, 4, 32)] == [16, 8, 4, 1]
+    assert [default_cpu_threads(n) for n in (1, 2, 4, 32)] == [1, 1, 1, 1]
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert [default_cpu_threads(n) for n in (1, 2, 8)] == [3, 3, 2]
-    monkeypatch.setenv("OMP_NUM_THREADS", "")  # set but empty: no cap
-    assert default_cpu_threads(1) == 16
+    assert [default_cpu_threads(n) for n in (1, 2, 8, 32)] == [3, 3, 2, 1]
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")  # more than the cores: the share
+    assert [default_cpu_threads(n) for n in (1, 2)] == [16, 8]
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # set but empty: the default
+    assert default_cpu_threads(1) == 1

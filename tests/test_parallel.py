@@ -132,6 +132,9 @@ def test_the_crowding_line_says_how_many_steps_wait(monkeypatch):
     monkeypatch.setattr(sizing, "usable_cores", lambda: 8)
     monkeypatch.setattr(base, "usable_cores", lambda: 8)  # the share of cores: slot_threads
     assert sizing.crowding_line(3, [Step(2, "cpu")] * 3) is None
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert sizing.slot_threads(3) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # asked for: at most the slot's share of 8
     assert sizing.slot_threads(3) == 2
 
 

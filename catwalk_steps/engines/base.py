@@ -284,11 +284,15 @@ class CatwalkEngine(TorchTrainingEngine):
 
 
 def default_cpu_threads(local_ranks: int) -> int:
-    """Torch threads per CPU rank: the cores shared between this machine's ranks (N ranks each
-    spinning all cores' worth of threads slow each other down), at most OMP_NUM_THREADS when it
-    is set (a scheduler's allocation, a shared machine)."""
+    """Torch threads per CPU rank: one, or the `OMP_NUM_THREADS` the user set, at most the cores
+    shared between this machine's ranks. One (bench/threads.py, docs/results.md#cpu-threads):
+    on 2 cores the demos' model gains 14% from a second thread when nothing else runs, and is
+    1.8-2.2x slower on two when other processes take cores (OpenMP's threads spin at every op,
+    waiting for the one that lost its core); a model of millions of parameters gains 1.7-1.8x
+    from two quiet cores and loses 1.1-1.7x on busy ones. A machine of one's own:
+    `cpu_threads` or OMP_NUM_THREADS."""
     share = max(1, usable_cores() // local_ranks)
-    allowed = os.environ.get("OMP_NUM_THREADS", "")
-    if allowed.isdigit() and int(allowed) > 0:
-        share = min(share, int(allowed))
-    return share
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    if asked.isdigit() and int(asked) > 0:
+        return min(share, int(asked))
+    return 1

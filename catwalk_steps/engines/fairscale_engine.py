@@ -65,8 +65,9 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
     :param fsdp_config: Tango's FSDP options (`reshard_after_forward`, `move_params_to_cpu`, ...);
         leave its `mixed_precision` unset and use `precision`.
     :param max_grad_norm: clip gradients to this global norm (computed across shards).
-    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks,
-        at most `OMP_NUM_THREADS` when it is set.
+    :param cpu_threads: torch threads per rank on CPU; default: 1, or `OMP_NUM_THREADS` when
+        it is set, at most the cores shared between ranks (more threads are faster only for a
+        model of millions of parameters on cores nothing else uses).
 
     Every unit computes on the worker's device; on CPU workers (also on a GPU machine),
     :mod:`~catwalk_steps.engines.fairscale_cpu` lets FSDP run with gloo. A single worker

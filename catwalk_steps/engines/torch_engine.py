@@ -22,8 +22,9 @@ class CatwalkTorchEngine(CatwalkEngine):
     :param modules_to_wrap: the modules to checkpoint (only with activation_checkpointing; DDP
         has no inner wrappers): left out, the model's blocks; else regexes.
     :param activation_checkpointing: recompute the matched modules' activations in backward.
-    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks,
-        at most `OMP_NUM_THREADS` when it is set.
+    :param cpu_threads: torch threads per rank on CPU; default: 1, or `OMP_NUM_THREADS` when
+        it is set, at most the cores shared between ranks (more threads are faster only for a
+        model of millions of parameters on cores nothing else uses).
     """
 
     @classmethod

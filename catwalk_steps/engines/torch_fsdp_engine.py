@@ -97,8 +97,9 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         (offload parameters, gradients and optimizer state to CPU memory: FSDP2's
         `CPUOffloadPolicy`; the optimizer step then runs on the CPU).
     :param max_grad_norm: clip gradients to this global norm (computed across shards).
-    :param cpu_threads: torch threads per rank on CPU; default: the cores shared between ranks,
-        at most `OMP_NUM_THREADS` when it is set.
+    :param cpu_threads: torch threads per rank on CPU; default: 1, or `OMP_NUM_THREADS` when
+        it is set, at most the cores shared between ranks (more threads are faster only for a
+        model of millions of parameters on cores nothing else uses).
 
     Runs with NCCL on GPUs and gloo on CPU processes; one worker gets a one-process group.
     """

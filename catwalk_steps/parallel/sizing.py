@@ -37,9 +37,9 @@ def check_lease_directory(steps: Sequence[Any]) -> None:
 
 
 def slot_threads(parallelism: int) -> int:
-    """Torch threads per slot: the usable cores split between the slots as between a node's
-    workers (at most the `OMP_NUM_THREADS` the user set), instead of every slot assuming all
-    of them."""
+    """Torch threads per slot, as a node's workers get them: one, or the `OMP_NUM_THREADS` the
+    user set, at most the usable cores split between the slots (never every slot assuming all
+    of them)."""
     return default_cpu_threads(parallelism)
 
 

@@ -30,9 +30,9 @@ def run_card(job: TrainingJob, config: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def cpu_threads(job: TrainingJob) -> int | None:
-    """Torch threads per CPU worker (the engine's `cpu_threads`, else the cores shared between
-    the node's workers, at most `OMP_NUM_THREADS`: what a `--parallelism` slot sets); None on
-    GPUs. Timings of runs compare only at equal threads."""
+    """Torch threads per CPU worker (the engine's `cpu_threads`, else the default: one, or the
+    `OMP_NUM_THREADS` set, at most the cores shared between the node's workers); None on GPUs.
+    Timings of runs compare only at equal threads."""
     from ..components import lazy_params
     from ..engines.base import default_cpu_threads
 
