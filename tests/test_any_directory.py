@@ -35,29 +35,26 @@ def test_runs_without_settings_in_the_workspace_here(tmp_path: Path):
     """No tango.yml: the package's settings, its workspace `./workspace`, its reports."""
     output = tango_run_in(tmp_path)
     assert "Metrics" in output and "✓ 5 succeeded" in output
+    assert "Tokenized 16 rows once in " in output  # at Tango's default log level
     assert list((tmp_path / "workspace" / "cache").glob("TrainRankClassifier-*"))
 
 
-def test_types_are_found_under_settings_of_ones_own(tmp_path: Path):
-    """A tango.yml that names a workspace only: `catwalk::` types still import the package."""
-    (tmp_path / "tango.yml").write_text("workspace:\n  type: local\n  dir: mine\n")
-    output = tango_run_in(tmp_path)
-    assert "✓ 5 succeeded" in output and "modeling_flax_auto" not in output
-    assert list((tmp_path / "mine" / "cache").glob("TrainRankClassifier-*"))
-
-
-def test_a_copy_of_a_shipped_experiment_anywhere_runs_as_is(tmp_path: Path):
-    """`import 'lib/pipeline.libsonnet'` finds the library the package ships, from a file
-    outside the repository, run from yet another directory (before: `RuntimeError: can't
-    resolve lib/pipeline.libsonnet` in a 30-line traceback)."""
+def test_a_copy_of_a_shipped_experiment_runs_anywhere_under_settings_of_ones_own(tmp_path: Path):
+    """A copy of a shipped experiment outside the repository, run from another directory whose
+    tango.yml names a workspace only: `import 'lib/pipeline.libsonnet'` finds the library the
+    package ships (before: `RuntimeError: can't resolve lib/pipeline.libsonnet` in a 30-line
+    traceback), the library's ext vars (`limit`) their defaults, and `catwalk::` types still
+    import the package."""
     own = tmp_path / "own" / "own_demo.jsonnet"
     own.parent.mkdir()
     own.write_text((EXPERIMENTS / "demo.jsonnet").read_text())
     assert "import 'lib/pipeline.libsonnet'" in own.read_text()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    (elsewhere / "tango.yml").write_text("workspace:\n  type: local\n  dir: mine\n")
     output = tango_run_in(elsewhere, experiment=own)
-    assert "✓ 5 succeeded" in output
+    assert "✓ 5 succeeded" in output and "modeling_flax_auto" not in output
+    assert list((elsewhere / "mine" / "cache").glob("TrainRankClassifier-*"))
 
 
 def test_a_lib_beside_ones_own_experiment_comes_first(tmp_path: Path):

@@ -32,6 +32,7 @@ import pyarrow as pa
 from filelock import FileLock
 
 from ..arrow_tables import open_table
+from ..console import announce
 from ..files import write_json_atomic
 from ..kinds import MultipleChoiceCollator, kind_of
 from ..kinds.collate import Tokenized
@@ -185,11 +186,12 @@ def build(
         os.rename(temporary, directory)
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
-    log.info(
-        "Tokenized %d rows once in %.1f s (%d processes): %s",
+    announce(  # on the terminal at Tango's default level, as the training's start is
+        log,
+        "Tokenized %d rows once in %.1f s (%s): %s",
         len(split),
         time.monotonic() - started,
-        len(parts),
+        "1 process" if len(parts) == 1 else f"{len(parts)} processes",
         directory,
     )
 
