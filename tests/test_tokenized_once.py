@@ -220,7 +220,7 @@ def test_the_start_warnings_say_the_counts_stored_with_the_tokens(tmp_path):
 
 def test_tokens_are_stored_once_per_key(tmp_path, caplog):
     collator = MultipleChoiceCollator(BYTES, 16)
-    with caplog.at_level(logging.INFO, logger="test"):
+    with caplog.at_level(logging.INFO):  # (said on the terminal: Tango's cli logger)
         first = stored(CHOICES, collator, tmp_path)
         again = stored(CHOICES, collator, tmp_path)
     assert first == again
