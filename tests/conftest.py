@@ -40,6 +40,18 @@ TINY_DEMO = {
     "steps.trained.checkpoint_every": 2,
 }
 
+# A question-answer task of `{"q": ..., "a": ...}` rows (the tests' generative files): each test
+# adds its data_files and what it needs besides.
+QA_TASK = {
+    "type": "catwalk::generative",
+    "name": "pairs",
+    "source": "files",
+    "doc_to_text": "Q: {{q}}\nA:",
+    "doc_to_target": "{{a}}",
+    "until": ["\n"],
+    "max_gen_toks": 6,
+}
+
 PIQA_ROWS = [
     {"goal": "Keep bread fresh", "sol1": "Seal it in a bag.", "sol2": "Leave it in the sun."},
     {"goal": "Open a jar", "sol1": "Hit it with a feather.", "sol2": "Twist the lid hard."},

@@ -17,16 +17,10 @@ from catwalk_steps.scoring.generation import GenerationEncoder
 from catwalk_steps.tasks import Task
 from catwalk_steps.tasks.base import TaskDataError
 
-from .conftest import EXPERIMENTS, TINY_MODEL, experiment_params, run_tango, step_result
+from .conftest import EXPERIMENTS, QA_TASK, TINY_MODEL, experiment_params, run_tango, step_result
 
 QA = {
-    "type": "catwalk::generative",
-    "name": "pairs",
-    "source": "files",
-    "doc_to_text": "Q: {{q}}\nA:",
-    "doc_to_target": "{{a}}",
-    "until": ["\n"],
-    "max_gen_toks": 6,
+    **QA_TASK,
     "filter_list": [{"name": "strip", "filter": [{"function": "remove_whitespace"}]}],
     "metric_list": [{"metric": "exact_match"}],
 }

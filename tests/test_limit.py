@@ -14,7 +14,7 @@ import catwalk_steps  # noqa: F401  (registers the steps)
 from catwalk_steps.tasks import Task, TaskDataError
 
 from . import commands
-from .conftest import EXPERIMENTS, TANGO_ENV, experiment_params, tango_command
+from .conftest import EXPERIMENTS, QA_TASK, TANGO_ENV, experiment_params, tango_command
 
 EXPERIMENT_FILES = sorted(EXPERIMENTS.glob("*.jsonnet"))
 # The shipped experiments that need the Hugging Face hub (GPT-2's weights, PIQA): offline here,
@@ -69,14 +69,7 @@ def test_a_limited_load_reads_no_row_past_its_limit(tmp_path):
     path = tmp_path / "train.jsonl"
     rows = [json.dumps({"q": f"question {i}", "a": f"answer {i}"}) for i in range(3)]
     path.write_text("\n".join([*rows, "{not json"]) + "\n")
-    block = {
-        "type": "catwalk::generative",
-        "name": "qa",
-        "source": "files",
-        "data_files": {"train": str(path), "validation": str(path)},
-        "doc_to_text": "Q: {{q}}\nA:",
-        "doc_to_target": "{{a}}",
-    }
+    block = {**QA_TASK, "data_files": {"train": str(path), "validation": str(path)}}
     limited = Task.from_params({"type": "catwalk::limited", "task": dict(block), "limit": 3})
     assert [i.context for i in limited.load_split("train")][-1] == "Q: question 2\nA:"
     stored = {name: list(instances) for name, instances in limited.stream(["train", "validation"])}
@@ -94,15 +87,8 @@ def test_a_limited_task_that_streams_trains_on_its_first_rows_alone(tmp_path):
 
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps({"q": f"q{i}", "a": f"a{i}"}) + "\n" for i in range(9)))
-    block = {
-        "type": "catwalk::generative",
-        "name": "qa",
-        "source": "files",
-        "data_files": {"train": str(path), "validation": str(path)},
-        "doc_to_text": "Q: {{q}}\nA:",
-        "doc_to_target": "{{a}}",
-        "streaming": True,
-    }
+    block = {**QA_TASK, "data_files": {"train": str(path), "validation": str(path)}}
+    block["streaming"] = True
     config = {"type": "catwalk::limited", "task": block, "limit": 4}
     limited = Task.from_params(json.loads(json.dumps(config)))
     split = streamed_split(limited, config, None, None, None)

@@ -25,7 +25,7 @@ from catwalk_steps.scoring.packed_documents import (
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.sequences import ChoiceSequence
 
-from .conftest import run_tango, step_result
+from .conftest import QA_TASK, run_tango, step_result
 from .families import FAMILIES
 
 
@@ -100,12 +100,7 @@ def test_the_flattened_varlen_form_gives_the_same_log_probabilities():
 # --- Through `tango run` ----------------------------------------------------------------------
 
 QA = {
-    "type": "catwalk::generative",
-    "name": "pairs",
-    "source": "files",
-    "doc_to_text": "Q: {{q}}\nA:",
-    "doc_to_target": "{{a}}",
-    "until": ["\n"],
+    **QA_TASK,
     "max_gen_toks": 24,
     "metric_list": [{"metric": "exact_match"}],
 }

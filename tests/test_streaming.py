@@ -24,19 +24,13 @@ from catwalk_steps.tasks.streamed import StreamedSplit, streamed_split
 from catwalk_steps.training.streaming import StreamLoader
 from catwalk_steps.workspace.formats import InstancesFormat
 
+from .conftest import QA_TASK
+
 CHAT = (
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</{{ m['role'] }}>{% endfor %}"
     "{% if add_generation_prompt %}<assistant>{% endif %}"
 )
-QA = {
-    "type": "catwalk::generative",
-    "name": "pairs",
-    "source": "files",
-    "doc_to_text": "Q: {{q}}\nA:",
-    "doc_to_target": "{{a}}",
-    "until": ["\n"],
-    "max_gen_toks": 6,
-}
+QA = dict(QA_TASK)
 CHOICES = {
     "type": "catwalk::task",
     "name": "choices",

@@ -28,6 +28,7 @@ from catwalk_steps.tasks.preference import PreferenceInstance
 from catwalk_steps.tokenized import TokenizedSplit, build
 from catwalk_steps.tokenized.store import stored_training_tokens
 
+from .conftest import QA_TASK
 from .families import save_llama_style_tokenizer
 
 LOG = logging.getLogger("test")
@@ -37,13 +38,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 QA = {
-    "type": "catwalk::generative",
-    "name": "pairs",
-    "source": "files",
-    "doc_to_text": "Q: {{q}}\nA:",
-    "doc_to_target": "{{a}}",
-    "until": ["\n"],
-    "max_gen_toks": 6,
+    **QA_TASK,
     "metric_list": [{"metric": "exact_match"}],
 }
 
