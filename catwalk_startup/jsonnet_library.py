@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # (PyYAML, with Tango: no stubs installed)
 
+from .settings import DEFAULTS
+
 LIBRARY_PARENT = "jsonnet"  # catwalk_steps/jsonnet/lib/*.libsonnet: `import 'lib/...'`
 
 
@@ -42,7 +44,7 @@ def library_path() -> str | None:
 
 def declared_ext_vars() -> dict[str, str]:
     """The ext vars the package's settings declare, with their defaults (all empty)."""
-    settings = yaml.safe_load(Path(__file__).with_name("tango.yml").read_text())
+    settings = yaml.safe_load(DEFAULTS.read_text())
     return {str(key): str(value) for key, value in (settings.get("environment") or {}).items()}
 
 

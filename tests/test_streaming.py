@@ -9,6 +9,7 @@ import copy
 import json
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -99,6 +100,19 @@ def stream_of(config: dict, tokenizer: str | None = None) -> StreamedSplit:
     return streamed_split(task, config, tokenizer, None, rendering)
 
 
+def streamed_and_whole(tmp_path: Path, kind: str) -> tuple[StreamedSplit, Any, list, list]:
+    """A task of `kind` that streams its training split, and the same task loaded whole: the
+    stream, the chat rendering (None without a template), the whole split's instances and its
+    training examples."""
+    config = block(tmp_path, kind, streaming=True)
+    tokenizer = chat_directory(tmp_path) if KINDS[kind][2] else None
+    split = stream_of(config, tokenizer)
+    whole = Task.from_params({k: v for k, v in config.items() if k != "streaming"})
+    rendering = chat_tokenizer(whole, tokenizer, "t") if tokenizer else None
+    instances = whole.load(["train"], rendering)["train"]
+    return split, rendering, instances, kind_of(instances).training_instances(instances, "train")
+
+
 def loader_block(batch_size: int, shuffle: bool, num_workers: int = 0, **collate_keys) -> Lazy:
     collate = {"type": "catwalk::multiple_choice", "tokenizer": "catwalk::byte_level"}
     collate |= {"max_length": 64, **collate_keys}
@@ -123,13 +137,7 @@ def same(batches: list, others: list) -> bool:
 def test_a_streamed_split_gives_the_batches_of_the_split_loaded_whole(tmp_path, kind):
     """The same rows in the same order: the same instances (rendered, chat templates applied,
     checked) and the same collated tensors as `load_task` and the sharded loader give."""
-    config = block(tmp_path, kind, streaming=True)
-    tokenizer = chat_directory(tmp_path) if KINDS[kind][2] else None
-    split = stream_of(config, tokenizer)
-    whole = Task.from_params({k: v for k, v in config.items() if k != "streaming"})
-    rendering = chat_tokenizer(whole, tokenizer, "t") if tokenizer else None
-    instances = whole.load(["train"], rendering)["train"]
-    training = kind_of(instances).training_instances(instances, "train")
+    split, rendering, instances, training = streamed_and_whole(tmp_path, kind)
     loader = loader_block(batch_size=4, shuffle=False).construct(dataset=training)
     expected = list(loader.epoch_batches(0))
     assert len(expected) == 3
@@ -145,13 +153,7 @@ def test_a_streamed_split_s_batches_are_packed_as_the_split_loaded_whole(tmp_pat
     reads, so its batches are packed rows (several documents to a row), the whole split's."""
     from catwalk_steps.scoring.packed_documents import DOCUMENTS
 
-    config = block(tmp_path, kind, streaming=True)
-    tokenizer = chat_directory(tmp_path) if KINDS[kind][2] else None
-    split = stream_of(config, tokenizer)
-    whole = Task.from_params({k: v for k, v in config.items() if k != "streaming"})
-    rendering = chat_tokenizer(whole, tokenizer, "t") if tokenizer else None
-    instances = whole.load(["train"], rendering)["train"]
-    training = kind_of(instances).training_instances(instances, "train")
+    split, _, _, training = streamed_and_whole(tmp_path, kind)
     packed = loader_block(batch_size=4, shuffle=False, packing=True, max_length=128)
     expected = list(packed.construct(dataset=training).epoch_batches(0))
     settings = LoaderSettings.of(packed, "train_dataloader")

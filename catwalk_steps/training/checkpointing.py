@@ -256,7 +256,10 @@ def removed_when_full(directory: Path) -> Iterator[None]:
             raise
         shutil.rmtree(directory, ignore_errors=True)
         kept = f"checkpoint {directory.name} was incomplete and is removed"
-        full = DiskFullError(f"{e}; {kept}") if isinstance(e, DiskFullError) else None
-        full = full or disk_full(directory, kept)
+        full = (
+            DiskFullError(f"{e}; {kept}")
+            if isinstance(e, DiskFullError)
+            else disk_full(directory, kept)
+        )
     if full is not None:
         raise_unchained(full)  # (the writer's error freed first: its open files with it)
