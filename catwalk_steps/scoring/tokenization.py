@@ -68,15 +68,17 @@ def tokenizer_file(path: str) -> PreTrainedTokenizerBase:
 
 def olmo_eval_tokenizer_path(name: str) -> str:
     """The file of a tokenizer ai2-olmo-eval ships: `olmo_eval::gpt-neox-olmo-dolma-v1_5` is
-    `olmo_eval/tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json`."""
-    import importlib.resources
+    `olmo_eval/tokenizers/allenai_gpt-neox-olmo-dolma-v1_5.json` (found without importing it)."""
+    from ..tasks.sources import OLMO_EVAL_INSTALL, olmo_eval_package
 
+    package = olmo_eval_package()
+    if package is None:
+        raise ValueError(f"the ai2-olmo-eval package is not installed; {OLMO_EVAL_INSTALL}")
     short = name[len(OLMO_EVAL_TOKENIZERS) :]
-    path = importlib.resources.files("olmo_eval") / "tokenizers" / f"allenai_{short}.json"
+    path = package / "tokenizers" / f"allenai_{short}.json"
     if not path.is_file():
         shipped = sorted(
-            p.name[len("allenai_") : -len(".json")]
-            for p in (importlib.resources.files("olmo_eval") / "tokenizers").iterdir()
+            p.name[len("allenai_") : -len(".json")] for p in (package / "tokenizers").iterdir()
         )
         raise ValueError(f"ai2-olmo-eval ships no such tokenizer (it has: {', '.join(shipped)})")
     return str(path)

