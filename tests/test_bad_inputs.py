@@ -1091,8 +1091,12 @@ TINY_TRAINING = {**TINY_RUN, f"{T}.device_count": 1}
 def test_through_tango_run_every_class_is_one_line_within_its_bound(tmp_path, silent_server):
     hub_task = {"name": "arc_easy", "source": "hub", "max_instances": 2}
     cases = {
-        "hub": (
-            {"steps.eval_untrained.task": hub_task, "steps.eval_untrained.dataset_dict": None},
+        "hub": (  # reached after the training step: 2 steps on one process
+            {
+                **TINY_TRAINING,
+                "steps.eval_untrained.task": hub_task,
+                "steps.eval_untrained.dataset_dict": None,
+            },
             {"HF_ENDPOINT": silent_server},
             f"HubUnreachable: allenai/ai2_arc/ARC-Easy [test] (hub): the Hugging Face hub "
             f"({silent_server}) is unreachable (no answer within 10 s); work offline",
