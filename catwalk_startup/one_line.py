@@ -11,8 +11,8 @@ as before.
 Which errors: what can be told before `catwalk_steps` is imported, because Tango evaluates the
 experiment before it imports the package (:func:`early_line`: our jsonnet library's `catwalk:`
 errors, jsonnet that does not parse in the experiment or in `-o`, an `-o` key the experiment
-does not have, Tango's type check of a value), and, once the package is imported, every error
-type it registers (:func:`catwalk_steps.errors.one_line`).
+does not have, Tango's type check of a value; and Tango's own check of a `-s` step's name), and,
+once the package is imported, every error type it registers (:func:`catwalk_steps.errors.one_line`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ JSONNET_CATWALK = re.compile(r"runtime error: catwalk: (.*)", re.IGNORECASE)
 # an unparsed message is then shown as Tango's own).
 TANGO_TYPE = re.compile(r"Expected (\w+) to be (\w+), found (.*) \(<class '(\w+)'>\)\.?")
 UNUSED_OVERRIDES = re.compile(r"overrides dict contains unused keys: \[(.*)\]")
+# `tango run -s NAME` naming no step of the experiment: Tango 1.3.2 asserts it (a traceback).
+UNKNOWN_STEP = re.compile(
+    r"You want to run a step called '(.*)', but it cannot be found in the experiment config\. "
+    r"The config contains: \[(.*)\]\.?"
+)
 LOCATION = re.compile(r"(\S*:\d+:\d+(?:-\d+:\d+|-\d+)?)")
 # JSON in an `--ext-var` that does not parse, in our library's `ext_json` (catwalk_steps/
 # jsonnet/lib/grid.libsonnet), which reads the variable as a field of its name so that the
@@ -91,6 +96,13 @@ def early_line(error: BaseException) -> str | None:
             return (
                 f"ConfigurationError: -o: the experiment has no {unused.group(1)} to override "
                 "(a key must name a value the experiment has, or a whole block)"
+            )
+        unknown_step = UNKNOWN_STEP.match(str(link)) if isinstance(link, AssertionError) else None
+        if unknown_step:
+            name, steps = unknown_step.groups()
+            return (
+                f"ConfigurationError: -s {name}: the experiment has no such step "
+                f"(it has: {steps.replace(chr(39), '')})"
             )
         if isinstance(link, RuntimeError) and raised_in(link, "parse_overrides"):
             return f"ConfigurationError: -o: not valid JSON ({jsonnet_reason(link)})"

@@ -667,6 +667,23 @@ def test_errors_before_the_package_is_imported_are_one_line_through_tango_run(tm
         assert len(lines) == 1 and message in lines[0], (arguments, lines)
 
 
+@pytest.mark.slow
+def test_a_step_the_experiment_lacks_is_one_line_through_tango_run(tmp_path):
+    """`-s NAME`: Tango asserts the name (a traceback of 20 lines)."""
+    argv = tango_command(DEMO, tmp_path / "ws", "s", None, "-s", "train")
+    done = commands.run(argv, timeout=120)
+    assert done.returncode != 0
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if " ERROR " in line]
+    assert len(lines) == 1 and "Traceback" not in done.stdout + done.stderr, lines
+    assert (
+        "ConfigurationError: -s train: the experiment has no such step (it has: data, "
+        "eval_untrained, trained, eval_trained, report)"
+    ) in lines[0]
+    assert not (tmp_path / "ws" / "cache").exists() or not any(
+        (tmp_path / "ws" / "cache").iterdir()
+    )
+
+
 @pytest.mark.parametrize(("experiment", "overrides", "message"), CASES, ids=lambda v: str(v)[:60])
 def test_a_bad_setting_fails_in_one_line_when_the_step_graph_is_built(
     experiment, overrides, message

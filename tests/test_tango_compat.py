@@ -317,11 +317,14 @@ def test_an_included_package_is_walked_once_per_process(tmp_path, monkeypatch):
 def test_tangos_messages_are_still_the_ones_we_parse():
     """tango_fixes/registry.py, tasks/base.py and catwalk_startup/one_line.py read Tango's
     message text (it gives no field naming the key): each pattern matches what Tango says."""
+    import inspect
+
+    from tango import __main__ as tango_main
     from tango.common import Params
     from tango.common.exceptions import ConfigurationError
     from tango.common.params import with_overrides
 
-    from catwalk_startup.one_line import TANGO_TYPE, UNUSED_OVERRIDES
+    from catwalk_startup.one_line import TANGO_TYPE, UNKNOWN_STEP, UNUSED_OVERRIDES
     from catwalk_steps.tango_fixes.registry import EXTRA_PARAMETERS, unknown_key_message
     from catwalk_steps.tasks import Task
 
@@ -339,6 +342,10 @@ def test_tangos_messages_are_still_the_ones_we_parse():
     with pytest.raises(ValueError) as unused:
         with_overrides({"steps": {}}, {"stpes.train": 1})
     assert UNUSED_OVERRIDES.match(str(unused.value))
+    source = inspect.getsource(tango_main._run)  # its -s check, an assert
+    assert "You want to run a step called" in source and "The config contains" in source
+    message = f"You want to run a step called 'x', but it cannot be found in the experiment config. The config contains: {['a', 'b']}."  # noqa: E501
+    assert UNKNOWN_STEP.match(message)
 
 
 def test_every_patch_of_fairscale_and_torch_refuses_another_version(monkeypatch):
