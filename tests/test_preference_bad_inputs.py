@@ -114,18 +114,10 @@ ON_CHOICES = (
     "ConfigurationError: model.objective: 'dpo' trains on preference pairs, and task "
     "'SyntheticTask' holds choices (one right); use objective 'lm' or 'rank'"
 )
-# The objective itself, and another objective's settings block, checked at graph build.
-OBJECTIVES = {
-    "unknown_objective": (
-        {"steps.trained.model.objective": "mse"},
-        "ConfigurationError: model.objective: expected one of ('lm', 'rank', 'dpo'), got 'mse'",
-    ),
-    "settings_of_another_objective": (
-        {"steps.trained.model.dpo": {"beta": 0.2}},
-        "ConfigurationError: model.dpo: settings of objective 'dpo', and the model's objective "
-        "is 'lm'",
-    ),
-}
+# Another objective's settings block (an unknown objective: tests/test_bad_inputs.py).
+ANOTHER_OBJECTIVES_BLOCK = (
+    "ConfigurationError: model.dpo: settings of objective 'dpo', and the model's objective is 'lm'"
+)
 
 IN_LOOP = (
     "ConfigurationError: train.evaluate_tasks: task 'synthetic_preference' holds preference "
@@ -208,7 +200,8 @@ def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
     cases.update({name: (DPO, o, line) for name, (o, line) in SETTINGS.items()})
     cases.update(init_from_cases(tmp_path))
     cases["dpo_on_choices"] = (DEMO, {"steps.trained.model.objective": "dpo"}, ON_CHOICES)
-    cases.update({name: (DEMO, o, line) for name, (o, line) in OBJECTIVES.items()})
+    another = {"steps.trained.model.dpo": {"beta": 0.2}}
+    cases["settings_of_another_objective"] = (DEMO, another, ANOTHER_OBJECTIVES_BLOCK)
     in_loop = {"steps.trained.evaluate_tasks": [{"type": "catwalk::synthetic_preference"}]}
     cases["pairs_in_the_loop"] = (DEMO, in_loop, IN_LOOP)
     argvs = {name: tango_command(e, tmp_path / name, name, o) for name, (e, o, _) in cases.items()}
