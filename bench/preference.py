@@ -45,13 +45,13 @@ from common import (  # noqa: E402
 
 sys.path.insert(0, str(REPO))
 
+from catwalk_steps.objectives.dpo_loss import preference_loss  # noqa: E402
 from catwalk_steps.scoring.preference import (  # noqa: E402
     PreferencePair,
     answer_logps,
     concatenated_pairs,
     pack_pairs,
 )
-from catwalk_steps.scoring.preference_loss import preference_loss  # noqa: E402
 
 LAYOUTS = {"packed": pack_pairs, "two rows": concatenated_pairs}
 VOCAB = 50257

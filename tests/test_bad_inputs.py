@@ -436,8 +436,13 @@ CASES = [
             "steps.data.task": {"type": "catwalk::synthetic_generative"},
             f"{T}.model.objective": "rank",
         },
-        "ConfigurationError: model.objective: 'rank' needs choices to rank, and task "
-        "'synthetic_generative' is generative (one answer per prompt); use objective 'lm'",
+        "ConfigurationError: model.objective: 'rank' trains on choices (one right), and task "
+        "'synthetic_generative' holds answers (one per prompt); use objective 'lm'",
+    ),
+    (
+        DEMO,
+        {f"{T}.model.objective": "mse"},
+        "ConfigurationError: model.objective: expected one of ('lm', 'rank', 'dpo'), got 'mse'",
     ),
     (
         DEMO,

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from catwalk_steps.adapters.registry import adapter_type
+from catwalk_steps.objectives.dpo_loss import preference_loss
 from catwalk_steps.scoring.preference import (
     PreferencePair,
     answer_logps,
     concatenated_pairs,
     pack_pairs,
 )
-from catwalk_steps.scoring.preference_loss import preference_loss
-from catwalk_steps.scoring.preference_objective import adapters_off
 
 from .fixtures.make_dpo_fixture import GATHERED, build_model, digest, key_of, set_lora_weights
 
@@ -48,7 +48,8 @@ def ours(case: dict, layout: str) -> tuple[float, dict, dict, dict]:
     policy = build_model(FIXTURE["seed"])
     batch = LAYOUTS[layout](PAIRS, 0)
     if case["lora"]:
-        policy, reference, off = with_lora(policy), policy, adapters_off(policy)
+        policy, reference = with_lora(policy), policy
+        off = adapter_type("lora").switched_off(policy)
     else:
         reference, off = build_model(FIXTURE["seed"] + 1), contextlib.nullcontext()
     policy.train()

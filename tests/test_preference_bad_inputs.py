@@ -78,8 +78,8 @@ SETTINGS = {
     ),
     "pairs_trained_as_lm": (
         {"steps.dpo_trained.model.objective": "lm"},
-        "ConfigurationError: model.objective: task 'synthetic_preference' holds preference pairs, "
-        "trained on with objective 'dpo'; got 'lm'",
+        "ConfigurationError: model.objective: 'lm' trains on choices (one right) or answers (one "
+        "per prompt), and task 'synthetic_preference' holds preference pairs; use objective 'dpo'",
     ),
     "no_reference": (
         {"steps.dpo_trained.dataset_dict": {"type": "ref", "ref": "dpo_data"}},
@@ -111,8 +111,12 @@ SETTINGS = {
 
 DEMO = REPO / "experiments" / "demo.jsonnet"
 ON_CHOICES = (
-    "ConfigurationError: model.objective: 'dpo' trains on preference pairs (a preference task), "
-    "and task 'SyntheticTask' is multiple choice"
+    "ConfigurationError: model.objective: 'dpo' trains on preference pairs, and task "
+    "'SyntheticTask' holds choices (one right); use objective 'lm' or 'rank'"
+)
+# Another objective's settings block (an unknown objective: tests/test_bad_inputs.py).
+ANOTHER_OBJECTIVES_BLOCK = (
+    "ConfigurationError: model.dpo: settings of objective 'dpo', and the model's objective is 'lm'"
 )
 
 IN_LOOP = (
@@ -196,6 +200,8 @@ def test_each_bad_input_is_one_line_through_tango_run_before_any_step(tmp_path):
     cases.update({name: (DPO, o, line) for name, (o, line) in SETTINGS.items()})
     cases.update(init_from_cases(tmp_path))
     cases["dpo_on_choices"] = (DEMO, {"steps.trained.model.objective": "dpo"}, ON_CHOICES)
+    another = {"steps.trained.model.dpo": {"beta": 0.2}}
+    cases["settings_of_another_objective"] = (DEMO, another, ANOTHER_OBJECTIVES_BLOCK)
     in_loop = {"steps.trained.evaluate_tasks": [{"type": "catwalk::synthetic_preference"}]}
     cases["pairs_in_the_loop"] = (DEMO, in_loop, IN_LOOP)
     argvs = {name: tango_command(e, tmp_path / name, name, o) for name, (e, o, _) in cases.items()}

@@ -16,10 +16,11 @@ from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps.kinds import MultipleChoiceCollator, kind_named
 from catwalk_steps.kinds.stderr import mean_stderr
+from catwalk_steps.objectives.dpo import DpoSettings
+from catwalk_steps.objectives.dpo_loss import LOSS_TYPES
 from catwalk_steps.scoring.preference import answer_logps
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.tokenization import load_tokenizer
-from catwalk_steps.settings.preference import LOSS_TYPES, DpoSettings
 from catwalk_steps.tasks import ModelTokenizer, Task
 from catwalk_steps.tasks.base import TaskDataError
 from catwalk_steps.tasks.preference import PreferenceInstance
@@ -156,10 +157,13 @@ def test_the_dpo_block_is_checked(given, message):
     assert message in str(error.value)
 
 
-def test_the_loss_types_are_those_the_loss_computes():
-    from catwalk_steps.scoring import preference_loss
+def test_every_loss_type_the_dpo_block_takes_is_one_the_loss_computes():
+    """`loss_type`'s values are written once, beside the loss (objectives/dpo_loss.py)."""
+    from catwalk_steps.objectives.dpo_loss import pair_losses
 
-    assert set(LOSS_TYPES) == set(preference_loss.LOSS_TYPES)
+    for loss_type in LOSS_TYPES:
+        assert DpoSettings.of({"loss_type": loss_type}).loss_type == loss_type
+        assert torch.isfinite(pair_losses(torch.tensor([0.5, -2.0]), 0.1, loss_type, 0.1)).all()
 
 
 def batch_of(model: RankClassifier, pairs: list[PreferenceInstance]) -> dict:

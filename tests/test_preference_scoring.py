@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from catwalk_steps.objectives.dpo_loss import METRICS, preference_loss
 from catwalk_steps.scoring.packing import packed_attention
 from catwalk_steps.scoring.preference import (
     PreferencePair,
@@ -17,7 +18,6 @@ from catwalk_steps.scoring.preference import (
     concatenated_pairs,
     pack_pairs,
 )
-from catwalk_steps.scoring.preference_loss import METRICS, preference_loss
 
 from .conftest import TINY_GPT2
 from .test_shared_context import TINY_BLOOM, TINY_LLAMA

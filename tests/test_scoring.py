@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from catwalk_steps.kinds.collate import MultipleChoiceCollator, Padding
 from catwalk_steps.kinds.multiple_choice import metrics_from_scores
+from catwalk_steps.objectives import objective_named
 from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.base import MultipleChoiceInstance
@@ -108,14 +109,14 @@ def test_losses_follow_their_definitions(model):
     lm_loss = (-expected[torch.arange(len(INSTANCES)), labels] / right_lengths).mean()
     rank_loss = F.cross_entropy(expected, labels)
     with torch.no_grad():
-        model.objective = "lm"
+        model.objective = objective_named("lm")
         assert float(model(**batch)["loss"]) == pytest.approx(float(lm_loss), abs=1e-5)
         model.train()  # training runs only the right choices; same loss
         assert float(model(**batch)["loss"]) == pytest.approx(float(lm_loss), abs=1e-5)
         model.eval()
-        model.objective = "rank"
+        model.objective = objective_named("rank")
         assert float(model(**batch)["loss"]) == pytest.approx(float(rank_loss), abs=1e-5)
-    model.objective = "lm"
+    model.objective = objective_named("lm")
 
 
 def test_padding_items_weigh_nothing(model):

@@ -9,7 +9,9 @@ engines, checkpoints and reports never name one:
   (:meth:`~AdapterType.initial_weights`), which a sharded engine draws rank by rank;
 - the merged model, for a directory that loads without peft (:meth:`~AdapterType.merged_state`);
 - the units an engine that flattens parameters must wrap (:meth:`~AdapterType.flattened_units`);
-- what the run card says (:meth:`~AdapterType.describe`).
+- what the run card says (:meth:`~AdapterType.describe`);
+- the base alone, the adapter switched off in the same model (:meth:`~AdapterType.switched_off`:
+  a reference model for DPO).
 
 Every type is injected by peft, in place: the model stays the Hugging Face model it was, and
 its adapter is saved as the peft directory (:mod:`.peft_directory`) whatever its type. Types
@@ -18,8 +20,9 @@ are registered in :mod:`.registry`.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -88,6 +91,22 @@ class AdapterType(ABC):
     def describe(self, config: Mapping[str, Any]) -> str:
         """How the run card names the adapter of this `as_config()` (`LoRA r=8 alpha=16`)."""
         return self.title
+
+    @contextlib.contextmanager
+    def switched_off(self, lm: torch.nn.Module) -> Iterator[None]:
+        """The adapter's layers in `lm` switched off while active: the base model, in the same
+        modules (torchtune's and TRL's reference for a LoRA run). Every type's layers are
+        peft's, which switch off alike."""
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        layers = [m for m in lm.modules() if isinstance(m, BaseTunerLayer)]
+        for layer in layers:
+            layer.enable_adapters(False)
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer.enable_adapters(True)
 
 
 def draw_weights(lm: torch.nn.Module, adapter: AdapterType, seed: int) -> None:

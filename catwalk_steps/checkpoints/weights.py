@@ -130,7 +130,7 @@ def write_model_files(model: torch.nn.Module, work_dir: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     classifier.lm.config.save_pretrained(directory)
     classifier.tokenizer.save_pretrained(directory)
-    write_model_info(directory, classifier.objective, None, model=classifier)
+    write_model_info(directory, classifier.objective.name, None, model=classifier)
 
 
 def checkpoint_history(checkpoint: Path) -> dict[str, Any] | None:

@@ -14,11 +14,10 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataCollator, LRScheduler, Optimizer
 
-from ..components import check_keys, lazy_params, registered_name, resolve_config
+from ..components import check_keys, registered_name, resolve_config
 from ..distributed.rendezvous import rendezvous_settings
 from ..engines.base import CatwalkEngine
 from ..engines.skeleton import chosen_modules, model_skeleton
@@ -28,7 +27,8 @@ from ..scoring.choices import max_positions
 from ..scoring.tokenization import chat_tokenizer
 from ..settings import EngineSettings, LoaderSettings, Precision, TrainSettings
 from ..tasks import LOADED_SPLITS
-from .preference import check_preference_training
+from .objective import check_objective, check_trained_task, model_params
+from .preference import check_init_from
 from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def check_training_task(settings: TrainSettings) -> None:
     check_loaded_splits(settings, task)
     kind = kind_of_task(task)
     check_val_metric(settings, kind, task, task_named(kind, task.name))
-    kind.check_objective(model_objective(settings.model), task)
+    check_trained_task(settings.model, kind.examples, task.name)
     kind.check_packing(task.name, settings.blocks.train_loader)
 
 
@@ -145,14 +145,6 @@ def check_loaded_splits(settings: TrainSettings, task: Any) -> None:
 def task_named(kind: Any, name: str) -> str:
     """The task beside the names it allows, where they are its own (not every task's)."""
     return f" (task '{name}')" if kind.metrics_of_task else ""
-
-
-def model_objective(model: Any) -> str | None:
-    """The model block's `objective`, as given (None when left out: `lm`)."""
-    if not isinstance(model, Lazy):
-        return None
-    objective = lazy_params(model).get("objective")
-    return objective if isinstance(objective, str) else None
 
 
 WHOLE_KEYS = (
@@ -290,7 +282,8 @@ def check_train_step(settings: TrainSettings) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
     check_schedule(settings)
     check_training_task(settings)
-    check_preference_training(settings)
+    check_init_from(settings.init_from, model_params(settings.model).get("tokenizer"))
+    check_objective(settings)
     blocks = settings.blocks  # each lazy block read once
     engine = check_engine_settings(blocks.engine)
     check_devices_and_precision(settings, engine.precision)

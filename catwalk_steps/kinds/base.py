@@ -21,9 +21,11 @@ batch, then `compute`) and lm-evaluation-harness's task (`process_results`, `agg
 - :attr:`TaskKind.columns`: its instances' stored form (a cached `catwalk::load_task`: Arrow
   columns, each instance decoded when asked for, :mod:`.stored`); :meth:`TaskKind.encode` /
   :meth:`TaskKind.decode`: one instance as JSON (results stored before, an evaluation's keys);
-- :meth:`TaskKind.training_instances`, :meth:`TaskKind.validation_metrics` (validation runs
-  through `update` and `compute`, as the in-loop tasks do) and :meth:`TaskKind.lower_is_better`:
-  how a training run trains on it, validates it and picks its best checkpoint.
+- :attr:`TaskKind.examples`, :meth:`TaskKind.training_instances`,
+  :meth:`TaskKind.validation_metrics` (validation runs through `update` and `compute`, as the
+  in-loop tasks do) and :meth:`TaskKind.lower_is_better`: what a training run trains on (the
+  objectives that train on it: :mod:`catwalk_steps.objectives`), how it validates it and picks
+  its best checkpoint.
 
 A kind is registered once (:func:`register`), under the name its instances and tasks carry
 (`kind`, a class attribute in :mod:`catwalk_steps.tasks`).
@@ -38,6 +40,7 @@ from typing import Any, ClassVar
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..objectives import Examples
 from ..scoring.generation import Ranks
 from ..tasks.base import instance_record
 from .batches import Batches
@@ -73,6 +76,8 @@ class TaskKind(Batches):
 
     name: ClassVar[str]
     columns: ClassVar[Columns]  # its instances as Arrow columns (a schema and a row view)
+    # What its training examples hold: the model's objective checks that it trains on them.
+    examples: ClassVar[Examples] = Examples.CHOICES
     # Its validation metrics are the task's own (a generative task's): messages name the task.
     metrics_of_task: ClassVar[bool] = False
 
@@ -90,15 +95,6 @@ class TaskKind(Batches):
 
     def check_in_loop(self, task: Any, max_length: int) -> None:
         """A task scored in the loop with the loader's `max_length`."""
-
-    def check_objective(self, objective: str | None, task: Any) -> None:
-        """The model's training `objective` (None: left out, `lm`) against a task of this kind
-        trained on: `dpo` needs preference pairs."""
-        if objective == "dpo":
-            raise ConfigurationError(
-                f"model.objective: 'dpo' trains on preference pairs (a preference task), and "
-                f"task '{task.name}' is {self.name.replace('_', ' ')}"
-            )
 
     def validation_metrics(self, task: Any) -> tuple[str, ...]:
         """What `train.val_metric_name` may name when a split of this kind (of `task`, or an

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..objectives import Examples
 from ..scoring.generated import generate_texts
 from ..scoring.generation import GenerationEncoder, eos_ids_of, forward_step, greedy_generate
 from ..scoring.packed_documents import DOCUMENTS, document_tokens, packed_answer_batch
@@ -183,15 +184,8 @@ def training_batch(
 class Generative(TaskKind):
     name = "generative"
     columns = GenerativeColumns()
+    examples = Examples.ANSWERS  # one answer per prompt: nothing to rank
     metrics_of_task = True  # its metric list
-
-    def check_objective(self, objective, task):
-        super().check_objective(objective, task)
-        if objective == "rank":
-            raise ConfigurationError(
-                f"model.objective: 'rank' needs choices to rank, and task '{task.name}' is "
-                "generative (one answer per prompt); use objective 'lm'"
-            )
 
     def validation_metrics(self, task):
         return tuple(task.scoring.names())

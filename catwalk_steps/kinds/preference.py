@@ -18,6 +18,7 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from ..objectives import Examples
 from ..scoring.packing import CONTEXT_SEGMENT
 from ..scoring.preference import ANSWER_TOKENS
 from ..scoring.preference_objective import (
@@ -67,13 +68,7 @@ def pair_values(answer: Mapping[str, Any]) -> dict[str, float]:
 class Preference(TaskKind):
     name = "preference"
     columns = PreferenceColumns()
-
-    def check_objective(self, objective, task):
-        if objective != "dpo":
-            raise ConfigurationError(
-                f"model.objective: task '{task.name}' holds preference pairs, trained on with "
-                f"objective 'dpo'; got {objective or 'lm'!r}"
-            )
+    examples = Examples.PAIRS
 
     def check_in_loop(self, task, max_length):
         raise ConfigurationError(

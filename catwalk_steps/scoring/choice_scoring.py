@@ -1,7 +1,8 @@
 """What a rank classifier computes for a batch of multiple-choice instances: each choice's
-summed continuation log-probability (from packed rows when the model takes them), the loss of
-its objective and the choice metrics. A mixin of :class:`.rank_classifier.RankClassifier`,
-which holds the LM and the settings these methods read."""
+summed continuation log-probability (from packed rows when the model takes them), the loss its
+objective gives them (:mod:`catwalk_steps.objectives`) and the choice metrics. A mixin of
+:class:`.rank_classifier.RankClassifier`, which holds the LM and the settings these methods
+read."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from .logprobs import choice_metrics, continuation_log_probs, lm_loss, weighted_mean
+from ..objectives import ChoiceScores, Objective
+from .logprobs import choice_metrics, continuation_log_probs
 from .shared_context import log_fallback, packed_scores
 
 
@@ -19,7 +20,7 @@ class ChoiceScoring:
     """Scores and losses over a causal LM (`lm`), for :class:`.rank_classifier.RankClassifier`."""
 
     lm: Any  # the Hugging Face causal LM
-    objective: str  # "lm" or "rank"
+    objective: Objective  # the model's training objective
     training: bool  # torch's flag
     supports_logits_to_keep: bool  # the LM's forward takes `logits_to_keep`
     packing_unsupported: str | None  # why the LM cannot take packed rows; None: it can
@@ -82,24 +83,23 @@ class ChoiceScoring:
         packed: Mapping[str, torch.Tensor] | None = None,
     ) -> dict[str, Any]:
         """Loss and metrics for a batch of instances, each with all its choices. Sequence `s` is
-        choice `choice_index[s]` of instance `instance_index[s]`. Training with the "lm"
-        objective runs the right choices only (the others are not in the loss); otherwise every
-        choice is scored, from the `packed` rows when the model takes them: one forward of the
-        LM on every rank, whatever the batch holds (a kind's metrics are computed from its
-        `scores` after the forward: :mod:`catwalk_steps.kinds`)."""
+        choice `choice_index[s]` of instance `instance_index[s]`. Training with an objective
+        that does not score every choice (`lm`) runs the right choices only (the others are not
+        in its loss); otherwise every choice is scored, from the `packed` rows when the model
+        takes them: one forward of the LM on every rank, whatever the batch holds (a kind's
+        metrics are computed from its `scores` after the forward: :mod:`catwalk_steps.kinds`)."""
         # Sharded engines may cast floating inputs to the compute dtype; counting stays float32.
         weights = weights.float()
         right = choice_index == labels[instance_index]
         right_instances = instance_index[right]
-        if self.training and self.objective == "lm":
+        if self.training and not self.objective.scores_every_choice:
             right_scores = self.score_sequences(
                 input_ids[right], attention_mask[right], continuation_mask[right], logits_from
             )
-            return {
-                "loss": lm_loss(
-                    right_scores, continuation_mask[right], right_instances, labels, weights
-                )
-            }
+            only_right = ChoiceScores(
+                right_scores, continuation_mask[right], right_instances, labels, weights
+            )
+            return {"loss": self.objective.choice_loss(only_right)}
         num_choices = num_choices or int(choice_index.max()) + 1
         sequence_scores = self.every_choice_scores(
             input_ids, attention_mask, continuation_mask, logits_from, packed
@@ -109,12 +109,11 @@ class ChoiceScoring:
         chars = torch.ones_like(scores).index_put(where, choice_chars.to(scores.dtype))
         with torch.no_grad():
             counts = choice_metrics(scores.detach(), labels, chars, weights)
-        if self.objective == "rank":
-            loss = weighted_mean(F.cross_entropy(scores, labels, reduction="none"), weights)
-        else:
-            loss = lm_loss(
-                sequence_scores[right], continuation_mask[right], right_instances, labels, weights
-            )
+        right_scores = sequence_scores[right]
+        every = ChoiceScores(
+            right_scores, continuation_mask[right], right_instances, labels, weights, scores
+        )
+        loss = self.objective.choice_loss(every)
         count = counts["count"].clamp(min=1.0)
         outputs: dict[str, Any] = {
             "loss": loss,

@@ -1,4 +1,5 @@
-"""The arithmetic of rank classification: continuation log-probabilities, choice metrics, losses.
+"""The arithmetic of rank classification: continuation log-probabilities, choice metrics (the
+losses are the objectives': :mod:`catwalk_steps.objectives`).
 
 Everything here is in float32 whatever the autocast dtype, and knows nothing of devices or
 distribution: tensors arrive where they should be.
@@ -64,27 +65,3 @@ def choice_metrics(
         "correct_norm": (right_norm * weights).sum(),
         "count": weights.sum(),
     }
-
-
-def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Mean over instances; padding instances (weight 0) count for nothing."""
-    return (values * weights).sum() / weights.sum().clamp(min=1.0)
-
-
-def lm_loss(
-    right_scores: torch.Tensor,
-    right_continuation_mask: torch.Tensor,
-    right_instances: torch.Tensor,
-    labels: torch.Tensor,
-    weights: torch.Tensor,
-) -> torch.Tensor:
-    """Mean over instances of the right continuation's mean token NLL.
-
-    `right_*` describe the right choices' sequences. Averaging per instance (not per token)
-    keeps the loss of a batch independent of how it is split across ranks or micro-batches.
-    """
-    num_tokens = right_continuation_mask.sum(dim=1).clamp(min=1)
-    per_instance = torch.zeros_like(labels, dtype=torch.float32).index_put(
-        (right_instances,), -right_scores / num_tokens
-    )
-    return weighted_mean(per_instance, weights)

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..objectives.base import weighted_mean
 from ..tasks import TaskDataError
-from .logprobs import weighted_mean
 from .packing import PAD_SEGMENT
 from .sequences import ChoiceSequence
 from .shared_context import attention_mask_for, head_inputs_at, packing_support
@@ -168,7 +168,7 @@ def document_loss(
     lm: PreTrainedModel, documents: Mapping[str, torch.Tensor], weights: torch.Tensor
 ) -> torch.Tensor:
     """The `lm` objective over packed documents: each one's mean answer-token NLL, averaged
-    over documents by weight (:func:`~catwalk_steps.scoring.logprobs.lm_loss` of the same
+    over documents by weight (:func:`~catwalk_steps.objectives.lm.lm_loss` of the same
     documents unpacked)."""
     token_log_probs = document_log_probs(lm, documents)
     answers = documents[ANSWER_TOKENS]

@@ -22,8 +22,8 @@ from tango.integrations.torch import Model
 
 from ..adapters.base import AdapterSpec
 from ..adapters.registry import parse_adapter, type_of
-from ..settings import INIT_SEED, OBJECTIVE, OBJECTIVES
-from ..settings.preference import DpoSettings
+from ..objectives import DPO, OBJECTIVE, objective_named
+from ..settings import INIT_SEED
 from ..tasks.chat_templates import ChatTemplate
 from .causal_lm import build_causal_lm, checked_source
 from .choice_scoring import ChoiceScoring
@@ -51,10 +51,7 @@ def check_model_arguments(
 ) -> None:
     """The arguments, and a local `pretrained` directory whole (a skeleton: its config), before
     its tokenizer is read."""
-    if objective not in OBJECTIVES:
-        raise ConfigurationError(
-            f"model.objective: expected one of {OBJECTIVES}, got {objective!r}"
-        )
+    objective_named(objective)
     if (pretrained is None) == (config is None):
         raise ConfigurationError("model: give exactly one of 'pretrained' or 'config'")
     if tokenizer is None and pretrained is None:
@@ -77,9 +74,10 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         model's tokenizer.
     :param objective: "lm" trains on the right choice's continuation tokens (mean token NLL, as
         catwalk trains rank classification); "rank" is cross-entropy over the choices' scores;
-        "dpo" trains on preference pairs (a preference task) by its `dpo` settings.
+        "dpo" trains on preference pairs (a preference task) by its `dpo` settings
+        (:mod:`catwalk_steps.objectives`).
     :param dpo: with objective "dpo": `{beta, loss_type, label_smoothing, rpo_alpha}`
-        (:class:`~catwalk_steps.settings.preference.DpoSettings`, TRL's names and defaults).
+        (:class:`~catwalk_steps.objectives.dpo.DpoSettings`, TRL's names and defaults).
     :param init_seed: seed for the random init of a `config` model, and of the adapter's.
     :param adapter: an adapter to train instead of the whole model, `{type: 'lora', r, alpha,
         dropout, target_modules}` or another registered type's block
@@ -115,13 +113,13 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
             pretrained, config, tokenizer, objective, init_seed, self.adapter, dpo, chat_template
         )
         check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
-        self.dpo = dpo_settings(objective, dpo)
+        self.objective = objective_named(objective)
+        self.dpo = DPO.settings_of(self.objective, dpo)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         template = ChatTemplate.of(chat_template, "model.chat_template")
         # One of the two is given.
         self.tokenizer = load_tokenizer(cast(str, tokenizer or pretrained), field, template)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
-        self.objective = objective
         self.wrapping_root = "lm"  # modules_to_wrap: `transformer.h.0` is `lm.transformer.h.0`
         if self.adapter is not None:
             type_of(self.adapter).attach(self, self.lm, self.adapter, init_seed)
@@ -217,12 +215,3 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         if decoding is not None:
             return decode_step(self.lm, input_ids, attention_mask, **decoding)
         return self.choice_outputs(input_ids, attention_mask, **batch)
-
-
-def dpo_settings(objective: str, dpo: dict[str, Any] | None) -> DpoSettings:
-    """The `dpo` block checked (TRL's defaults when left out); only with objective "dpo"."""
-    if dpo is not None and objective != "dpo":
-        raise ConfigurationError(
-            f"model.dpo: settings of objective 'dpo', and the model's objective is {objective!r}"
-        )
-    return DpoSettings.of(dpo)

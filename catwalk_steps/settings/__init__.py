@@ -16,7 +16,7 @@ reads configs, never builds a model or an engine, so every reader may import it.
 from .engine import EngineSettings
 from .evaluation import BATCH_SIZE, DEVICE_COUNT, EVALUATION_DEFAULTS, EvaluationSettings
 from .loaders import MAX_LENGTH, LoaderSettings
-from .model import INIT_SEED, OBJECTIVE, OBJECTIVES, ModelSettings
+from .model import INIT_SEED, ModelSettings
 from .precision import DEFAULT_PRECISION, FP32, Precision
 from .training import DEFAULTS, TrainBlocks, TrainSettings, run_signature
 
@@ -33,8 +33,6 @@ __all__ = [
     "INIT_SEED",
     "MAX_LENGTH",
     "ModelSettings",
-    "OBJECTIVE",
-    "OBJECTIVES",
     "Precision",
     "TrainBlocks",
     "TrainSettings",

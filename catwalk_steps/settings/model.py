@@ -13,8 +13,6 @@ from tango.integrations.torch import Model
 from ..components import lazy_config
 from ..tasks.chat_templates import ChatTemplate
 
-OBJECTIVES = ("lm", "rank", "dpo")  # the model's `objective`s (its docstring says what each trains)
-OBJECTIVE = OBJECTIVES[0]  # `objective`'s default
 INIT_SEED = 0  # `init_seed`'s default: a random init's seed, and an adapter's
 
 
@@ -37,11 +35,6 @@ class ModelSettings:
     def read(cls, model: Any) -> ModelSettings:
         """A model block (a `Lazy`, or a built model: its class), or its settings read already."""
         return model if isinstance(model, ModelSettings) else cls.of(model)
-
-    @property
-    def objective(self) -> str:
-        """`objective` (its default when left out)."""
-        return self.params.get("objective", OBJECTIVE)
 
     @property
     def chat_template(self) -> ChatTemplate | None:

@@ -28,11 +28,11 @@ from ..checkpoints.weights import read_model_info
 from ..components import check_keys, lazy_params, resolve_config
 from ..file_digests import file_digests
 from ..model_files import check_model_directory
+from ..objectives import OBJECTIVE
 from ..remote import is_hub_name
 from ..scoring.causal_lm import causal_lm_config, unavailable_here
 from ..scoring.rank_classifier import RankClassifier
 from ..scoring.tokenization import load_tokenizer
-from ..settings import OBJECTIVE
 from ..tasks.chat_templates import ChatTemplate
 from .loaded import use_model
 

@@ -24,10 +24,10 @@ from ..checks.start_warnings import cut_warnings
 from ..checks.streaming import check_not_streamed
 from ..checks.training import loaded_task
 from ..kinds import kind_of, kind_of_task
+from ..objectives import OBJECTIVE, with_settings
 from ..scoring.choices import max_length_of, max_positions
 from ..scoring.tokenization import load_tokenizer
 from ..settings import EVALUATION_DEFAULTS as DEFAULTS
-from ..settings import OBJECTIVE
 from ..standalone import (
     EvaluationSettings,
     configured_model_of,
@@ -43,10 +43,12 @@ BATCH_SIZE = 16  # answers per forward (8 pairs), as evaluate's batch_size count
 
 def reference_block(model: Any) -> Any:
     """A model block as the reference's identity: its answers do not depend on how it would
-    be trained (`objective`, `dpo`), so the policy's own block names the same reference."""
+    be trained (`objective`, an objective's settings block: `dpo`), so the policy's own block
+    names the same reference."""
     block = model_block(model)
     if isinstance(block, dict):
-        block = {k: v for k, v in block.items() if k != "dpo"} | {"objective": OBJECTIVE}
+        trained = {objective.name for objective in with_settings()}
+        block = {k: v for k, v in block.items() if k not in trained} | {"objective": OBJECTIVE}
     return block
 
 

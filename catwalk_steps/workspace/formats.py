@@ -38,7 +38,7 @@ class HFModelFormat(Format[RankClassifier]):
         artifact.save_pretrained(directory)
         history, card = artifact.metrics_history, artifact.run_card
         dpo = artifact.spec.get("dpo")
-        write_model_info(directory, artifact.objective, history, card, dpo=dpo)
+        write_model_info(directory, artifact.objective.name, history, card, dpo=dpo)
 
     def read(self, dir: PathOrStr) -> RankClassifier:
         directory = Path(dir)  # (what cannot be read is said in one line by the step cache)

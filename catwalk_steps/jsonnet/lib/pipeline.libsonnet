@@ -103,6 +103,17 @@ local starting_model(model, init_from) =
   else if std.isString(init_from) then model { pretrained: init_from, config:: null }
   else init_from;
 
+// DPO's policy: the model block trained with objective 'dpo' and its `dpo` block.
+local dpo_policy(model, dpo) = model { objective: 'dpo', dpo: dpo };
+
+// The data DPO trains on, by where its reference comes from: a model with an adapter compares
+// with its own base, the adapter off (the data as loaded); any other with a reference step's
+// log-probabilities (`scored`). The package decides this once (`reference_from` in
+// catwalk_steps/objectives/base.py): the graph build checks a training step by it, and a test
+// holds this function to it.
+local dpo_trained_on(model, data, scored) =
+  if std.objectHas(model, 'adapter') && model.adapter != null then data else scored;
+
 local eval_step(model, t, data) = {
   type: 'catwalk::evaluate',
   model: model,
@@ -273,15 +284,13 @@ local kept_cells(all_cells, only) =
   preference(task, model, engine, training={}, dpo={}, reference=null, init_from=null, prefix='dpo_'):: {
     local t = for_model(grids.training(training_defaults, training), model),
     local data = prefix + 'data',
-    local adapter = std.objectHas(model, 'adapter') && model.adapter != null,
     local scored = prefix + 'reference',
     local start = starting_model(model, init_from),
-    local policy = model { objective: 'dpo', dpo: dpo },
 
     steps+: {
       [data]: { type: 'catwalk::load_task', task: limited_task(task), splits: ['train', 'validation'],
                 tokenizer: models.tokenizer(model) } + models.chat_template(model),
-      [prefix + 'trained']: train_step(policy, engine, t, if adapter then data else scored)
+      [prefix + 'trained']: train_step(dpo_policy(model, dpo), engine, t, dpo_trained_on(model, data, scored))
                             + (if init_from != null then { init_from: init_from } else {}),
       [prefix + 'eval_before']: eval_step(start, t, scored),
       [prefix + 'eval_after']: eval_step(ref(prefix + 'trained'), t, scored),
@@ -318,16 +327,15 @@ local kept_cells(all_cells, only) =
     local name(c) = prefix + cell_name(c),
     local setting(c) = for_model(grids.training(training_defaults, training + ext + { [k]: c[k] for k in std.objectFields(c) if k != 'beta' }), model),
     local dpo_of(c) = dpo + (if std.objectHas(c, 'beta') then { beta: c.beta } else {}),
-    local adapter = std.objectHas(model, 'adapter') && model.adapter != null,
     local scored = prefix + 'reference',
-    local trained_on = if adapter then prefix + 'data' else scored,
+    local trained_on = dpo_trained_on(model, prefix + 'data', scored),
 
     steps+: {
       [k]: base.steps[k]
       for k in std.objectFields(base.steps)
       if !std.member([prefix + 'trained', prefix + 'eval_after', prefix + 'report'], k)
     } + {
-      ['trained,' + name(c)]: train_step(model { objective: 'dpo', dpo: dpo_of(c) }, engine, setting(c), trained_on)
+      ['trained,' + name(c)]: train_step(dpo_policy(model, dpo_of(c)), engine, setting(c), trained_on)
                               + (if init_from != null then { init_from: init_from } else {})
       for c in all
     } + {

@@ -1,6 +1,17 @@
-"""The `dpo` block of a model trained with `objective: 'dpo'`: DPO and its common variants as
-TRL's `DPOTrainer` names them (`beta`, `loss_type`, `label_smoothing`, `rpo_alpha`), read and
-checked once, each bad value one line naming its key."""
+"""`objective: 'dpo'`: DPO and its common variants on preference pairs, as TRL's `DPOTrainer`
+trains them (the losses, pure: :mod:`.dpo_loss`).
+
+- its settings: the model block's `dpo` block (:class:`DpoSettings`: `beta`, `loss_type`,
+  `label_smoothing`, `rpo_alpha`, TRL's names and defaults), each bad value one line naming
+  its key;
+- it trains on preference pairs (the preference kind's examples), against a reference: the
+  log-probabilities of a `catwalk::reference_logprobs` step, carried by its batches with the
+  pairs, or, for a model with an adapter, its base with the adapter off
+  (:func:`~.base.reference_from`);
+- its batches: each pair packed with the prompt once, each pair's weight, and the reference's
+  log-probabilities where a reference step computed them (the preference kind's collate; the
+  rank classifier's forward: :mod:`catwalk_steps.scoring.preference_objective`).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +20,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import torch
 from tango.common.exceptions import ConfigurationError
 
-# sigmoid: DPO (with label_smoothing: conservative DPO); robust: robust DPO; as
-# :data:`catwalk_steps.scoring.preference_loss.LOSS_TYPES` (a test keeps the two the same).
-LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
+from .base import ChoiceScores, Examples, Objective
+from .dpo_loss import LOSS_TYPES, preference_loss
+from .lm import right_answer_loss
 
 
 def _number(value: Any) -> bool:
@@ -64,3 +76,39 @@ class DpoSettings:
 
     def as_config(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class Dpo(Objective):
+    name = "dpo"
+    trains_on = (Examples.PAIRS,)
+    settings = DpoSettings
+    compares_with_reference = True
+
+    def choice_loss(self, choices: ChoiceScores) -> torch.Tensor:
+        """A model trained on pairs, scored on choices (an evaluation): the right answer's
+        NLL, as `lm`'s."""
+        return right_answer_loss(choices)
+
+    def pair_loss(
+        self,
+        settings: DpoSettings,
+        policy: tuple[torch.Tensor, torch.Tensor],
+        reference: tuple[torch.Tensor, torch.Tensor],
+        tokens: tuple[torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(loss per pair, TRL's metrics per pair) of the policy's and the reference's
+        (chosen, rejected) summed log-probabilities, by `settings`; `tokens`: the answers'
+        token counts."""
+        return preference_loss(
+            *policy,
+            *reference,
+            beta=settings.beta,
+            loss_type=settings.loss_type,
+            label_smoothing=settings.label_smoothing,
+            rpo_alpha=settings.rpo_alpha,
+            chosen_tokens=tokens[0],
+            rejected_tokens=tokens[1],
+        )
+
+
+DPO = Dpo()

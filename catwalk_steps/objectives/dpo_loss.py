@@ -1,7 +1,8 @@
 """Preference losses (DPO and its variants) and their metrics, as TRL's DPOTrainer computes them.
 
 From the policy's and the reference's summed answer log-probabilities
-(:func:`.preference.answer_logps`, the reference's usually precomputed), per pair:
+(:func:`catwalk_steps.scoring.preference.answer_logps`, the reference's usually precomputed),
+per pair:
 
 - `sigmoid` (DPO): -log sigmoid(beta * h) with h = (chosen - rejected) - (ref_chosen -
   ref_rejected); with `label_smoothing` e it is conservative DPO, (1 - e) * that - e * log
@@ -26,6 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# sigmoid: DPO (with label_smoothing: conservative DPO); robust: robust DPO (the `dpo` block's
+# `loss_type` is one of these: :class:`.dpo.DpoSettings`).
 LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
 METRICS = (
     "rewards/chosen",
