@@ -15,7 +15,8 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps.kinds import MultipleChoiceCollator, kind_named
-from catwalk_steps.kinds.stderr import mean_stderr
+from catwalk_steps.metrics.stderr import mean_stderr
+from catwalk_steps.metrics.sums import MeanSums
 from catwalk_steps.scoring.preference import answer_logps
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.tokenization import load_tokenizer
@@ -129,11 +130,9 @@ def test_the_stored_form_keeps_the_reference_and_in_loop_stderr_equals_the_recor
     result = kind.result([instance] * 3, answers, None)
     assert result["rewards/accuracies"] == pytest.approx(2 / 3)
     assert result["rewards/accuracies_stderr"] == pytest.approx(mean_stderr([1.0, 0.0, 1.0]))
-    sums = {"count": 3.0, "loss": 0.0}
-    for name in result["records"][0]["metrics"]:
-        values = [r["metrics"][name] for r in result["records"]]
-        sums[name], sums[f"{name}^2"] = sum(values), sum(v * v for v in values)
-    computed = kind.compute(sums, [instance])
+    names = result["records"][0]["metrics"]
+    values = {name: [r["metrics"][name] for r in result["records"]] for name in names}
+    computed = kind.compute({**MeanSums().add(values, [1.0] * 3).sums, "loss": 0.0}, [instance])
     for name in result["records"][0]["metrics"]:
         assert computed[f"{name}_stderr"] == pytest.approx(result[f"{name}_stderr"])
 

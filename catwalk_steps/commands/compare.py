@@ -19,7 +19,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..errors import command_line
 from ..kinds import kind_of_result
-from ..kinds.records import documents
+from ..metrics.records import documents
 from ..reports.paired import paired_metrics, same_documents
 from ..workspace.formats import EvaluationFormat
 

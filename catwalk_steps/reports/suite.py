@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..kinds import kind_of_result
-from ..kinds.records import stderr_key
-from ..kinds.stderr import unweighted_mean_stderr
+from ..metrics.records import stderr_key
+from ..metrics.stderr import unweighted_mean_stderr
 from .limited import limited_details
 from .paired import compare_suite
 from .tables import Report, in_loop_histories
