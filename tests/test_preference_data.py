@@ -20,7 +20,7 @@ from catwalk_steps.metrics.sums import MeanSums
 from catwalk_steps.scoring.preference import answer_logps
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.tokenization import load_tokenizer
-from catwalk_steps.settings.preference import LOSS_TYPES, DpoSettings
+from catwalk_steps.settings.preference import DpoSettings
 from catwalk_steps.tasks import ModelTokenizer, Task
 from catwalk_steps.tasks.base import TaskDataError
 from catwalk_steps.tasks.preference import PreferenceInstance
@@ -153,12 +153,6 @@ def test_the_dpo_block_is_checked(given, message):
     with pytest.raises(ConfigurationError) as error:
         DpoSettings.of(given)
     assert message in str(error.value)
-
-
-def test_the_loss_types_are_those_the_loss_computes():
-    from catwalk_steps.scoring import preference_loss
-
-    assert set(LOSS_TYPES) == set(preference_loss.LOSS_TYPES)
 
 
 def batch_of(model: RankClassifier, pairs: list[PreferenceInstance]) -> dict:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
+from ..settings.preference import LOSS_TYPES
+
 METRICS = (
     "rewards/chosen",
     "rewards/rejected",

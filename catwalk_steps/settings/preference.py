@@ -11,8 +11,8 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-# sigmoid: DPO (with label_smoothing: conservative DPO); robust: robust DPO; as
-# :data:`catwalk_steps.scoring.preference_loss.LOSS_TYPES` (a test keeps the two the same).
+# sigmoid: DPO (with label_smoothing: conservative DPO); robust: robust DPO; each computed by
+# :func:`catwalk_steps.scoring.preference_loss.pair_losses`.
 LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
 
 
