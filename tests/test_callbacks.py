@@ -14,13 +14,19 @@ from .distributed import run_distributed
 from .test_trackers import NO_DATA
 
 
-def outputs(correct: float, correct_norm: float, count: float, loss: float) -> dict:
-    return {
-        "correct": torch.tensor(correct),
-        "correct_norm": torch.tensor(correct_norm),
-        "count": torch.tensor(count),
-        "loss": torch.tensor(loss),
-    }
+def outputs(
+    correct: int, correct_norm: int, count: int, loss: float, padding: int = 0, **batch
+) -> dict:
+    """A batch of `count` instances (and `padding` that weighs 0) and what the model's forward
+    returns for it: whether each pick is right (the first `correct`, `correct_norm` of them),
+    the batch's mean loss."""
+
+    def right(n: int) -> torch.Tensor:
+        return torch.tensor([1.0] * n + [0.0] * (count + padding - n))
+
+    weights = torch.tensor([1.0] * count + [0.0] * padding)
+    returned = {"right": right(correct), "right_norm": right(correct_norm), "loss": loss}
+    return {**returned, "weights": weights, **batch}
 
 
 def callback(work_dir: Path, world_size: int = 1, rank: int = 0) -> RunMetrics:
@@ -76,7 +82,7 @@ def test_metrics_are_exact_over_uneven_batches_not_a_mean_of_batch_means(tmp_pat
 def test_a_forward_without_the_counts_says_which_model_to_use():
     from tango.common.exceptions import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="returned no \\['correct'"):
+    with pytest.raises(ConfigurationError, match="returned no \\['right', 'right_norm'\\]"):
         scored([{"loss": torch.tensor(1.0), "count": torch.tensor(1.0)}])
 
 
@@ -110,7 +116,7 @@ def uneven_ranks(rank, world_size, port, work_dir):
     # Rank 0 sees 4 instances in its two batches, rank 1 sees 3 (one zero-weight padding item).
     batches = {
         0: [outputs(2, 2, 2, 1.0), outputs(1, 0, 2, 3.0)],
-        1: [outputs(0, 1, 2, 2.0), outputs(1, 1, 1, 4.0)],
+        1: [outputs(0, 1, 2, 2.0), outputs(1, 1, 1, 4.0, padding=1)],
     }[rank]
     return scored(batches, world_size)
 
@@ -122,3 +128,35 @@ def test_metrics_are_exact_across_ranks(tmp_path):
         assert result["acc"] == pytest.approx(4 / 7)
         assert result["acc_norm"] == pytest.approx(4 / 7)
         assert result["loss"] == pytest.approx((2 + 6 + 4 + 4) / 7)
+
+
+def grouped_ranks(rank, world_size, port, work_dir):
+    # A grouped task's subjects a, b, c over two ranks: a only on rank 0, c only on rank 1 (and
+    # in rank 1's zero-weight padding), b on both.
+    batches = {
+        0: [
+            outputs(2, 1, 3, 1.0, subtasks=["a", "a", "b"]),
+            outputs(0, 0, 2, 1.0, subtasks=["a", "b"]),
+        ],
+        1: [
+            outputs(1, 1, 2, 1.0, subtasks=["b", "c"]),
+            outputs(1, 0, 1, 1.0, padding=1, subtasks=["c", "c"]),
+        ],
+    }[rank]
+    return scored(batches, world_size)
+
+
+@pytest.mark.distributed
+def test_a_grouped_tasks_error_bar_is_pooled_from_its_subtasks_across_ranks(tmp_path):
+    """Each rank sums the subjects its share holds; the sums of all of them meet (a subject no
+    instance of a rank's share belongs to counts 0 there) and the bar is lm-eval's pooled one."""
+    from catwalk_steps.metrics.stderr import mean_stderr, pooled_stderr
+
+    acc = {"a": [1.0, 1.0, 0.0], "b": [0.0, 0.0, 1.0], "c": [0.0, 1.0]}
+    acc_norm = {"a": [1.0, 0.0, 0.0], "b": [0.0, 0.0, 1.0], "c": [0.0, 0.0]}
+    for result in run_distributed(grouped_ranks, tmp_path, str(tmp_path)):
+        assert result["count"] == 8 and result["acc"] == pytest.approx(4 / 8)
+        for key, values in (("acc_stderr", acc), ("acc_norm_stderr", acc_norm)):
+            parts = list(values.values())
+            pooled = pooled_stderr([mean_stderr(v) for v in parts], [len(v) for v in parts])
+            assert result[key] == pytest.approx(pooled), key

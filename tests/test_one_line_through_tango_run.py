@@ -13,7 +13,14 @@ import pytest
 
 from . import commands
 from .commands import error_lines
-from .conftest import EXPERIMENTS, TANGO_ENV, TINY_DEMO, TINY_MODEL, tango_command
+from .conftest import (
+    EXPERIMENTS,
+    TANGO_ENV,
+    TINY_DEMO,
+    TINY_MODEL,
+    experiment_params,
+    tango_command,
+)
 
 DEMO = EXPERIMENTS / "demo.jsonnet"
 T, EU = "steps.trained", "steps.eval_untrained"
@@ -218,8 +225,23 @@ def test_each_case_is_one_line_through_tango_run_and_caches_nothing(tmp_path):
         assert not list(cache.glob("Train*/work/checkpoints/step*")), name  # before step 1
 
 
-def test_the_case_table_is_json():
-    json.dumps({name: case[1] for name, case in CASES.items()})
+def test_each_case_overrides_blocks_its_experiment_has(tmp_path):
+    """What the slow test runs for a case is what the case says: its `-o` carries the overrides
+    as they are written here, and each lands in a block its experiment has (a step or block
+    renamed in the demo would leave the override a half step that fails for another reason)."""
+    evaluated: dict[Path, dict] = {}
+    for name, (experiment, overrides, _, _) in CASES.items():
+        command = tango_command(Path("x.jsonnet"), tmp_path, name, overrides)
+        given = command[command.index("-o") + 1] if "-o" in command else "{}"
+        assert json.loads(given) == overrides, name
+        if not isinstance(experiment, Path) or not experiment.exists():
+            continue  # its contents are in the table, or written by the test
+        config = evaluated.setdefault(experiment, experiment_params(experiment))
+        for key in overrides if isinstance(overrides, dict) else ():
+            block = config
+            for part in key.split(".")[:-1]:
+                assert isinstance(block, dict) and part in block, f"{name}: {key} ({part})"
+                block = block[part]
 
 
 @pytest.mark.slow

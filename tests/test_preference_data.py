@@ -15,9 +15,9 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps.kinds import MultipleChoiceCollator, kind_named
-from catwalk_steps.kinds.stderr import mean_stderr
+from catwalk_steps.metrics.stderr import mean_stderr
+from catwalk_steps.metrics.sums import MeanSums
 from catwalk_steps.objectives.dpo import DpoSettings
-from catwalk_steps.objectives.dpo_loss import LOSS_TYPES
 from catwalk_steps.scoring.preference import answer_logps
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.tokenization import load_tokenizer
@@ -130,11 +130,9 @@ def test_the_stored_form_keeps_the_reference_and_in_loop_stderr_equals_the_recor
     result = kind.result([instance] * 3, answers, None)
     assert result["rewards/accuracies"] == pytest.approx(2 / 3)
     assert result["rewards/accuracies_stderr"] == pytest.approx(mean_stderr([1.0, 0.0, 1.0]))
-    sums = {"count": 3.0, "loss": 0.0}
-    for name in result["records"][0]["metrics"]:
-        values = [r["metrics"][name] for r in result["records"]]
-        sums[name], sums[f"{name}^2"] = sum(values), sum(v * v for v in values)
-    computed = kind.compute(sums, [instance])
+    names = result["records"][0]["metrics"]
+    values = {name: [r["metrics"][name] for r in result["records"]] for name in names}
+    computed = kind.compute({**MeanSums().add(values, [1.0] * 3).sums, "loss": 0.0}, [instance])
     for name in result["records"][0]["metrics"]:
         assert computed[f"{name}_stderr"] == pytest.approx(result[f"{name}_stderr"])
 
@@ -155,15 +153,6 @@ def test_the_dpo_block_is_checked(given, message):
     with pytest.raises(ConfigurationError) as error:
         DpoSettings.of(given)
     assert message in str(error.value)
-
-
-def test_every_loss_type_the_dpo_block_takes_is_one_the_loss_computes():
-    """`loss_type`'s values are written once, beside the loss (objectives/dpo_loss.py)."""
-    from catwalk_steps.objectives.dpo_loss import pair_losses
-
-    for loss_type in LOSS_TYPES:
-        assert DpoSettings.of({"loss_type": loss_type}).loss_type == loss_type
-        assert torch.isfinite(pair_losses(torch.tensor([0.5, -2.0]), 0.1, loss_type, 0.1)).all()
 
 
 def batch_of(model: RankClassifier, pairs: list[PreferenceInstance]) -> dict:

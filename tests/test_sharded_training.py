@@ -77,7 +77,8 @@ def test_in_loop_task_scores_are_exact_and_kept_in_the_history(parity_run, engin
 @pytest.mark.parametrize("engine", ["ddp", "fsdp_wrapped", "fsdp2_wrapped"])
 def test_in_loop_task_scores_equal_evaluate_on_the_saved_model(parity_run, engine):
     """Scored in the loop under DDP, FairScale FSDP and FSDP2 (2 ranks, padding) and by a
-    separate catwalk::evaluate of the checkpoint: the same numbers."""
+    separate catwalk::evaluate of the checkpoint: the same numbers, the same error bars (MMLU's,
+    one document per subject, none in either: lm-eval's pooled bar has no part to pool)."""
     tasks = history(parity_run, "parity", engine)["tasks"]
     for task in IN_LOOP_TASKS:
         [in_loop] = tasks[task]
@@ -88,6 +89,12 @@ def test_in_loop_task_scores_equal_evaluate_on_the_saved_model(parity_run, engin
         assert (evaluated["acc"], evaluated["acc_norm"]) == (in_loop["acc"], in_loop["acc_norm"]), (
             task
         )
+        for key in ("acc_stderr", "acc_norm_stderr"):
+            if evaluated[key] is None:
+                assert in_loop[key] is None, (task, key)
+            else:
+                assert in_loop[key] == pytest.approx(evaluated[key], rel=1e-9), (task, key)
+    assert tasks["mmlu"][0]["acc_stderr"] is None and tasks["arc_easy"][0]["acc_stderr"] > 0
 
 
 @pytest.mark.parametrize("engine", ["ddp", "fsdp_wrapped", "fsdp2_wrapped"])

@@ -11,7 +11,8 @@ import io
 import pytest
 
 from catwalk_steps.kinds.multiple_choice import MultipleChoice
-from catwalk_steps.kinds.stderr import mean_stderr
+from catwalk_steps.metrics.stderr import mean_stderr
+from catwalk_steps.metrics.sums import MeanSums
 from catwalk_steps.reports import build_report
 from catwalk_steps.reports.suite import build_suite_report
 from catwalk_steps.training.callbacks import RunMetrics
@@ -23,8 +24,9 @@ from .test_trackers import NO_DATA, config, tensorboard_scalars, wandb_history
 
 def in_loop_scores(correct: int, count: int) -> dict:
     """A multiple-choice task's in-loop metrics as the loop computes them (from sums)."""
-    sums = {"correct": correct, "correct_norm": correct, "count": count, "loss_sum": 0.0}
-    return MultipleChoice().compute(sums, [])
+    right = [1.0] * correct + [0.0] * (count - correct)
+    sums = MeanSums().add({"acc": right, "acc_norm": right}, [1.0] * count).sums
+    return MultipleChoice().compute({**sums, "loss_sum": 0.0}, [])
 
 
 HISTORY = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,8 @@ import torch
 
 from catwalk_steps.kinds import ResultContext, kind_named
 from catwalk_steps.kinds.multiple_choice import task_metrics
-from catwalk_steps.kinds.records import grouped_stderrs, mean_of, stderr_key, stderrs
-from catwalk_steps.kinds.stderr import bootstrap_stderr, f1_of_resamples, resample_indices
+from catwalk_steps.metrics.records import grouped_stderrs, mean_of, stderr_key, stderrs
+from catwalk_steps.metrics.stderr import bootstrap_stderr, f1_of_resamples, resample_indices
 from catwalk_steps.tasks import MultipleChoiceInstance
 from catwalk_steps.tasks.olmo_eval_labels import OlmoEvalInstance
 
@@ -62,19 +63,48 @@ def test_the_bootstrap_draws_what_pythons_random_draws():
     assert rows.tolist() == [draw.choices(list(range(23)), k=23) for _ in range(4)]
 
 
-def mmlu_result() -> tuple[dict, dict[str, str]]:
-    """MMLU-shaped: the fixture's subjects as instances whose first choice is right where the
-    document's acc is 1, through the multiple-choice kind's result."""
-    subjects = FIXTURE["mmlu"]["subjects"]
+def mmlu_documents(per_subject: int | None = None) -> tuple[list, list]:
+    """MMLU-shaped: the fixture's subjects (their first `per_subject` documents) as instances
+    whose first choice is right where the document's acc is 1, and their choices' scores."""
     instances, scores = [], []
-    for name, subject in subjects.items():
-        for right in subject["acc"]:
+    for name, subject in FIXTURE["mmlu"]["subjects"].items():
+        for right in subject["acc"][:per_subject]:
             instances.append(MultipleChoiceInstance("q", (" a", " b"), 0, subtask=name))
             scores.append([-1.0, -2.0] if right else [-2.0, -1.0])
-    groups = {name: subject["category"] for name, subject in subjects.items()}
+    return instances, scores
+
+
+def mmlu_result(per_subject: int | None = None) -> tuple[dict, dict[str, str]]:
+    """:func:`mmlu_documents` through the multiple-choice kind's result."""
+    instances, scores = mmlu_documents(per_subject)
+    groups = {name: subject["category"] for name, subject in FIXTURE["mmlu"]["subjects"].items()}
     task = type("Spec", (), {"spec": type("S", (), {"subtask_groups": groups})})()
     result = kind_named("multiple_choice").result(instances, scores, ResultContext(task=task))
     return result, groups
+
+
+def in_the_loop(instances: list, scores: list, batch_size: int = 4) -> dict:
+    """The multiple-choice kind's metrics as the loop computes them (:func:`kind_metrics`):
+    each batch collated as the loop's loader collates it, its forward returning what the
+    model's does (from these scores: :func:`choice_metrics`), the sums added, then computed."""
+    from catwalk_steps.kinds import MultipleChoiceCollator, Scorer
+    from catwalk_steps.kinds.multiple_choice import choice_tensors
+    from catwalk_steps.scoring.logprobs import choice_metrics
+    from catwalk_steps.training.in_loop import kind_metrics
+
+    starts = range(0, len(instances), batch_size)
+    spans = iter([slice(start, start + batch_size) for start in starts])
+
+    def forward(batch: dict) -> dict:
+        span = next(spans)
+        padded, chars, labels = choice_tensors(instances[span], scores[span])
+        outputs = choice_metrics(padded, labels, chars, batch["weights"].double())
+        return {**outputs, "loss": torch.tensor(0.0)}
+
+    collate = MultipleChoiceCollator("catwalk::byte_level")
+    batches = [collate(instances[start : start + batch_size]) for start in starts]
+    kind, scorer = kind_named("multiple_choice"), Scorer(forward=forward, model=None)
+    return kind_metrics(kind, scorer, batches, instances, torch.device("cpu"), False)
 
 
 def test_mmlus_subjects_categories_and_whole_have_lm_evals_pooled_stderr():
@@ -189,17 +219,30 @@ def test_in_the_loop_the_standard_errors_are_the_records_ones():
         assert errors and errors == pytest.approx(
             {k: result[k] for k in errors}, rel=1e-9, abs=1e-12
         ), metric
+    instances, scores = mmlu_documents()
+    plain = [replace(instance, subtask=None) for instance in instances]
+    result = kind_named("multiple_choice").result(plain, scores, ResultContext())
+    loop = in_the_loop(plain, scores)
+    assert loop["acc_stderr"] == pytest.approx(result["acc_stderr"], rel=1e-12)
+    assert loop["acc_norm_stderr"] == pytest.approx(result["acc_norm_stderr"], rel=1e-12)
+
+
+def test_a_grouped_tasks_error_bar_is_the_same_in_the_loop_and_after():
+    """MMLU in the loop (subjects mixed in batches) and in the evaluate step: the same
+    accuracy and the same error bar, lm-eval's pooled over the subjects; with one document per
+    subject none in either (lm-eval: "N/A"), where the loop once showed the bar of all the
+    documents taken as one task."""
     result, _ = mmlu_result()
-    records = result["records"]
-    sums = {
-        "correct": sum(r["metrics"]["acc"] for r in records),
-        "correct_norm": sum(r["metrics"]["acc_norm"] for r in records),
-        "count": len(records),
-    }
-    in_loop = kind_named("multiple_choice").compute(sums, [])
-    assert in_loop["acc_stderr"] == pytest.approx(mean_stderr_of(records, "acc"), rel=1e-12)
-    assert in_loop["acc_norm_stderr"] == pytest.approx(mean_stderr_of(records, "acc_norm"))
-
-
-def mean_stderr_of(records: list, name: str) -> float:
-    return direct([record["metrics"][name] for record in records])
+    loop = in_the_loop(*mmlu_documents())
+    assert loop["count"] == result["n"] and loop["acc"] == result["acc"]
+    assert result["acc_stderr"] == pytest.approx(FIXTURE["mmlu"]["stderr"], abs=1e-6)
+    for key in ("acc_stderr", "acc_norm_stderr"):
+        assert loop[key] == pytest.approx(result[key], rel=1e-9), key
+    result, _ = mmlu_result(per_subject=1)
+    instances, scores = mmlu_documents(per_subject=1)
+    loop = in_the_loop(instances, scores)
+    assert loop["count"] == result["n"] == 6 and loop["acc"] == result["acc"]
+    assert result["acc_stderr"] is loop["acc_stderr"] is None
+    assert result["acc_norm_stderr"] is loop["acc_norm_stderr"] is None
+    as_one_task = in_the_loop([replace(i, subtask=None) for i in instances], scores)
+    assert as_one_task["acc_stderr"] > 0

@@ -14,7 +14,7 @@ from ..kinds import kind_of_task
 from ..kinds.multiple_choice import EXTRA_METRICS
 from ..reports.paired import BASELINE, pairings
 from ..scoring.choices import max_positions
-from ..settings import EvaluationSettings, Precision
+from ..settings import METRIC, EvaluationSettings, Precision
 from .training import check_against_model, check_engine
 
 
@@ -133,7 +133,7 @@ def check_report_step(kwargs: Mapping[str, Any]) -> None:
 
 
 def check_suite_report_step(kwargs: Mapping[str, Any]) -> None:
-    metric = kwargs.get("metric", "acc")
+    metric = kwargs.get("metric", METRIC)
     if metric not in ("acc", "acc_norm"):
         raise ConfigurationError(f"suite_report.metric: acc or acc_norm, got {metric!r}")
     results = kwargs.get("results") or {}

@@ -19,8 +19,9 @@ from tango.common.exceptions import ConfigurationError
 
 from ..errors import command_line
 from ..kinds import kind_of_result
-from ..kinds.records import documents
+from ..metrics.records import documents
 from ..reports.paired import paired_metrics, same_documents
+from ..settings import METRIC
 from ..workspace.formats import EvaluationFormat
 
 
@@ -51,7 +52,7 @@ def comparison_text(a: Mapping[str, Any], b: Mapping[str, Any], changed: int) ->
         rows.append([one.metric, *values, one.text(), one.interval_text(), noise])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
-    shown = kind_of_result(a).shown(a, "acc")
+    shown = kind_of_result(a).shown(a, METRIC)
     first, second = documents(a) or [], documents(b) or []
     moved = [
         (x, y)

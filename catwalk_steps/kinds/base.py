@@ -40,12 +40,12 @@ from typing import Any, ClassVar
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..metrics.records import RECORDS
 from ..objectives import Examples
 from ..scoring.generation import Ranks
 from ..tasks.base import instance_record
 from .batches import Batches
 from .columns import Columns
-from .records import RECORDS
 
 
 @dataclass(frozen=True)
@@ -199,8 +199,8 @@ class TaskKind(Batches):
         )
 
     def records(self, instances: list, answers: list, context: ResultContext) -> list[dict]:
-        """One record per document (:mod:`.records`): the request, the model's answer, the
-        gold, and each metric's value on that document."""
+        """One record per document (:mod:`~catwalk_steps.metrics.records`): the request, the
+        model's answer, the gold, and each metric's value on that document."""
         raise NotImplementedError
 
     def result(self, instances: list, answers: list, context: ResultContext) -> dict[str, Any]:

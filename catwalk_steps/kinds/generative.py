@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..metrics.records import RECORDS, stderrs
+from ..metrics.sums import MeanSums
 from ..objectives import Examples
 from ..scoring.generated import generate_texts
 from ..scoring.generation import GenerationEncoder, eos_ids_of, forward_step, greedy_generate
@@ -29,8 +31,6 @@ from ..tasks.base import TaskDataError
 from ..tasks.generation import GenerationInstance, prompt_room
 from .base import Scorer, TaskKind, register, tupled
 from .columns import GenerativeColumns, stored_scoring
-from .records import RECORDS, stderr_key, stderrs
-from .stderr import stderr_from_sums
 from .stored import first_without, with_fields
 
 
@@ -95,8 +95,9 @@ def generation_metrics(
 
 
 def generation_records(outputs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each instance's record (:mod:`.records`) from its output: the prompt, the generated
-    text and its filtered answers, the targets, and each `<metric>,<filter>` score."""
+    """Each instance's record (:mod:`~catwalk_steps.metrics.records`) from its output: the
+    prompt, the generated text and its filtered answers, the targets, and each
+    `<metric>,<filter>` score."""
     return [
         {
             "doc": output["index"],
@@ -107,11 +108,6 @@ def generation_records(outputs: Sequence[dict[str, Any]]) -> list[dict[str, Any]
         }
         for output in outputs
     ]
-
-
-def squared(name: str) -> str:
-    """The key of the sum of a score's squares (for its standard error in the loop)."""
-    return f"{name}^2"
 
 
 # lm-evaluation-harness's result keys: `<metric>,<filter>`.
@@ -245,16 +241,14 @@ class Generative(TaskKind):
 
     def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         texts = lockstep_texts(scorer, batch)
-        names = batch.instances[0].scoring.names()
-        sums = {key: 0.0 for name in names for key in (name, squared(name))}
-        sums["count"] = 0.0  # (every rank the same keys: the sums are added over ranks)
-        for instance, text, live in zip(batch.instances, texts, batch.live, strict=True):
-            if live:
-                for name, value in instance.score(text)["scores"].items():
-                    sums[name] += value
-                    sums[squared(name)] += value * value
-                sums["count"] += 1.0
-        return sums
+        scores = [
+            instance.score(text)["scores"]
+            for instance, text, live in zip(batch.instances, texts, batch.live, strict=True)
+            if live
+        ]
+        names = batch.instances[0].scoring.names()  # (every rank the same keys, none live too)
+        values = {name: [score[name] for score in scores] for name in names}
+        return MeanSums().add(values, [1.0] * len(scores)).sums
 
     def lower_is_better(self, key: str) -> bool:
         return False  # exact match, F1
@@ -262,13 +256,9 @@ class Generative(TaskKind):
     def compute(
         self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
     ) -> dict[str, float]:
-        count = float(sums["count"])
-        names = instances[0].scoring.names()
-        metrics: dict[str, Any] = {n: float(sums[n]) / max(count, 1.0) for n in names}
-        for n in names:
-            squares = float(sums[squared(n)])
-            metrics[stderr_key(n)] = stderr_from_sums(float(sums[n]), squares, count)
-        return {**metrics, "count": int(count)}
+        totals = MeanSums(sums)
+        metrics: dict[str, Any] = totals.metrics(instances[0].scoring.names())
+        return {**metrics, "count": int(totals.count)}
 
     def answers(self, model, requests, options):
         return generate_texts(model, requests, **options)

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..metrics.records import RECORDS, grouped_stderrs, mean_of, stderrs
+from ..metrics.sums import MeanSums
 from ..scoring.choices import score_choices
 from ..scoring.logprobs import LOG_2_OF_E, choice_metrics
 from ..scoring.packing import pack_rows, packed_rows
@@ -18,10 +20,10 @@ from ..scoring.tokenization import Known, load_tokenizer
 from ..tasks.base import MultipleChoiceInstance, joined_choice_text
 from .base import ResultContext, Scorer, TaskKind, register, tupled
 from .columns import MultipleChoiceColumns
-from .records import RECORDS, grouped_stderrs, mean_of, stderr_key, stderrs
-from .stderr import stderr_from_sums
 
-COUNTS = ("correct", "correct_norm", "count")  # summed from the model's forward, with the loss
+# Each metric and the model's forward output of its per-instance values (1.0: the pick is right).
+RIGHT = {"acc": "right", "acc_norm": "right_norm"}
+SUBTASKS = "subtasks"  # a grouped task's batch: each instance's subtask, for the sums per part
 
 
 def choice_tensors(
@@ -56,9 +58,9 @@ def metrics_from_scores(
 def choice_records(
     instances: Sequence[MultipleChoiceInstance], scores: Sequence[Sequence[float]]
 ) -> list[dict[str, Any]]:
-    """Each instance's record (:mod:`.records`): its context and choices, their summed
-    log-likelihoods, the pick by score and by score per character (as :func:`choice_metrics`
-    picks), the gold, and `acc`, `acc_norm` of the one instance."""
+    """Each instance's record (:mod:`~catwalk_steps.metrics.records`): its context and
+    choices, their summed log-likelihoods, the pick by score and by score per character (as
+    :func:`choice_metrics` picks), the gold, and `acc`, `acc_norm` of the one instance."""
     padded, chars, labels = choice_tensors(instances, scores)
     picks = padded.argmax(dim=1).tolist()
     picks_norm = (padded / chars.clamp(min=1)).argmax(dim=1).tolist()
@@ -207,7 +209,10 @@ class MultipleChoice(TaskKind):
         pass  # every extra metric is a form of its scores
 
     def collate(self, collator, instances, weights, known=None):
-        return choice_batch(collator, instances, weights, known=known)
+        batch = choice_batch(collator, instances, weights, known=known)
+        if any(instance.subtask is not None for instance in instances):
+            batch[SUBTASKS] = [instance.subtask for instance in instances]
+        return batch
 
     def token_texts(self, collator, instance):
         return list(dict.fromkeys(collator.encoder.instance_texts(instance, alone=False)))
@@ -218,13 +223,14 @@ class MultipleChoice(TaskKind):
 
     def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         outputs = scorer.forward(batch)
-        missing = {*COUNTS, "loss"} - outputs.keys()
+        missing = {*RIGHT.values(), "loss"} - outputs.keys()
         if missing:
             raise ConfigurationError(
                 f"catwalk::train: the model's forward returned no {sorted(missing)}; "
                 "use a catwalk::rank_classifier model"
             )
-        sums = {key: float(outputs[key]) for key in COUNTS}
+        values = {name: outputs[key].float().cpu() for name, key in RIGHT.items()}
+        sums = MeanSums().add(values, batch["weights"], batch.get(SUBTASKS)).sums
         sums["loss_sum"] = float(outputs["loss"]) * sums["count"]  # the batch's mean, weighed
         return sums
 
@@ -232,18 +238,12 @@ class MultipleChoice(TaskKind):
         self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
     ) -> dict[str, float]:
         """Exact over the whole split (not a mean of batch means): `acc`, `acc_norm` with their
-        standard errors, `count`; validating, the mean `loss` per instance too."""
-        count = max(float(sums["count"]), 1.0)
-        metrics: dict[str, Any] = {
-            "acc": float(sums["correct"]) / count,
-            "acc_norm": float(sums["correct_norm"]) / count,
-            "count": int(float(sums["count"])),
-        }
-        for name, key in (("acc", "correct"), ("acc_norm", "correct_norm")):  # 0 or 1 each
-            total = float(sums[key])
-            metrics[stderr_key(name)] = stderr_from_sums(total, total, float(sums["count"]))
+        standard errors (a grouped task's pooled from its subtasks', as the evaluate step's),
+        `count`; validating, the mean `loss` per instance too."""
+        totals = MeanSums(sums)
+        metrics: dict[str, Any] = {**totals.metrics(RIGHT), "count": int(totals.count)}
         if validating:
-            metrics["loss"] = float(sums["loss_sum"]) / count
+            metrics["loss"] = totals.sums["loss_sum"] / max(totals.count, 1.0)
         return metrics
 
     def answers(self, model, requests, options):

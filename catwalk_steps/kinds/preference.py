@@ -2,7 +2,7 @@
 variants (`objective: 'dpo'`), validated and evaluated by TRL's metrics: the reward accuracy
 (`rewards/accuracies`: the chosen answer rewarded more), margins, each answer's reward and
 log-probability (`rewards/*`, `logps/*`), each with its standard error as a mean's
-(:mod:`.stderr`).
+(:mod:`~catwalk_steps.metrics.stderr`).
 
 A reward is beta times the model's log-probability of an answer over the reference's, so a pair
 scores against a reference: the one its `catwalk::reference_logprobs` step computed (carried by
@@ -18,6 +18,8 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from ..metrics.records import RECORDS, stderrs
+from ..metrics.sums import MeanSums
 from ..objectives import Examples
 from ..scoring.packing import CONTEXT_SEGMENT
 from ..scoring.preference import ANSWER_TOKENS
@@ -33,7 +35,6 @@ from ..scoring.preference_objective import (
 from ..tasks.preference import PreferenceInstance
 from .base import Scorer, TaskKind, register
 from .columns import PreferenceColumns
-from .generative import squared
 from .preference_batches import (
     batch_answers,
     cut_pairs,
@@ -41,8 +42,6 @@ from .preference_batches import (
     preference_answers,
     preference_batch,
 )
-from .records import RECORDS, stderr_key, stderrs
-from .stderr import stderr_from_sums
 
 LOSS = "loss"
 
@@ -113,27 +112,23 @@ class Preference(TaskKind):
     def update(self, scorer: Scorer, batch: Any) -> dict[str, float]:
         outputs = scorer.forward(batch)
         weights = batch["weights"].float().cpu()
-        sums = {LOSS: 0.0, "count": float(weights.sum())}
-        if LOSS in outputs:
-            sums[LOSS] = float(outputs[LOSS].detach().float().cpu()) * sums["count"]
-        for name in PAIR_METRICS:  # (every rank the same keys: the sums are added over ranks)
-            values = outputs[name].detach().float().cpu() if name in outputs else weights * 0
-            sums[name] = float((values * weights).sum())
-            sums[squared(name)] = float((values * values * weights).sum())
+        values = {  # (every rank the same keys: the sums are added over ranks)
+            name: outputs[name].detach().float().cpu() if name in outputs else weights * 0
+            for name in PAIR_METRICS
+        }
+        sums = MeanSums().add(values, weights).sums
+        loss = outputs.get(LOSS)
+        sums[LOSS] = 0.0 if loss is None else float(loss.detach().float().cpu()) * sums["count"]
         return sums
 
     def compute(
         self, sums: Mapping[str, float], instances: Sequence[Any], validating: bool = False
     ) -> dict[str, float]:
-        count = float(sums["count"])
-        metrics: dict[str, Any] = {}
-        for name in PAIR_METRICS:
-            total, squares = float(sums[name]), float(sums[squared(name)])
-            metrics[name] = total / max(count, 1.0)
-            metrics[stderr_key(name)] = stderr_from_sums(total, squares, count)
+        totals = MeanSums(sums)
+        metrics: dict[str, Any] = totals.metrics(PAIR_METRICS)
         if validating:
-            metrics[LOSS] = float(sums[LOSS]) / max(count, 1.0)
-        return {**metrics, "count": int(count)}
+            metrics[LOSS] = totals.sums[LOSS] / max(totals.count, 1.0)
+        return {**metrics, "count": int(totals.count)}
 
     def answers(self, model, requests, options):
         return preference_answers(model, requests, options)

@@ -1,7 +1,7 @@
 """Paired comparisons: two models scored on the same documents, compared document by document.
 
 The difference of a mean metric is the mean of the per-document differences (`b - a`, from the
-results' records: :mod:`catwalk_steps.kinds.records`); its standard error is the sample
+results' records: :mod:`catwalk_steps.metrics.records`); its standard error is the sample
 standard error of those differences (the paired one, far smaller than the two standard errors
 together when the models agree on most documents), its 95% interval `difference ± 1.96 se`,
 and it is *within noise* when that interval holds 0. Over several tasks the average difference
@@ -16,8 +16,8 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from ..kinds.records import documents
-from ..kinds.stderr import mean_stderr, unweighted_mean_stderr
+from ..metrics.records import documents
+from ..metrics.stderr import mean_stderr, unweighted_mean_stderr
 from .holm import holm_verdict, with_holm
 
 Z_95 = 1.959963984540054  # the normal distribution's 97.5% quantile

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..settings import METRIC
 from .suite import shown_metric
 from .tables import Report
 
@@ -20,7 +21,7 @@ FINAL_PLOT = "final_acc.png"
 TASKS_PLOT = "in_loop_tasks.png"
 
 
-def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
+def plot_curves(report: Report, path: Path, metric: str = METRIC) -> bool:
     """The validation metric over training steps (what the runs validated on): each run's, or
     in a sweep per configuration the mean over seeds, with a band of ± one standard deviation.
     False (nothing written) without histories."""
@@ -47,7 +48,7 @@ def plot_curves(report: Report, path: Path, metric: str = "acc") -> bool:
     return True
 
 
-def plot_final(report: Report, path: Path, metric: str = "acc") -> bool:
+def plot_final(report: Report, path: Path, metric: str = METRIC) -> bool:
     """Final `metric` per configuration, mean over seeds with ± one standard deviation: the
     metric the runs validated on where their evaluations have it (a validation loss has no
     final figure: then `metric`)."""
@@ -87,7 +88,7 @@ def validation_metric(report: Report, metric: str) -> str:
     return (tabled or validated or [metric])[0]
 
 
-def plot_task_curves(report: Report, path: Path, metric: str = "acc") -> bool:
+def plot_task_curves(report: Report, path: Path, metric: str = METRIC) -> bool:
     """In-loop task scores over training steps, one panel per task, one line per configuration
     (the mean over its seeds, with a band of ± one standard deviation). False (nothing written)
     when no run has in-loop task scores."""

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..kinds.records import split_stderrs
+from ..metrics.records import split_stderrs
 
 PACKAGES = ("torch", "transformers", "ai2-tango", "catwalk_steps", "fairscale")
 OPTIONAL_PACKAGES = ("wandb", "tensorboard")

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..kinds import kind_of_result
-from ..kinds.records import stderr_key
-from ..kinds.stderr import unweighted_mean_stderr
+from ..metrics.records import stderr_key
+from ..metrics.stderr import unweighted_mean_stderr
+from ..settings import METRIC
 from .limited import limited_details
 from .paired import compare_suite
 from .tables import Report, in_loop_histories
@@ -21,7 +22,7 @@ AVERAGE = "average"
 
 def build_suite_report(
     results: Mapping[str, Mapping[str, Mapping[str, Any]]],
-    metric: str = "acc",
+    metric: str = METRIC,
     title: str = "Task suite",
     configs: Mapping[str, Mapping[str, Any]] | None = None,
     tasks: list[str] | None = None,

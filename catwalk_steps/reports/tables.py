@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..kinds import kind_of_result
-from ..kinds.records import split_stderrs, stderr_key
+from ..metrics.records import split_stderrs, stderr_key
 from .limited import limited_details, limited_line
 from .paired import compare_runs, comparison_markdown, config_value, configuration_of
 from .run_card import run_cards_markdown

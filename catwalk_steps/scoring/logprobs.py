@@ -54,7 +54,9 @@ def choice_metrics(
     choice_chars: torch.Tensor,
     weights: torch.Tensor,
 ) -> dict[str, torch.Tensor]:
-    """Weighted counts of right answers by raw score and by score per character.
+    """Weighted counts of right answers by raw score and by score per character, and whether
+    each instance's pick is right (`right`, `right_norm`: 1.0 or 0.0, unweighted: what the
+    kinds sum per part of a grouped task).
 
     `scores` and `choice_chars` are [instances, choices]; absent choices score -inf.
     """
@@ -64,4 +66,6 @@ def choice_metrics(
         "correct": (right * weights).sum(),
         "correct_norm": (right_norm * weights).sum(),
         "count": weights.sum(),
+        "right": right,
+        "right_norm": right_norm,
     }

@@ -12,7 +12,7 @@ Model code knows nothing of distribution or devices: batches arrive on the right
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -199,6 +199,7 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         decoding: Mapping[str, Any] | None = None,
         preference: Mapping[str, torch.Tensor] | None = None,
         documents: Mapping[str, torch.Tensor] | None = None,
+        subtasks: Sequence[str | None] | None = None,
         **batch: Any,
     ) -> dict[str, Any]:
         """A batch of multiple-choice instances (:meth:`choice_outputs`), a batch of
@@ -206,7 +207,8 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         (the `lm` objective's loss: :func:`~.packed_documents.document_loss`), or a `decoding`
         step of generation (positions, cache): the next token's logits and the cache
         (:func:`~catwalk_steps.scoring.generation.decode_step`). One forward, through the
-        engine's root wrapper, for all four."""
+        engine's root wrapper, for all four. (`subtasks`, a grouped task's instances' parts, is
+        for the kind's sums after the forward: the model reads nothing of it.)"""
         if preference is not None:
             return self.preference_outputs(preference, **batch)
         if documents is not None:

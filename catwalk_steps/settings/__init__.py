@@ -14,7 +14,7 @@ reads configs, never builds a model or an engine, so every reader may import it.
 """
 
 from .engine import EngineSettings
-from .evaluation import BATCH_SIZE, DEVICE_COUNT, EVALUATION_DEFAULTS, EvaluationSettings
+from .evaluation import BATCH_SIZE, DEVICE_COUNT, EVALUATION_DEFAULTS, METRIC, EvaluationSettings
 from .loaders import MAX_LENGTH, LoaderSettings
 from .model import INIT_SEED, ModelSettings
 from .precision import DEFAULT_PRECISION, FP32, Precision
@@ -32,6 +32,7 @@ __all__ = [
     "LoaderSettings",
     "INIT_SEED",
     "MAX_LENGTH",
+    "METRIC",
     "ModelSettings",
     "Precision",
     "TrainBlocks",

@@ -14,6 +14,9 @@ from .precision import DEFAULT_PRECISION
 
 BATCH_SIZE = 32  # sequences (one per choice) per forward when scoring outside training
 DEVICE_COUNT = 1  # every `device_count` key's default: one process (`catwalk::train`'s too)
+# The score shown where none is named: the reports' and plots' `metric`, a comparison's, and the
+# validation metric a training run picks its best checkpoint by (multiple choice's accuracy).
+METRIC = "acc"
 
 
 @dataclass(frozen=True)

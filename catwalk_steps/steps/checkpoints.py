@@ -29,7 +29,7 @@ from ..parallel.nested import run_in_slots, run_parallelism
 from ..reports import Report, print_report
 from ..reports.checkpoint_curves import CheckpointReportFormat, build_checkpoint_report
 from ..scoring.rank_classifier import RankClassifier
-from ..settings import EVALUATION_DEFAULTS
+from ..settings import EVALUATION_DEFAULTS, METRIC
 from ..standalone import release_model
 from ..tasks import Task
 from ..training.trackers.backfill import backfill
@@ -124,7 +124,7 @@ class EvaluateCheckpoints(Step[Report]):
         steps: list[int] | None = None,
         batch_size: int = EVALUATION_DEFAULTS["batch_size"],
         max_length: int | None = EVALUATION_DEFAULTS["max_length"],
-        metric: str = "acc",
+        metric: str = METRIC,
         title: str = "Checkpoints",
         tensorboard: bool = True,
         log_dir: str | None = None,

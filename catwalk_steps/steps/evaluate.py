@@ -59,7 +59,7 @@ class Evaluate(Step[dict]):
     and `outputs`: each instance's prompt, generated text, filtered answers, targets and scores.
     Every metric comes with its standard error as lm-evaluation-harness computes it
     (`acc_stderr`; `exact_match_stderr,none`), and the result keeps its per-document records
-    (`records`, stored as `records.jsonl` beside `data.json`: :mod:`catwalk_steps.kinds.records`).
+    (`records`, stored as `records.jsonl` beside `data.json`: :mod:`catwalk_steps.metrics.records`).
 
     :param model: a rank classifier block (`lib.models.gpt2`, a config with random init) or a
         step's model (`lib.ref('trained')`, an exported checkpoint). Nothing of it is loaded

@@ -10,6 +10,7 @@ from ..checks.evaluation import check_report_step, check_suite_report_step
 from ..reports import Report, ReportFormat, build_report, build_suite_report
 from ..reports.paired import BASELINE
 from ..reports.run_card import environment
+from ..settings import METRIC
 
 
 @Step.register("catwalk::report")
@@ -94,7 +95,7 @@ class SuiteReport(Step[Report]):
     def run(  # type: ignore[override]
         self,
         results: dict[str, dict[str, dict[str, Any]]],
-        metric: str = "acc",
+        metric: str = METRIC,
         title: str = "Task suite",
         configs: dict[str, dict[str, Any]] | None = None,
         tasks: list[str] | None = None,

@@ -17,6 +17,7 @@ import torch
 from tango.common import Lazy, Tqdm
 from tango.integrations.torch import DataLoader, TrainingEngine
 
+from ..distributed.exchange import broadcast_data, gather_data
 from ..engines.scorer import engine_scorer
 from ..kinds import Scorer, TaskKind, kind_of
 from .callbacks import summed_over_ranks
@@ -93,7 +94,12 @@ def kind_metrics(
 
 
 def over_ranks(sums: dict[str, float], device: torch.device, distributed: bool) -> dict[str, float]:
-    """Every rank's sums added (one all-reduce, in float64)."""
+    """Every rank's sums added (one all-reduce, in float64). A key some rank lacks (a subtask
+    of a grouped task that no instance of its share belongs to) counts 0 there."""
+    if distributed:
+        keys = gather_data(sorted(sums), 0, device)
+        every = broadcast_data(sorted(set().union(*keys)) if keys is not None else None, 0, device)
+        sums = {key: sums.get(key, 0.0) for key in every}
     values = {
         key: torch.tensor(value, dtype=torch.float64, device=device) for key, value in sums.items()
     }

@@ -20,7 +20,7 @@ from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
 from ..kinds.stored import data_fingerprint
-from ..settings import DEFAULTS
+from ..settings import DEFAULTS, METRIC
 from ..tasks.streamed import is_streamed
 from ..tokenized import StoredTokens, TokenizedSplit
 
@@ -40,7 +40,7 @@ class Schedule:
     log_every: int = DEFAULTS["log_every"]
     checkpoint_every: int = DEFAULTS["checkpoint_every"]
     validate_every: int | None = DEFAULTS["validate_every"]
-    val_metric_name: str = "acc"  # the step's, resolved for its validation split (plan.py)
+    val_metric_name: str = METRIC  # the step's, resolved for its validation split (plan.py)
     minimize_val_metric: bool = DEFAULTS["minimize_val_metric"]
     remove_stale_checkpoints: bool = DEFAULTS["remove_stale_checkpoints"]
     # Besides the best: a damaged latest falls back to the one before.

@@ -15,7 +15,7 @@ from tango.format import Format
 
 from ..checkpoints.weights import read_model_info, write_model_info
 from ..files import write_atomic, write_json_atomic
-from ..kinds.records import RECORDS
+from ..metrics.records import RECORDS
 from ..scoring.rank_classifier import RankClassifier
 from ..sealed import read_checked, read_if_written, write_digests
 from .instances import LEGACY, read_instances, write_instances
@@ -88,7 +88,7 @@ class PlainJsonFormat(Format[dict]):
 @Format.register("catwalk::evaluation")
 class EvaluationFormat(PlainJsonFormat):
     """An evaluation's result: its metrics as plain JSON (`data.json`), and its per-document
-    records (:mod:`catwalk_steps.kinds.records`) beside them as JSON lines (`records.jsonl`,
+    records (:mod:`catwalk_steps.metrics.records`) beside them as JSON lines (`records.jsonl`,
     one document a line), read back into the result; both with their SHA-256 (`digests.json`),
     so a records file deleted or edited since is one line naming it. A result stored before
     records were (only `data.json`) reads back as it was."""

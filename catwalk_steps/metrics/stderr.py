@@ -40,8 +40,7 @@ def mean_stderr(values: Sequence[float]) -> float | None:
 
 def stderr_from_sums(total: float, squares: float, n: float) -> float | None:
     """:func:`mean_stderr` of values known by their sum, their sum of squares and their count
-    (sums that add over batches and ranks: the in-loop evaluation's); a value that is 0 or 1
-    is its own square."""
+    (sums that add over batches and ranks: the in-loop evaluation's, :mod:`.sums`)."""
     if n < 2:
         return None
     variance = max(squares - total * total / n, 0.0) / (n - 1)
