@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from . import base
 from .base import MultipleChoiceInstance, TaskDataError
-from .chat import ChatRenderer, Example, prompt_of
+from .chat import ChatFormat, ChatRenderer, Example, prompt_of
 from .fewshot import (
     FewshotSampler,
     Rendered,
@@ -22,17 +22,31 @@ from .fewshot import (
 )
 from .file_rows import Row
 from .sources import RowSource
+from .spec import TaskSpec
 from .templates import TemplateError
 
-if TYPE_CHECKING:
-    from .templated import TemplatedTask
+
+class BuiltTask(Protocol):
+    """What the builder reads of the task it builds instances for (a
+    :class:`~.templated.TemplatedTask`, or a generative task): its settings, never its type."""
+
+    spec: TaskSpec
+    chat: ChatFormat
+    max_instances: int | None
+    num_fewshot: int
+    fewshot_seed: int
+
+    @property
+    def name(self) -> str: ...
+
+    def fewshot_split_of(self, source: RowSource, split: str) -> str: ...
 
 
 class InstanceBuilder:
     """One (sub)task's rows made instances: templates applied, examples drawn, contexts
     joined, labels checked."""
 
-    def __init__(self, task: TemplatedTask, source: RowSource, subtask: str | None):
+    def __init__(self, task: BuiltTask, source: RowSource, subtask: str | None):
         self.task, self.spec, self.source, self.subtask = task, task.spec, source, subtask
         self.templates = task.spec.templates()
         self.extra = {"subtask": subtask} if subtask else {}
