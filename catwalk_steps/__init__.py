@@ -17,7 +17,7 @@ tango.yml). The sub-packages, from the bottom up:
 - :mod:`.engines`: DDP, FairScale FSDP, FSDP2 and what building one needs (wrapping, optimizers);
 - :mod:`.training`: the loop, its checkpoints, loaders, callbacks, trackers, in-loop tasks;
 - :mod:`.checks`: what is checked before anything runs (when the step graph is built);
-- :mod:`.standalone`: evaluation outside training: which model, loaded once, where scored;
+- :mod:`.evaluation`: evaluation outside training: which model, loaded once, where scored;
 - :mod:`.launch`: the worker processes of a job, on one node or several;
 - :mod:`.workspace`: the workspace several jobs share, its cache, results as data;
 - :mod:`.tango_fixes`: where `tango run` behaves otherwise than Tango 1.3.2 alone;
