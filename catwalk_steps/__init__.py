@@ -30,7 +30,7 @@ catwalk_startup.install()  # first: Tango's log receiver reads data only (see th
 
 from . import tango_fixes  # noqa: E402, F401  (apply the fixes to Tango)
 from .engines import CatwalkFairScaleEngine, CatwalkTorchEngine, CatwalkTorchFSDPEngine  # noqa: E402
-from .kinds import MultipleChoiceCollator  # noqa: E402
+from .kinds import Collator  # noqa: E402
 from .scoring import RankClassifier  # noqa: E402
 from .steps import (  # noqa: E402
     Evaluate,
@@ -53,7 +53,7 @@ __all__ = [
     "HFModelFormat",
     "LoadTask",
     "MetricsReport",
-    "MultipleChoiceCollator",
+    "Collator",
     "MultipleChoiceInstance",
     "PiqaTask",
     "RankClassifier",

@@ -14,7 +14,7 @@ import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.kinds import MultipleChoiceCollator, kind_named
+from catwalk_steps.kinds import Collator, kind_named
 from catwalk_steps.kinds.stderr import mean_stderr
 from catwalk_steps.scoring.preference import answer_logps
 from catwalk_steps.scoring.rank_classifier import RankClassifier
@@ -163,7 +163,7 @@ def test_the_loss_types_are_those_the_loss_computes():
 
 
 def batch_of(model: RankClassifier, pairs: list[PreferenceInstance]) -> dict:
-    collator = MultipleChoiceCollator("catwalk::byte_level", 64)
+    collator = Collator("catwalk::byte_level", 64)
     return collator(pairs)
 
 
