@@ -131,7 +131,7 @@ def install() -> None:
     """The server's loop reads requests through :func:`receive_request` (in this process and
     those forked from it; a client only sends through the name, which stays the same). On a
     Python it was not checked against, nothing: the launcher refuses to start a server there
-    (`catwalk_steps.patching.check_version("python", PATCH)`), in one line."""
+    (`catwalk_startup.patching.check_version("python", PATCH)`), in one line."""
     if isinstance(getattr(forkserver, READS_WITH), _Reduction) or sys.platform != "linux":
         return
     if checked.is_checked("python", checked.installed("python")):

@@ -11,7 +11,7 @@ from importlib import metadata
 import pytest
 from tango.step_info import EnvironmentMetadata
 
-from catwalk_steps import patching
+from catwalk_startup import patching
 from catwalk_steps.tango_fixes.run_metadata import (
     git_metadata_or_none,
     record_environment_without_failures,

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..patching import check_version
+from catwalk_startup.patching import check_version
 
 _installed = False
 _worker_device: torch.device | None = None

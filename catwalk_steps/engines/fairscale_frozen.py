@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..patching import check_version
+from catwalk_startup.patching import check_version
 
 _applied = False
 

@@ -16,6 +16,8 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 from tango.step import StepResources
 
+from catwalk_startup.patching import check_tango
+
 from ..checks.evaluation import check_evaluate_step
 from ..checks.streaming import check_not_streamed
 from ..checks.training import loaded_task
@@ -33,7 +35,6 @@ from ..evaluation import (
 from ..evaluation.scores import evaluation_job, evaluation_lease
 from ..evaluation.workers import score_share
 from ..kinds import ResultContext, kind_of
-from ..patching import check_tango
 from ..scoring.choices import max_length_of
 from ..scoring.tokenization import chat_tokenizer, load_tokenizer
 from ..settings import EVALUATION_DEFAULTS as DEFAULTS

@@ -1,6 +1,6 @@
 """How `tango run` changes where Tango 1.3.2 falls short: one module per fix, each saying what it
 replaces and why, each refusing to apply to a Tango it was not checked against
-(:mod:`catwalk_steps.patching`). Importing the package applies them.
+(:mod:`catwalk_startup.patching`). Importing the package applies them.
 
 - :mod:`.executor`: `catwalk::executor` (named in tango.yml): each model's evaluations together,
   the reports printed after every run, SIGTERM treated as Ctrl-C;

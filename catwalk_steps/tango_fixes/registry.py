@@ -17,8 +17,9 @@ from typing import Any
 from tango.common.exceptions import ConfigurationError
 from tango.common.registrable import Registrable
 
+from catwalk_startup.patching import patch
+
 from ..errors import closest, rewrite_messages
-from ..patching import patch
 
 
 class UnknownTypeError(ConfigurationError):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from catwalk_startup import checked
+from . import checked
 
 
 class PackageChanged(ImportError):
