@@ -15,26 +15,26 @@ import sys
 import types
 from typing import Any
 
+from .patching import patch
+
 PREFIX = "catwalk::"
 PACKAGE = "catwalk_steps"
 
 
 def patch_registrable(module: types.ModuleType) -> None:
     """Wraps `module.Registrable.search_modules` (tango.common.registrable, ai2-tango 1.3.2)."""
-    registrable = module.Registrable
-    original = vars(registrable)["search_modules"].__func__
-    if getattr(original, "_catwalk_finds_package", False):
-        return
 
-    def search_modules(cls: Any, name: Any) -> Any:
-        """Ours imported first for a `catwalk::` name; Tango's search for anything else."""
-        if isinstance(name, str) and name.startswith(PREFIX) and PACKAGE not in sys.modules:
-            importlib.import_module(PACKAGE)
-            if name in module.Registrable._registry[cls]:
-                return None
-            # the package's own fixes now wrap the search: call it through the class
-            return cls.search_modules(name)
-        return original(cls, name)
+    def wrap(original: Any) -> Any:
+        def search_modules(cls: Any, name: Any) -> Any:
+            """Ours imported first for a `catwalk::` name; Tango's search for anything else."""
+            if isinstance(name, str) and name.startswith(PREFIX) and PACKAGE not in sys.modules:
+                importlib.import_module(PACKAGE)
+                if name in module.Registrable._registry[cls]:
+                    return None
+                # the package's own fixes now wrap the search: call it through the class
+                return cls.search_modules(name)
+            return original(cls, name)
 
-    search_modules._catwalk_finds_package = True  # type: ignore[attr-defined]
-    registrable.search_modules = classmethod(search_modules)
+        return search_modules
+
+    patch(module, "Registrable.search_modules", "catwalk:: types import catwalk_steps", wrap)
