@@ -10,7 +10,8 @@ experiment or imports `catwalk_steps`:
 - :mod:`.settings`: where Tango finds no `tango.yml`, ours (this package's): `tango run` works
   from any directory;
 - :mod:`.registry_search`: a `catwalk::` type imports `catwalk_steps`, also under settings of
-  one's own that do not include it;
+  one's own that do not include it, and a type nothing registered is one line naming the
+  closest (the one wrap of Tango's search);
 - :mod:`.jsonnet_library`: `import 'lib/pipeline.libsonnet'` finds the library the package
   ships, from an experiment file in any directory.
 

@@ -18,6 +18,7 @@ once the package is imported, every error type it registers (:func:`catwalk_step
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import os
 import re
@@ -135,6 +136,25 @@ def one_line(error: BaseException) -> str | None:
     if errors is not None:
         return errors.one_line(error)
     return early_line(error)
+
+
+def closest(name: str, candidates: list[str]) -> str | None:
+    """The candidate `name` was probably meant to be, or None when none is close.
+
+    Case-insensitively ('torch::Adamw' is 'torch::AdamW', not 'torch::Adam'), among the names of
+    the same namespace when there are any, and on the part after the namespace: every
+    `catwalk::` name shares that prefix, which made 'catwalk::nosuchstep' look like
+    'catwalk::evaluate'.
+    """
+
+    def key(text: str) -> str:
+        return text.lower().rpartition("::")[2]
+
+    namespace = name.lower().rpartition("::")[0]
+    same = [c for c in candidates if c.lower().rpartition("::")[0] == namespace]
+    by_key = {key(c): c for c in same or candidates}
+    found = difflib.get_close_matches(key(name), list(by_key), n=1, cutoff=0.75)
+    return by_key[found[0]] if found else None
 
 
 def verbose() -> bool:

@@ -96,9 +96,10 @@ def test_every_patch_made_from_interpreter_start_is_a_named_version_checked_patc
     import tango.common.logging as tango_logging
     import tango.common.params as tango_params
     import tango.settings as tango_settings
+    from tango.common.registrable import Registrable
 
     import catwalk_startup
-    from catwalk_startup import checked, fork_requests
+    from catwalk_startup import checked, fork_requests, registry_search
 
     logs, drops = "log records as JSON", "records a handler cannot write dropped"
     named = [
@@ -110,6 +111,7 @@ def test_every_patch_made_from_interpreter_start_is_a_named_version_checked_patc
         (tango_logging.RichHandler.handleError, drops),
         (tango_settings.TangoGlobalSettings.default, "our settings where Tango finds none"),
         (tango_params.evaluate_file, "the experiment library found from any directory"),
+        (Registrable.search_modules, registry_search.PATCH),
         (forkserver.reduction, fork_requests.PATCH),  # (imported: applied in this process)
     ]
     assert [patching.patched(attribute) for attribute, _ in named] == [n for _, n in named]
@@ -117,6 +119,27 @@ def test_every_patch_made_from_interpreter_start_is_a_named_version_checked_patc
     for module, patch_module in catwalk_startup.PATCHES.items():
         with pytest.raises(patching.TangoChanged, match="but 1.4.0 is installed"):
             patch_module(sys.modules[module])
+
+
+def test_registrable_search_modules_is_wrapped_once_and_does_both_jobs():
+    """One wrap, made from interpreter start (catwalk_startup/registry_search.py), around Tango's
+    own search: the package, imported since, added none (it used to wrap it a second time to
+    say unknown types). A `catwalk::` name not yet registered imports the package (tests/
+    test_any_directory.py: from a directory without our tango.yml); one still unknown is one
+    line naming the closest."""
+    from tango import Step
+    from tango.common.registrable import Registrable
+
+    from catwalk_startup.registry_search import PATCH, UnknownTypeError
+
+    search = Registrable.search_modules
+    assert patching.patched(search) == PATCH
+    assert search.__wrapped__.__module__ == "tango.common.registrable"  # Tango's, not a wrap
+    with pytest.raises(UnknownTypeError) as error:
+        Step.resolve_class_name("catwalk::trian")
+    assert str(error.value).startswith(
+        "unknown step type 'catwalk::trian'; did you mean 'catwalk::train'? (registered: "
+    )
 
 
 def test_errors_are_one_line_on_the_terminal_and_whole_in_the_log_file(tmp_path, monkeypatch):
