@@ -437,7 +437,7 @@ def test_every_patch_of_fairscale_and_torch_refuses_another_version(monkeypatch)
     patching.check_version("torch", "parameters on the meta device")  # 2.13.0: checked
 
 
-def test_fairscales_and_torchs_patches_are_named_patches_applied_once():
+def test_fairscales_and_torchs_patches_are_named_patches_applied_once(monkeypatch):
     """The CPU shims and the frozen units' consolidation go through the one mechanism too
     (they kept flags of their own): each replacement wraps the library's own, once."""
     import torch
@@ -447,6 +447,8 @@ def test_fairscales_and_torchs_patches_are_named_patches_applied_once():
 
     from catwalk_steps.engines import fairscale_cpu, fairscale_frozen
 
+    # (the patches stay installed in this process, inert once the worker device is unset again)
+    monkeypatch.setattr(fairscale_cpu, "_worker_device", fairscale_cpu._worker_device)
     for _ in range(2):
         fairscale_cpu.use_worker_device("cpu")
         fairscale_frozen.patch_frozen_units()
