@@ -1,4 +1,4 @@
-"""Benchmark: what an evaluation's records (catwalk_steps/standalone/journal.py) cost, and what
+"""Benchmark: what an evaluation's records (catwalk_steps/evaluation/journal.py) cost, and what
 a resume costs, against the same evaluation without them.
 
     python bench/evaluation_records.py [--per-task 40] [--repeats 3] [--layers 12 --width 768]
@@ -38,10 +38,10 @@ from common import REPO, gpt2_spec, machine, write_results
 
 sys.path.insert(0, str(REPO))
 
+from catwalk_steps.evaluation import ConfiguredModel, scores
+from catwalk_steps.evaluation.journal import AnswerJournal
 from catwalk_steps.kinds import kind_of
 from catwalk_steps.settings import EvaluationSettings
-from catwalk_steps.standalone import ConfiguredModel, scores
-from catwalk_steps.standalone.journal import AnswerJournal
 from catwalk_steps.steps.evaluate import evaluation_data
 from catwalk_steps.tasks import Task
 

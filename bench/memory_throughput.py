@@ -115,7 +115,7 @@ MiB = 2**20
 
 
 def make_batch(rank: int, batch: int, length: int) -> dict:
-    from catwalk_steps.kinds.collate import MultipleChoiceCollator
+    from catwalk_steps.kinds.collate import Collator
     from catwalk_steps.tasks.base import MultipleChoiceInstance
 
     generator = torch.Generator().manual_seed(rank)
@@ -131,7 +131,7 @@ def make_batch(rank: int, batch: int, length: int) -> dict:
         )
         for _ in range(batch)
     ]
-    return MultipleChoiceCollator("catwalk::byte_level", max_length=length)(instances)
+    return Collator("catwalk::byte_level", max_length=length)(instances)
 
 
 @contextlib.contextmanager

@@ -220,8 +220,8 @@ def training_rows(model: Path, args: argparse.Namespace) -> dict[str, list[dict]
 ONE_DEVICE = """
 import json, sys, torch
 import catwalk_steps
-from catwalk_steps.standalone import ConfiguredModel, model_block
-from catwalk_steps.standalone.workers import resident_mib
+from catwalk_steps.evaluation import ConfiguredModel, model_block
+from catwalk_steps.evaluation.workers import resident_mib
 from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.tasks import TemplatedTask
 from catwalk_steps.engines.throughput import peak_memory_mib

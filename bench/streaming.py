@@ -73,7 +73,7 @@ def peak_mib() -> float:
 def batches(split, skip: int):
     """The loader's batches from the `skip`-th on (shuffled, batches of BATCH)."""
     params = {"type": "catwalk::sharded", "batch_size": BATCH, "shuffle": True, "seed": 1}
-    collate = {"type": "catwalk::multiple_choice", "tokenizer": "catwalk::byte_level"}
+    collate = {"type": "catwalk::collate", "tokenizer": "catwalk::byte_level"}
     lazy = Lazy(DataLoader, Params({**params, "collate_fn": {**collate, "max_length": 512}}))
     return StreamLoader(split, LoaderSettings.of(lazy, "train_dataloader")).epoch_batches(0, skip)
 

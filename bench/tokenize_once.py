@@ -143,14 +143,14 @@ def reporting_parts(directory: Path) -> None:
 
 
 def cold(instances: Sequence[Any], data: str, root: Path, processes: int | None) -> dict:
-    from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
+    from catwalk_steps.kinds import Collator, kind_of
     from catwalk_steps.tokenized import build
     from catwalk_steps.tokenized.store import stored_training_tokens
 
     cores = build.usable_cores
     if processes is not None:
         build.usable_cores = lambda: processes  # type: ignore[assignment]
-    collator = MultipleChoiceCollator(TOKENIZER, MAX_LENGTH)
+    collator = Collator(TOKENIZER, MAX_LENGTH)
     reports = root.parent / f"{root.name}-children"
     reports.mkdir(parents=True)
     reporting_parts(reports)
@@ -182,11 +182,11 @@ sys.path.insert(0, {repo!r})
 from pathlib import Path
 from bench.common import read_status_kib
 from bench.tokenize_once import sft_instances, TOKENIZER, MAX_LENGTH
-from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
+from catwalk_steps.kinds import Collator, kind_of
 from catwalk_steps.tokenized import TokenizedSplit
 from catwalk_steps.tokenized.store import stored_training_tokens
 instances, data = sft_instances({rows}, {form!r}, Path({rows_dir!r}))
-collator = MultipleChoiceCollator(TOKENIZER, MAX_LENGTH)
+collator = Collator(TOKENIZER, MAX_LENGTH)
 before = {{k: read_status_kib(k) for k in ("VmRSS", "RssAnon", "RssFile")}}
 started = time.perf_counter()
 stored = stored_training_tokens(
@@ -220,11 +220,11 @@ def cached(rows: int, form: str, rows_dir: Path, root: Path) -> dict:
 def collating(
     instances: Sequence[Any], data: str, root: Path, batches: int = 200, size: int = 16
 ) -> dict:
-    from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
+    from catwalk_steps.kinds import Collator, kind_of
     from catwalk_steps.tokenized import TokenizedSplit
     from catwalk_steps.tokenized.store import stored_training_tokens
 
-    collator = MultipleChoiceCollator(TOKENIZER, MAX_LENGTH)
+    collator = Collator(TOKENIZER, MAX_LENGTH)
     stored = stored_training_tokens(kind_of(instances), collator, instances, data, root, LOG)
     split = TokenizedSplit(instances, stored)
     rng = random.Random(1)

@@ -10,7 +10,8 @@ experiment or imports `catwalk_steps`:
 - :mod:`.settings`: where Tango finds no `tango.yml`, ours (this package's): `tango run` works
   from any directory;
 - :mod:`.registry_search`: a `catwalk::` type imports `catwalk_steps`, also under settings of
-  one's own that do not include it;
+  one's own that do not include it, and a type nothing registered is one line naming the
+  closest (the one wrap of Tango's search);
 - :mod:`.jsonnet_library`: `import 'lib/pipeline.libsonnet'` finds the library the package
   ships, from an experiment file in any directory.
 
@@ -22,6 +23,7 @@ interpreter start: :mod:`.exit_with_parent` (it ends with the process that start
 catwalk_startup` does it for any environment): every interpreter of the environment installs an
 import hook that patches Tango's logging, settings, registry and params modules as they are
 imported.
+Every patch, here and in `catwalk_steps`, is one named, version-checked :func:`.patching.patch`.
 Nothing here imports Tango, torch or `catwalk_steps`: an interpreter that never imports Tango
 only gains the hook.
 `catwalk_steps` installs the same when it is imported (where there is no .pth, that leaves the
@@ -45,63 +47,50 @@ TANGO_PARAMS = "tango.common.params"
 PTH_NAME = "catwalk_startup.pth"
 
 
-def patch(module: types.ModuleType) -> None:
-    """Both changes, on Tango's logging module; refused, in one line, on a Tango they were not
+def patch_logging(module: types.ModuleType) -> None:
+    """Its changes, on Tango's logging module; refused, in one line, on a Tango they were not
     checked against (its receiver would unpickle what reaches it: never left so silently)."""
-    check_tango("log records as JSON")
-    from .log_records import patch_tango_logging, senders_write_json
+    from .log_records import PATCH, patch_tango_logging, senders_write_json
     from .one_line import drop_unwritable_records, one_line_on_the_terminal
+    from .patching import patch
 
     patch_tango_logging(module)
-    drop_unwritable_records(module.RichHandler)
-    original = module._initialize_logging
-    if getattr(original, "_catwalk_after", False):
-        return
+    drop_unwritable_records(module)
 
-    def _initialize_logging(*args: Any, **kwargs: Any) -> Any:
-        """Tango's (private in 1.3.2: the one place that makes its handlers), then: its socket
-        senders write JSON, its terminal handlers show errors in one line."""
-        result = original(*args, **kwargs)
-        senders_write_json(module)
-        one_line_on_the_terminal(logging.getLogger())
-        return result
+    def wrap(original: Any) -> Any:
+        def _initialize_logging(*args: Any, **kwargs: Any) -> Any:
+            """Tango's (private in 1.3.2: the one place that makes its handlers), then: its
+            socket senders write JSON, its terminal handlers show errors in one line."""
+            result = original(*args, **kwargs)
+            senders_write_json(module)
+            one_line_on_the_terminal(logging.getLogger())
+            return result
 
-    _initialize_logging._catwalk_after = True  # type: ignore[attr-defined]
-    vars(module)["_initialize_logging"] = _initialize_logging
+        return _initialize_logging
 
-
-def check_tango(patch_name: str) -> None:
-    """One line, unless the installed Tango is one the patches were checked against."""
-    from . import checked
-
-    version = checked.installed("ai2-tango")
-    if not checked.is_checked("ai2-tango", version):
-        raise ImportError(checked.refusal("ai2-tango", patch_name, version))
+    patch(module, "_initialize_logging", PATCH, wrap)
 
 
 def patch_registrable(module: types.ModuleType) -> None:
-    check_tango("catwalk:: types import catwalk_steps")
     from .registry_search import patch_registrable
 
     patch_registrable(module)
 
 
 def patch_settings(module: types.ModuleType) -> None:
-    check_tango("our settings where Tango finds none")
     from .settings import patch_settings
 
     patch_settings(module)
 
 
 def patch_params(module: types.ModuleType) -> None:
-    check_tango("the experiment library found from any directory")
     from .jsonnet_library import patch_params
 
     patch_params(module)
 
 
 PATCHES = {
-    TANGO_LOGGING: patch,
+    TANGO_LOGGING: patch_logging,
     TANGO_REGISTRABLE: patch_registrable,
     TANGO_SETTINGS: patch_settings,
     TANGO_PARAMS: patch_params,

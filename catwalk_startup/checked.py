@@ -1,7 +1,6 @@
 """The versions every patch of someone else's library was checked against: the one table, read
-by :mod:`catwalk_startup` (Tango's logging, from interpreter start) and by
-:mod:`catwalk_steps.patching` (every other patch of Tango, FairScale and torch). Imports nothing
-but the standard library."""
+by :mod:`.patching` (every patch of Tango, FairScale, torch and Python's fork server, from
+interpreter start or from `catwalk_steps`). Imports nothing but the standard library."""
 
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ from multiprocessing import reduction
 from typing import Any
 
 from . import checked
+from .patching import patch
 
 PATCH = "the fork server refuses malformed requests"
 TIMEOUT_S = 5.0  # a client sends its request as soon as it connects
@@ -131,11 +132,9 @@ def install() -> None:
     """The server's loop reads requests through :func:`receive_request` (in this process and
     those forked from it; a client only sends through the name, which stays the same). On a
     Python it was not checked against, nothing: the launcher refuses to start a server there
-    (`catwalk_steps.patching.check_version("python", PATCH)`), in one line."""
-    if isinstance(getattr(forkserver, READS_WITH), _Reduction) or sys.platform != "linux":
-        return
-    if checked.is_checked("python", checked.installed("python")):
-        setattr(forkserver, READS_WITH, _Reduction())
+    (`catwalk_startup.patching.check_version("python", PATCH)`), in one line."""
+    if sys.platform == "linux" and checked.is_checked("python", checked.installed("python")):
+        patch(forkserver, READS_WITH, PATCH, lambda _: _Reduction(), package="python")
 
 
 install()

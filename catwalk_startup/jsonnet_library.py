@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # (PyYAML, with Tango: no stubs installed)
 
+from .patching import patch
 from .settings import DEFAULTS
 
 LIBRARY_PARENT = "jsonnet"  # catwalk_steps/jsonnet/lib/*.libsonnet: `import 'lib/...'`
@@ -63,13 +64,12 @@ def with_library(jpathdir: Any) -> list[str]:
 def patch_params(module: types.ModuleType) -> None:
     """`tango.common.params.evaluate_file` (the name `Params.from_file` calls) with the library
     path and the declared ext vars added; once."""
-    original = module.evaluate_file
-    if getattr(original, "_catwalk_library", False):
-        return
 
-    def evaluate_file(filename: str, jpathdir: Any = None, **kwargs: Any) -> str:
-        kwargs["ext_vars"] = with_declared(kwargs.get("ext_vars"))
-        return original(filename, with_library(jpathdir), **kwargs)
+    def wrap(original: Any) -> Any:
+        def evaluate_file(filename: str, jpathdir: Any = None, **kwargs: Any) -> str:
+            kwargs["ext_vars"] = with_declared(kwargs.get("ext_vars"))
+            return original(filename, with_library(jpathdir), **kwargs)
 
-    evaluate_file._catwalk_library = True  # type: ignore[attr-defined]
-    vars(module)["evaluate_file"] = evaluate_file
+        return evaluate_file
+
+    patch(module, "evaluate_file", "the experiment library found from any directory", wrap)

@@ -32,6 +32,9 @@ import struct
 import types
 from typing import Any
 
+from .patching import patch
+
+PATCH = "log records as JSON"
 MAX_RECORD_BYTES = 1 << 20  # a longer record is not one of ours: the connection is closed
 PLAIN = (str, int, float, bool, type(None))
 KEY_ENV = "CATWALK_LOG_KEY"  # the receiver's key, inherited by its senders
@@ -137,13 +140,9 @@ def patch_tango_logging(module: types.ModuleType) -> None:
     """Makes Tango's receiver read JSON records from its own senders only, and the senders set
     up so far write them (those set up later: :func:`senders_write_json`, after each
     `_initialize_logging`). Once."""
-    if getattr(module, "_catwalk_json_records", False):
-        return
-    module.LogRecordStreamHandler.handle = handle_connection
-    module.LogRecordStreamHandler.unPickle = _refuse
-    receiver = module.LogRecordSocketReceiver
-    receiver.__init__ = _receiver_with_key(receiver.__init__)
-    vars(module)["_catwalk_json_records"] = True
+    patch(module, "LogRecordStreamHandler.handle", PATCH, lambda _: handle_connection)
+    patch(module, "LogRecordStreamHandler.unPickle", PATCH, lambda _: _refuse)
+    patch(module, "LogRecordSocketReceiver.__init__", PATCH, _receiver_with_key)
     senders_write_json(module)
 
 

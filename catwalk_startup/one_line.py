@@ -18,12 +18,17 @@ once the package is imported, every error type it registers (:func:`catwalk_step
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import os
 import re
 import sys
 import traceback
+from typing import Any
 
+from .patching import patch
+
+DROPS = "records a handler cannot write dropped"
 TRACEBACK_LOGGER = "catwalk_steps.traceback"
 # What a `catwalk: ...` error in our jsonnet library looks like once jsonnet has raised it.
 JSONNET_CATWALK = re.compile(r"runtime error: catwalk: (.*)", re.IGNORECASE)
@@ -133,6 +138,25 @@ def one_line(error: BaseException) -> str | None:
     return early_line(error)
 
 
+def closest(name: str, candidates: list[str]) -> str | None:
+    """The candidate `name` was probably meant to be, or None when none is close.
+
+    Case-insensitively ('torch::Adamw' is 'torch::AdamW', not 'torch::Adam'), among the names of
+    the same namespace when there are any, and on the part after the namespace: every
+    `catwalk::` name shares that prefix, which made 'catwalk::nosuchstep' look like
+    'catwalk::evaluate'.
+    """
+
+    def key(text: str) -> str:
+        return text.lower().rpartition("::")[2]
+
+    namespace = name.lower().rpartition("::")[0]
+    same = [c for c in candidates if c.lower().rpartition("::")[0] == namespace]
+    by_key = {key(c): c for c in same or candidates}
+    found = difflib.get_close_matches(key(name), list(by_key), n=1, cutoff=0.75)
+    return by_key[found[0]] if found else None
+
+
 def verbose() -> bool:
     """Tracebacks on the terminal: `--log-level debug`, or CATWALK_TRACEBACKS=1."""
     return logging.getLogger().level <= logging.DEBUG or os.environ.get("CATWALK_TRACEBACKS") == "1"
@@ -172,24 +196,27 @@ def one_line_on_the_terminal(root: logging.Logger) -> None:
             handler.addFilter(OneLineOnTheTerminal(handler))
 
 
-def drop_unwritable_records(handler_class: type[logging.Handler]) -> None:
-    """A record Tango's handler cannot write (an `OSError`: the workspace's disk full under the
-    run's log file, a closed pipe) is dropped, where logging printed a 20-line "Logging error"
-    traceback per record (and a table, which Tango's handler prints outside its `try`, ended
-    the command with a traceback) after the one-line error that said why (a `DiskFullError`).
-    Any other error in a handler is reported as logging reports it. Once per class."""
-    emit, handle_error = handler_class.emit, handler_class.handleError
-    if getattr(emit, "_catwalk_drops", False):
-        return
+def drop_unwritable_records(module: Any) -> None:
+    """A record Tango's handler (`module.RichHandler`) cannot write (an `OSError`: the
+    workspace's disk full under the run's log file, a closed pipe) is dropped, where logging
+    printed a 20-line "Logging error" traceback per record (and a table, which Tango's handler
+    prints outside its `try`, ended the command with a traceback) after the one-line error that
+    said why (a `DiskFullError`). Any other error in a handler is reported as logging reports
+    it. Once."""
 
-    def dropping_emit(self: logging.Handler, record: logging.LogRecord) -> None:
-        with contextlib.suppress(OSError):
-            emit(self, record)
+    def dropping_emit(emit: Any) -> Any:
+        def emit_or_drop(self: logging.Handler, record: logging.LogRecord) -> None:
+            with contextlib.suppress(OSError):
+                emit(self, record)
 
-    def dropping_handle_error(self: logging.Handler, record: logging.LogRecord) -> None:
-        if not isinstance(sys.exc_info()[1], OSError):
-            handle_error(self, record)
+        return emit_or_drop
 
-    dropping_emit._catwalk_drops = True  # type: ignore[attr-defined]
-    handler_class.emit = dropping_emit  # type: ignore[method-assign]
-    handler_class.handleError = dropping_handle_error  # type: ignore[method-assign]
+    def dropping_handle_error(handle_error: Any) -> Any:
+        def handle_or_drop(self: logging.Handler, record: logging.LogRecord) -> None:
+            if not isinstance(sys.exc_info()[1], OSError):
+                handle_error(self, record)
+
+        return handle_or_drop
+
+    patch(module, "RichHandler.emit", DROPS, dropping_emit)
+    patch(module, "RichHandler.handleError", DROPS, dropping_handle_error)

@@ -16,20 +16,20 @@ import types
 from pathlib import Path
 from typing import Any
 
+from .patching import patch
+
 DEFAULTS = Path(__file__).with_name("tango.yml")
 
 
 def patch_settings(module: types.ModuleType) -> None:
     """Wraps `module.TangoGlobalSettings.default` (tango.settings, ai2-tango 1.3.2)."""
-    settings_class = module.TangoGlobalSettings
-    original = vars(settings_class)["default"].__func__
-    if getattr(original, "_catwalk_defaults", False):
-        return
 
-    def default(cls: Any) -> Any:
-        """Tango's search (./tango.yml, ~/.config/tango.yml), else ours."""
-        found = original(cls)
-        return found if found.path is not None else cls.from_file(DEFAULTS)
+    def wrap(original: Any) -> Any:
+        def default(cls: Any) -> Any:
+            """Tango's search (./tango.yml, ~/.config/tango.yml), else ours."""
+            found = original(cls)
+            return found if found.path is not None else cls.from_file(DEFAULTS)
 
-    default._catwalk_defaults = True  # type: ignore[attr-defined]
-    settings_class.default = classmethod(default)
+        return default
+
+    patch(module, "TangoGlobalSettings.default", "our settings where Tango finds none", wrap)

@@ -17,7 +17,7 @@ tango.yml). The sub-packages, from the bottom up:
 - :mod:`.engines`: DDP, FairScale FSDP, FSDP2 and what building one needs (wrapping, optimizers);
 - :mod:`.training`: the loop, its checkpoints, loaders, callbacks, trackers, in-loop tasks;
 - :mod:`.checks`: what is checked before anything runs (when the step graph is built);
-- :mod:`.standalone`: evaluation outside training: which model, loaded once, where scored;
+- :mod:`.evaluation`: evaluation outside training: which model, loaded once, where scored;
 - :mod:`.launch`: the worker processes of a job, on one node or several;
 - :mod:`.workspace`: the workspace several jobs share, its cache, results as data;
 - :mod:`.tango_fixes`: where `tango run` behaves otherwise than Tango 1.3.2 alone;
@@ -30,7 +30,7 @@ catwalk_startup.install()  # first: Tango's log receiver reads data only (see th
 
 from . import tango_fixes  # noqa: E402, F401  (apply the fixes to Tango)
 from .engines import CatwalkFairScaleEngine, CatwalkTorchEngine, CatwalkTorchFSDPEngine  # noqa: E402
-from .kinds import MultipleChoiceCollator  # noqa: E402
+from .kinds import Collator  # noqa: E402
 from .scoring import RankClassifier  # noqa: E402
 from .steps import (  # noqa: E402
     Evaluate,
@@ -53,7 +53,7 @@ __all__ = [
     "HFModelFormat",
     "LoadTask",
     "MetricsReport",
-    "MultipleChoiceCollator",
+    "Collator",
     "MultipleChoiceInstance",
     "PiqaTask",
     "RankClassifier",

@@ -11,7 +11,9 @@ from typing import Any
 from tango.common import Lazy, Registrable
 from tango.common.exceptions import ConfigurationError
 
-from .errors import accepted_keys, closest
+from catwalk_startup.one_line import closest
+
+from .errors import accepted_keys
 
 
 def resolve_config(

@@ -8,7 +8,6 @@ non-finite loss, a damaged checkpoint, a failed worker, ...) are registered here
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -106,25 +105,6 @@ def refusal_reason(error: BaseException) -> str:
         return named[0]
     first = first_line(error)
     return first.split(". ")[0].rstrip(".") if ". " in first else first
-
-
-def closest(name: str, candidates: list[str]) -> str | None:
-    """The candidate `name` was probably meant to be, or None when none is close.
-
-    Case-insensitively ('torch::Adamw' is 'torch::AdamW', not 'torch::Adam'), among the names of
-    the same namespace when there are any, and on the part after the namespace: every
-    `catwalk::` name shares that prefix, which made 'catwalk::nosuchstep' look like
-    'catwalk::evaluate'.
-    """
-
-    def key(text: str) -> str:
-        return text.lower().rpartition("::")[2]
-
-    namespace = name.lower().rpartition("::")[0]
-    same = [c for c in candidates if c.lower().rpartition("::")[0] == namespace]
-    by_key = {key(c): c for c in same or candidates}
-    found = difflib.get_close_matches(key(name), list(by_key), n=1, cutoff=0.75)
-    return by_key[found[0]] if found else None
 
 
 def accepted_keys(constructor: Any) -> set[str] | None:

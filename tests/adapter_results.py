@@ -20,14 +20,14 @@ import json, sys
 import torch
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
-from catwalk_steps.kinds.collate import MultipleChoiceCollator
+from catwalk_steps.kinds.collate import Collator
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.workspace.formats import InstancesFormat
 
 every = {}
 for step, (result, data, base_spec) in json.loads(sys.argv[1]).items():
     instances = InstancesFormat().read(data).splits["validation"]
-    batch = MultipleChoiceCollator("catwalk::byte_level", max_length=128)(instances)
+    batch = Collator("catwalk::byte_level", max_length=128)(instances)
     scored = every[step] = {}
     for how in ("merged", "peft"):
         model = RankClassifier(**base_spec).eval()  # the scoring around the LM; the LM replaced

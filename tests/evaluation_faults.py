@@ -14,7 +14,7 @@ import os
 import signal
 import time
 
-from catwalk_steps.standalone.journal import AnswerJournal
+from catwalk_steps.evaluation.journal import AnswerJournal
 
 _write = AnswerJournal.write
 _written = 0

@@ -57,6 +57,22 @@ def test_a_copy_of_a_shipped_experiment_runs_anywhere_under_settings_of_ones_own
     assert list((elsewhere / "mine" / "cache").glob("TrainRankClassifier-*"))
 
 
+def test_a_misspelt_type_under_settings_of_ones_own_is_one_line_naming_the_closest(tmp_path):
+    """No `-i`, a tango.yml that includes nothing: the one wrap of Tango's search, made before
+    the package is imported, imports it for the experiment's `catwalk::` names and says the
+    misspelt one in one line (nothing runs)."""
+    (tmp_path / "tango.yml").write_text("workspace:\n  type: local\n  dir: mine\n")
+    misspelt = {**TINY_DEMO, "steps.trained.type": "catwalk::trian"}
+    argv = [TANGO, "run", str(EXPERIMENTS / "demo.jsonnet"), "-o", json.dumps(misspelt)]
+    done = commands.run(argv, timeout=300, cwd=tmp_path, fresh=True)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    (line,) = error_lines(output)
+    said = "UnknownTypeError: unknown step type 'catwalk::trian'; did you mean 'catwalk::train'?"
+    assert said in line and "modeling_flax_auto" not in output, output[-3000:]
+    assert not list(tmp_path.glob("mine/cache/*"))  # nothing ran
+
+
 def test_a_lib_beside_ones_own_experiment_comes_first(tmp_path: Path):
     """One's own copy of the library, beside the file, is the one imported (as jsonnet always
     resolved it)."""

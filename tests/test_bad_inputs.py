@@ -118,7 +118,7 @@ CASES = [
     (
         DEMO,
         {f"{COLLATE}.max_lenght": 64},
-        "ConfigurationError: train_dataloader.collate_fn.max_lenght: MultipleChoiceCollator has no such key; did you mean 'max_length'? (it takes max_length, packing, tokenizer)",
+        "ConfigurationError: train_dataloader.collate_fn.max_lenght: Collator has no such key; did you mean 'max_length'? (it takes max_length, packing, tokenizer)",
     ),
     (
         DEMO,

@@ -178,7 +178,7 @@ def test_training_on_a_chat_formatted_task_renders_its_prompts_as_evaluation_doe
     """`catwalk::load_task` with the model's tokenizer: the training split's prompts are the
     chat-rendered ones evaluation scores, the answer follows the assistant header with no
     target delimiter, and the batch starts with the template's one BOS."""
-    from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
+    from catwalk_steps.kinds import Collator, kind_of
     from catwalk_steps.steps.load_task import LoadTask
 
     rows = "".join(json.dumps({"q": f"q{i}", "a": f"a{i}"}) + "\n" for i in range(4))
@@ -206,7 +206,7 @@ def test_training_on_a_chat_formatted_task_renders_its_prompts_as_evaluation_doe
     )
     assert train[0].answer == "a0\n"
     trained = kind_of(train).training_instances(list(train), "train")
-    collator = MultipleChoiceCollator(str(chat_model), max_length=64)
+    collator = Collator(str(chat_model), max_length=64)
     batch = kind_of(trained).collate(collator, trained, [1.0] * len(trained))
     bos = collator.encoder.tokenizer.bos_token_id
     assert batch["input_ids"][0, 0] == bos and batch["input_ids"][0, 1] != bos

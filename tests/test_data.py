@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import DataLoader
 
-from catwalk_steps.kinds.collate import MultipleChoiceCollator, Padding
+from catwalk_steps.kinds.collate import Collator, Padding
 from catwalk_steps.tasks.synthetic import SyntheticTask
 from catwalk_steps.training.loaders import EpochSampler, PaddedDataset, ShardedDataLoader
 
@@ -46,9 +46,7 @@ def test_uneven_data_is_padded_not_repeated():
 
 def test_sharded_loader_outside_a_process_group_is_one_shard():
     instances = SyntheticTask(sizes={"train": 10}).load(["train"])["train"]
-    loader = ShardedDataLoader(
-        instances, batch_size=4, collate_fn=MultipleChoiceCollator("catwalk::byte_level")
-    )
+    loader = ShardedDataLoader(instances, batch_size=4, collate_fn=Collator("catwalk::byte_level"))
     batches = list(loader)
     assert [int(b["weights"].sum()) for b in batches] == [4, 4, 2]
     assert batches[0]["input_ids"].shape[0] == 16  # 4 instances x 4 choices
@@ -58,7 +56,7 @@ def test_collating_processes_give_the_same_batches_from_every_place_in_an_epoch(
     """`num_workers` (and torch's other collating keys the loader names) reach torch's loader,
     in a whole epoch and in one a resumed run jumps into."""
     instances = SyntheticTask(sizes={"train": 10}).load(["train"])["train"]
-    collate = MultipleChoiceCollator("catwalk::byte_level")
+    collate = Collator("catwalk::byte_level")
 
     def loader(**keys):
         return ShardedDataLoader(instances, batch_size=4, collate_fn=collate, **keys)

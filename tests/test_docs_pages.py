@@ -1,12 +1,15 @@
 """The documentation site says what the code is: every one-line error type is on the
-troubleshooting page, every sub-package on the architecture map, every path a page names exists,
-and the README stays a short front door whose links lead to pages that exist."""
+troubleshooting page, every sub-package on the architecture map, whose layers the imports
+follow, every path a page names exists, and the README stays a short front door whose links
+lead to pages that exist."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import pkgutil
 import re
+from pathlib import Path
 
 from tango.common.exceptions import ConfigurationError
 
@@ -57,6 +60,46 @@ def test_the_architecture_map_names_every_sub_package():
     packages = [p.name for p in pkgutil.iter_modules(catwalk_steps.__path__) if p.ispkg]
     missing = [p for p in packages if f"catwalk_steps/{p}/" not in page]
     assert not missing, f"docs/architecture.md: the map lacks {missing}"
+
+
+def layer_table() -> dict[str, int]:
+    """docs/architecture.md's layers: each sub-package or top-level module named, its layer."""
+    page = (DOCS / "architecture.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| (.*?) \|", page, re.M)
+    names = r"`(?:catwalk_steps/)?(\w+)/?`"
+    return {name: int(layer) for layer, cell in rows for name in re.findall(names, cell)}
+
+
+def imported_rooms(path: Path) -> set[str]:
+    """The sub-packages and top-level modules of catwalk_steps that a file imports."""
+    package = path.relative_to(REPO).parent.parts
+    rooms = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name.split(".") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = list(package[: len(package) - node.level + 1]) if node.level else []
+            module = [*base, *node.module.split(".")] if node.module else base
+            targets = [module] if len(module) > 1 else [[*module, a.name] for a in node.names]
+        else:
+            continue
+        rooms |= {t[1] for t in targets if t[0] == "catwalk_steps" and len(t) > 1}
+    return rooms
+
+
+def test_every_import_runs_down_the_layer_table():
+    """A sub-package imports only those of a lower layer (layer 0's modules each other too), and
+    every one has its row: a room that moves down, or imports upward, fails here."""
+    layers, wrong, missing = layer_table(), [], set()
+    for path in sorted((REPO / "catwalk_steps").rglob("*.py")):
+        parts = path.relative_to(REPO / "catwalk_steps").parts
+        room = parts[0] if len(parts) > 1 else path.stem
+        for other in imported_rooms(path) - {room} if room != "__init__" else ():
+            missing |= {r for r in (room, other) if r not in layers}
+            if {room, other} <= layers.keys() and layers[other] >= layers[room] > 0:
+                wrong.append(f"{path.relative_to(REPO)} ({layers[room]}) imports {other}")
+    assert not missing, f"docs/architecture.md: the layer table lacks {sorted(missing)}"
+    assert not wrong, f"docs/architecture.md: imports against the layers: {wrong}"
 
 
 def test_every_path_a_page_names_exists():

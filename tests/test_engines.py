@@ -16,7 +16,7 @@ from catwalk_steps.checkpoints import full_model_state
 from catwalk_steps.engines.fairscale_engine import CatwalkFairScaleEngine
 from catwalk_steps.engines.torch_engine import CatwalkTorchEngine
 from catwalk_steps.engines.torch_fsdp_engine import CatwalkTorchFSDPEngine
-from catwalk_steps.kinds.collate import MultipleChoiceCollator
+from catwalk_steps.kinds.collate import Collator
 from catwalk_steps.tasks.synthetic import SyntheticTask
 
 from .conftest import TINY_MODEL
@@ -56,7 +56,7 @@ def fairscale_engine(rank, world_size, port, work_dir, **kwargs) -> CatwalkFairS
 
 def batch(rank: int) -> dict:
     instances = SyntheticTask(sizes={"train": 8}).load(["train"])["train"]
-    return MultipleChoiceCollator("catwalk::byte_level")(instances[rank * 4 : rank * 4 + 4])
+    return Collator("catwalk::byte_level")(instances[rank * 4 : rank * 4 + 4])
 
 
 def wrapped_units(rank, world_size, port, work_dir):

@@ -16,19 +16,18 @@ from tango.common.exceptions import ConfigurationError
 from tango.common.params import Params
 from tango.step_graph import StepGraph
 
-from catwalk_steps.scoring.choices import score_choices
-from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.standalone import (
+from catwalk_steps.evaluation import (
     ConfiguredModel,
     EvaluationSettings,
     evaluation_scores,
     model_block,
-    models_loaded,
-    release_model,
 )
+from catwalk_steps.scoring.choices import score_choices
+from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.steps.evaluate import Evaluate
 from catwalk_steps.tango_fixes.executor import execution_order
 from catwalk_steps.tasks.base import MultipleChoiceInstance as Instance
+from catwalk_steps.workspace.held_model import models_loaded, release_model
 
 from .conftest import (
     EXPERIMENTS,

@@ -72,8 +72,8 @@ def test_through_tango_run_two_nodes_without_node_0_s_address_is_one_line(tmp_pa
 def test_a_peer_lost_on_another_node_is_said_with_what_to_do(said):
     from types import SimpleNamespace
 
+    from catwalk_steps.evaluation import EvaluationJob
     from catwalk_steps.launch.launcher import WorkerReport, failure
-    from catwalk_steps.standalone import EvaluationJob
 
     job = SimpleNamespace(
         local_world_size=1,

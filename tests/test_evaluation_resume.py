@@ -2,7 +2,7 @@
 evaluation on two nodes) and run again scores only what its records lack, and ends with the
 uninterrupted run's result, byte for byte; records of other weights or other settings are never
 used, and a damaged or planted record costs its chunk and runs nothing. Through `tango run` (and
-`catwalk-worker`), as a user would (catwalk_steps/standalone/journal.py)."""
+`catwalk-worker`), as a user would (catwalk_steps/evaluation/journal.py)."""
 
 from __future__ import annotations
 

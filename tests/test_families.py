@@ -19,7 +19,7 @@ from tango.integrations.torch import Model, Optimizer, TrainingEngine
 
 from catwalk_steps.engines.train_config import NodeAwareTrainConfig
 from catwalk_steps.engines.wrapping import describe_blocks, select_modules
-from catwalk_steps.kinds.collate import MultipleChoiceCollator
+from catwalk_steps.kinds.collate import Collator
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.tasks.synthetic import SyntheticTask
 
@@ -157,7 +157,7 @@ def units_of_a_model_block_that_wraps(rank: int, work_dir: Path) -> list[str]:
         Lazy(Optimizer, Params({"type": "torch::AdamW", "lr": 3e-3})),
         cpu_threads=1,
     )
-    collate = MultipleChoiceCollator("catwalk::byte_level", 48)
+    collate = Collator("catwalk::byte_level", 48)
     train_and_score(engine, collate, rank)  # it trains
     return [name for name, m in engine.model.named_modules() if isinstance(m, FSDP)]
 
@@ -166,7 +166,7 @@ def every_family(rank, world_size, port, tokenizers, work_dir):
     torch.set_num_threads(1)
     results: dict = {"model_block": units_of_a_model_block_that_wraps(rank, Path(work_dir))}
     for family in FAMILIES:
-        collate = MultipleChoiceCollator(model_spec(family, tokenizers)["tokenizer"], 48)
+        collate = Collator(model_spec(family, tokenizers)["tokenizer"], 48)
         for kind in ENGINES:
             directory = Path(work_dir) / family / kind
             engine = build_engine(family, kind, tokenizers, rank, directory)
@@ -229,7 +229,7 @@ def reference_scores(directory: Path) -> list[list[float]]:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(directory).eval()
-    batch = MultipleChoiceCollator(str(directory), 48)(instances("validation", 6))
+    batch = Collator(str(directory), 48)(instances("validation", 6))
     scores = [[float("-inf")] * 3 for _ in range(6)]
     for s, ids in enumerate(batch["input_ids"]):
         length = int(batch["attention_mask"][s].sum())

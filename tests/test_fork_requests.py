@@ -93,7 +93,7 @@ def test_a_request_of_the_servers_own_family_is_served():
 
 
 def test_another_python_is_refused_in_one_line(monkeypatch):
-    from catwalk_steps import patching
+    from catwalk_startup import patching
 
     monkeypatch.setattr(checked.platform, "python_version", lambda: "3.14.0")
     with pytest.raises(patching.PackageChanged) as error:

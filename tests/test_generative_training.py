@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
+from catwalk_steps.kinds import Collator, kind_of
 from catwalk_steps.scoring.generation import GenerationEncoder
 from catwalk_steps.tasks import Task
 from catwalk_steps.tasks.base import TaskDataError
@@ -54,7 +54,7 @@ def test_a_training_batch_is_the_prompt_as_generation_cuts_it_then_the_first_tar
     ]
     task = files_task(tmp_path, {"train": rows, "validation": rows}, num_fewshot=1)
     instances = training_form(task.load(["train"])["train"])
-    collator = MultipleChoiceCollator("catwalk::byte_level", max_length=48)
+    collator = Collator("catwalk::byte_level", max_length=48)
     batch = kind_of(instances).collate(collator, instances, [1.0, 1.0])
     encoder = GenerationEncoder(collator.encoder.tokenizer, 48)
     for row, instance in enumerate(instances):
@@ -79,7 +79,7 @@ def test_the_loss_is_the_mean_answer_token_nll_and_no_stop_sequence_ends_with_en
     rows = [{"q": "x", "a": "yes"}, {"q": "y", "a": "no"}]
     task = files_task(tmp_path, {"train": rows, "validation": rows}, until=[])
     instances = training_form(task.load(["train"])["train"])
-    collator = MultipleChoiceCollator("catwalk::byte_level", max_length=32)
+    collator = Collator("catwalk::byte_level", max_length=32)
     batch = kind_of(instances).collate(collator, instances, [1.0, 1.0])
     eos = collator.encoder.tokenizer.eos_token_id
     assert batch["input_ids"][0, int(batch["attention_mask"][0].sum()) - 1] == eos
@@ -173,7 +173,7 @@ def test_a_model_trained_on_a_task_from_files_evaluates_to_the_numbers_of_its_lo
     }
     task = {**QA, "data_files": data_files}
     collate = {
-        "type": "catwalk::multiple_choice",
+        "type": "catwalk::collate",
         "tokenizer": "catwalk::byte_level",
         "max_length": 128,
     }

@@ -150,11 +150,11 @@ def test_tangos_log_receiver_reads_json_from_interpreter_start():
     """In a fresh interpreter of this environment Tango's logging module arrives patched: the
     .pth that `make setup` writes installs the hook before anything imports Tango."""
     probe = (
-        "import sys, tango.common.logging as l; "
-        "assert 'catwalk_steps' not in sys.modules; print(l._catwalk_json_records)"
+        "import sys, tango.common.logging as l; from catwalk_startup.patching import patched; "
+        "assert 'catwalk_steps' not in sys.modules; print(patched(l.LogRecordStreamHandler.handle))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
-    assert done.stdout.strip() == "True", done.stderr
+    assert done.stdout.strip() == "log records as JSON", done.stderr
 
 
 def test_a_record_that_is_not_json_is_dropped_and_a_json_one_is_logged(caplog):

@@ -110,7 +110,7 @@ def test_every_worker_reader_refuses_a_cut_file_before_any_forward(tmp_path, mod
     checks it. (FSDP2 read it rank-wise and scored NaN before.)"""
     from tango.integrations.torch import TrainingEngine
 
-    from catwalk_steps.standalone import ConfiguredModel, EvaluationSettings, evaluation_scores
+    from catwalk_steps.evaluation import ConfiguredModel, EvaluationSettings, evaluation_scores
     from catwalk_steps.tasks import SyntheticTask
 
     _, cut = model_dirs

@@ -220,14 +220,15 @@ def test_the_steps_of_a_config_block_keep_the_ids_they_had():
     dpo = StepGraph.from_params(dpo)
     assert [demo[name].unique_id for name in ("eval_untrained", "report", "trained")] == [
         "Evaluate-003-3qvvazfcKPW8D8QzN8Cra7oF9ZRvdnod",
-        # (the report's step gained `runs`, its table's order: another id, said)
-        "MetricsReport-003-342Vt3nFe8CejFXhPPSfSnCzxEpm6j76",
-        "TrainRankClassifier-003-2jF97Apubmz18HZG45BkkQ96gxQFTfyk",
+        # (the report's step gained `runs`, its table's order: another id, said; and the
+        # training's collate, `catwalk::collate` since it was renamed, gave both another, said)
+        "MetricsReport-003-64xZTxB2MjZjm9ZhAqgUeaeKGvrgxLaD",
+        "TrainRankClassifier-003-3gmVn49s6NTNrAzPaRvcsPQavWvKiMpy",
     ]
     # (the reference's VERSION went to 002 with pairs cut to fit their answers: a said bump)
     assert [dpo[name].unique_id for name in ("dpo_reference", "dpo_trained")] == [
         "ReferenceLogprobs-002-bAzj7dxTmni1Jo2kY1DktmsEiZNxvMRP",
-        "TrainRankClassifier-003-64kLRiVQ1tFeDY6LaV5JEh1Bapich1e2",  # after it: another id
+        "TrainRankClassifier-003-2pGdtCuzuzZSRkFE6XKg1BqSJA5J2haz",  # after it: another id
     ]
 
 

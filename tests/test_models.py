@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.kinds.collate import MultipleChoiceCollator
+from catwalk_steps.kinds.collate import Collator
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 
 from .conftest import TINY_GPT2
@@ -42,7 +42,7 @@ def test_bad_collate_tokenizer_names_the_field():
     with pytest.raises(
         ConfigurationError, match="collate_fn.tokenizer '/no/such': no such file or directory"
     ):
-        MultipleChoiceCollator("/no/such")
+        Collator("/no/such")
 
 
 def test_config_models_take_vocabulary_and_special_tokens_from_the_tokenizer():

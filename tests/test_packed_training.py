@@ -122,7 +122,7 @@ SIZES = {"train": 64, "validation": 4}  # rows of each split
 
 def training(packing: bool, lr: float, data: str = "data") -> dict:
     collate = {
-        "type": "catwalk::multiple_choice",
+        "type": "catwalk::collate",
         "tokenizer": "catwalk::byte_level",
         "max_length": 128,
         "packing": packing,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from catwalk_steps.checks.start_warnings import cut_answer_warnings
-from catwalk_steps.kinds import MultipleChoiceCollator, kind_of
+from catwalk_steps.kinds import Collator, kind_of
 from catwalk_steps.kinds.preference_batches import cut_pairs, fitted, fitted_pairs
 from catwalk_steps.scoring.tokenization import load_tokenizer
 from catwalk_steps.settings import LoaderSettings
@@ -48,10 +48,10 @@ def test_the_pairs_cut_are_counted_and_training_says_so(tmp_path):
     assert BYTES.decode(pair.chosen) == CHOSEN + "<|endoftext|>"  # whole
     assert cut_pairs(BYTES, 128, [short, long]) == (1, 0)
     assert cut_pairs(BYTES, 5, [short]) == (1, 1)  # " yes\n" and its end: 6 tokens
-    collate = {"type": "catwalk::multiple_choice", "tokenizer": "catwalk::byte_level"}
+    collate = {"type": "catwalk::collate", "tokenizer": "catwalk::byte_level"}
     loader = LoaderSettings("train_dataloader", None, {}, {**collate, "max_length": 128})
     tokens = stored_training_tokens(
-        kind_of([short]), MultipleChoiceCollator(collate["tokenizer"], 128), [short, long],
+        kind_of([short]), Collator(collate["tokenizer"], 128), [short, long],
         "pairs", tmp_path, logging.getLogger("test"),
     )  # fmt: skip
     (line,) = cut_answer_warnings([("train", loader, tokens)])

@@ -14,7 +14,7 @@ import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.kinds import MultipleChoiceCollator, kind_named
+from catwalk_steps.kinds import Collator, kind_named
 from catwalk_steps.metrics.stderr import mean_stderr
 from catwalk_steps.metrics.sums import MeanSums
 from catwalk_steps.objectives.dpo import DpoSettings
@@ -156,7 +156,7 @@ def test_the_dpo_block_is_checked(given, message):
 
 
 def batch_of(model: RankClassifier, pairs: list[PreferenceInstance]) -> dict:
-    collator = MultipleChoiceCollator("catwalk::byte_level", 64)
+    collator = Collator("catwalk::byte_level", 64)
     return collator(pairs)
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from catwalk_steps.environment import environment, git_state, gpus
 from catwalk_steps.reports import ReportFormat, build_report
 from catwalk_steps.reports import run_card as card_module
-from catwalk_steps.reports.run_card import environment, git_state, gpus
 
 from .conftest import REPO
 

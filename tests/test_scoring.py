@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from catwalk_steps.kinds.collate import MultipleChoiceCollator, Padding
+from catwalk_steps.kinds.collate import Collator, Padding
 from catwalk_steps.kinds.multiple_choice import metrics_from_scores
 from catwalk_steps.objectives import objective_named
 from catwalk_steps.scoring.choices import score_choices
@@ -56,7 +56,7 @@ def test_sorted_batched_scoring_equals_one_sequence_at_a_time(model):
 
 
 def test_forward_scores_equal_reference_with_and_without_logits_to_keep(model):
-    batch = MultipleChoiceCollator("catwalk::byte_level")(INSTANCES)
+    batch = Collator("catwalk::byte_level")(INSTANCES)
     expected = reference_scores(model, INSTANCES)
     for supports in (True, False):
         model.supports_logits_to_keep = supports
@@ -91,7 +91,7 @@ def test_acc_norm_divides_by_answer_characters_without_the_joining_space():
 
 
 def test_losses_follow_their_definitions(model):
-    batch = MultipleChoiceCollator("catwalk::byte_level")(INSTANCES)
+    batch = Collator("catwalk::byte_level")(INSTANCES)
     expected = torch.tensor(
         [
             [s for s in row] + [float("-inf")] * (3 - len(row))
@@ -120,7 +120,7 @@ def test_losses_follow_their_definitions(model):
 
 
 def test_padding_items_weigh_nothing(model):
-    collate = MultipleChoiceCollator("catwalk::byte_level")
+    collate = Collator("catwalk::byte_level")
     plain = collate(INSTANCES[:3])
     padded = collate(INSTANCES[:3] + [Padding(INSTANCES[3]), Padding(INSTANCES[0])])
     with torch.no_grad():
@@ -131,7 +131,7 @@ def test_padding_items_weigh_nothing(model):
 
 
 def test_collated_batches_are_cpu_tensors_with_masks():
-    batch = MultipleChoiceCollator("catwalk::byte_level", max_length=32)(INSTANCES[:2])
+    batch = Collator("catwalk::byte_level", max_length=32)(INSTANCES[:2])
     assert batch["input_ids"].device.type == "cpu"
     assert batch["input_ids"].shape == batch["attention_mask"].shape
     assert batch["instance_index"].tolist() == [0, 0, 1, 1]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from catwalk_steps.kinds.collate import MultipleChoiceCollator
+from catwalk_steps.kinds.collate import Collator
 from catwalk_steps.scoring.choices import score_choices
 from catwalk_steps.scoring.packing import pack_rows, packed_attention, packed_rows
 from catwalk_steps.scoring.rank_classifier import RankClassifier
@@ -155,7 +155,7 @@ def test_forward_scores_loss_and_gradients_equal_the_full_sequences(objective):
     """Validation and the "rank" objective's training run the packed rows in the forward."""
     model = RankClassifier(config=TINY_LLAMA, tokenizer="catwalk::byte_level", objective=objective)
     instances = UNEVEN_CONTEXTS + UNEVEN_CHOICE_COUNTS + ONE_TOKEN_CHOICES
-    batch = MultipleChoiceCollator("catwalk::byte_level")(instances)
+    batch = Collator("catwalk::byte_level")(instances)
     flat = {key: value for key, value in batch.items() if key != "packed"}
     model.eval()
     with torch.no_grad():
@@ -194,7 +194,7 @@ def test_a_model_without_packed_rows_falls_back_with_one_log_line(caplog):
     with caplog.at_level(logging.INFO, logger="catwalk_steps.scoring.shared_context"):
         first = score_choices(model, instances, progress=False)
         score_choices(model, instances, progress=False)
-        model(**MultipleChoiceCollator("catwalk::byte_level")(instances))
+        model(**Collator("catwalk::byte_level")(instances))
     lines = [r.getMessage() for r in caplog.records if "shared-context" in r.getMessage()]
     assert lines == [
         "shared-context scoring: BloomForCausalLM cannot take packed rows (its forward takes "
@@ -220,7 +220,7 @@ def fsdp2_evaluation(rank, world_size, port, work_dir):
     engine.model.eval()  # as the loop's validation does
     engine.model.score_sequences = no_full_sequences  # the packed rows must serve
     instances = FSDP_QUESTIONS[rank::world_size]
-    batch = MultipleChoiceCollator("catwalk::byte_level")(instances)
+    batch = Collator("catwalk::byte_level")(instances)
     assert "packed" in batch
     return engine.forward_eval(batch)["scores"].tolist()
 

@@ -87,7 +87,7 @@ def in_the_loop(instances: list, scores: list, batch_size: int = 4) -> dict:
     """The multiple-choice kind's metrics as the loop computes them (:func:`kind_metrics`):
     each batch collated as the loop's loader collates it, its forward returning what the
     model's does (from these scores: :func:`choice_metrics`), the sums added, then computed."""
-    from catwalk_steps.kinds import MultipleChoiceCollator, Scorer
+    from catwalk_steps.kinds import Collator, Scorer
     from catwalk_steps.kinds.multiple_choice import choice_tensors
     from catwalk_steps.scoring.logprobs import choice_metrics
     from catwalk_steps.training.in_loop import kind_metrics
@@ -101,7 +101,7 @@ def in_the_loop(instances: list, scores: list, batch_size: int = 4) -> dict:
         outputs = choice_metrics(padded, labels, chars, batch["weights"].double())
         return {**outputs, "loss": torch.tensor(0.0)}
 
-    collate = MultipleChoiceCollator("catwalk::byte_level")
+    collate = Collator("catwalk::byte_level")
     batches = [collate(instances[start : start + batch_size]) for start in starts]
     kind, scorer = kind_named("multiple_choice"), Scorer(forward=forward, model=None)
     return kind_metrics(kind, scorer, batches, instances, torch.device("cpu"), False)

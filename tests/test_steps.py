@@ -81,4 +81,23 @@ def test_keys_added_later_leave_the_ids_of_steps_that_do_not_set_them():
 
     graph = StepGraph.from_params(experiment_params(EXPERIMENTS / "demo.jsonnet")["steps"])
     assert graph["data"].unique_id == "LoadTask-002-4peH9XeMn8VVDCc5H8WBScbDNLR4bGXB"
+    # (the library's collate is `catwalk::collate` since it was renamed: another id, said)
+    assert graph["trained"].unique_id == "TrainRankClassifier-003-3gmVn49s6NTNrAzPaRvcsPQavWvKiMpy"
+
+
+def test_the_collates_old_name_builds_it_and_keeps_the_ids_it_gave():
+    """`catwalk::multiple_choice`, the collate's name before it said what it does: an experiment
+    that names it gets the same collator and the train step id it had (that of e8868a6)."""
+    from tango.integrations.torch import DataCollator
+    from tango.step_graph import StepGraph
+
+    from catwalk_steps.kinds import Collator
+
+    from .conftest import EXPERIMENTS, experiment_params
+
+    assert DataCollator.resolve_class_name("catwalk::multiple_choice")[0] is Collator
+    old = "catwalk::multiple_choice"
+    loaders = ("train_dataloader", "validation_dataloader")
+    named = {f"steps.trained.{loader}.collate_fn.type": old for loader in loaders}
+    graph = StepGraph.from_params(experiment_params(EXPERIMENTS / "demo.jsonnet", named)["steps"])
     assert graph["trained"].unique_id == "TrainRankClassifier-003-2jF97Apubmz18HZG45BkkQ96gxQFTfyk"

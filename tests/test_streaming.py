@@ -114,7 +114,7 @@ def streamed_and_whole(tmp_path: Path, kind: str) -> tuple[StreamedSplit, Any, l
 
 
 def loader_block(batch_size: int, shuffle: bool, num_workers: int = 0, **collate_keys) -> Lazy:
-    collate = {"type": "catwalk::multiple_choice", "tokenizer": "catwalk::byte_level"}
+    collate = {"type": "catwalk::collate", "tokenizer": "catwalk::byte_level"}
     collate |= {"max_length": 64, **collate_keys}
     params = {"type": "catwalk::sharded", "batch_size": batch_size, "shuffle": shuffle}
     params |= {"seed": 5, "num_workers": num_workers, "collate_fn": collate}
@@ -341,7 +341,7 @@ def test_a_hub_name_streams_at_the_revision_its_load_step_pinned(monkeypatch):
 def test_a_loader_key_a_stream_does_not_apply_is_refused(tmp_path):
     """(A key `catwalk::sharded` takes later would otherwise be dropped unread for a stream.)"""
     split = stream_of(block(tmp_path, "generative", streaming=True))
-    params = {"type": "catwalk::sharded", "collate_fn": {"type": "catwalk::multiple_choice"}}
+    params = {"type": "catwalk::sharded", "collate_fn": {"type": "catwalk::collate"}}
     lazy = Lazy(DataLoader, Params({**params, "packing": True}))
     with pytest.raises(ConfigurationError, match=r"^train_dataloader.packing: not applied to"):
         StreamLoader(split, LoaderSettings.of(lazy, "train_dataloader"))

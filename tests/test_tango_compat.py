@@ -5,13 +5,14 @@ fixes, and, for every fix, what it relies on in Tango, so that a changed Tango f
 from __future__ import annotations
 
 import subprocess
+import sys
 import types
 from importlib import metadata
 
 import pytest
 from tango.step_info import EnvironmentMetadata
 
-from catwalk_steps import patching
+from catwalk_startup import patching
 from catwalk_steps.tango_fixes.run_metadata import (
     git_metadata_or_none,
     record_environment_without_failures,
@@ -70,6 +71,75 @@ def test_a_patched_classmethod_stays_a_classmethod():
     patching.patch(Owner, "name", "shout", lambda f: lambda cls: f(cls).upper())
     assert Owner.name() == "OWNER"
     assert isinstance(vars(Owner)["name"], classmethod)
+
+
+def test_a_patch_names_a_class_of_a_module_and_replaces_what_it_inherits_there_alone():
+    """A dotted attribute is looked up once the version is checked (a Tango that lacks the
+    class is the one line, not an AttributeError); an inherited method is replaced on the class
+    named, its base left as it was."""
+    base = type("Base", (), {"f": lambda self: 1})
+    module = types.ModuleType("tango_somewhere")
+    module.Child = type("Child", (base,), {})
+    patching.patch(module, "Child.f", "plus_one", lambda f: lambda self: f(self) + 1)
+    assert module.Child().f() == 2 and base().f() == 1
+    assert patching.patched(module.Child.f) == "plus_one" and patching.patched(base.f) is None
+    with pytest.raises(patching.TangoChanged, match="replaces tango_somewhere.Gone.f, which"):
+        patching.patch(module, "Gone.f", "a_fix", lambda original: original)
+
+
+def test_every_patch_made_from_interpreter_start_is_a_named_version_checked_patch(monkeypatch):
+    """catwalk_startup's patches go through the one mechanism (catwalk_startup/patching.py),
+    as the package's do: each replacement carries its patch's name, and each patch refuses a
+    Tango it was not checked against (they used to mark themselves with flags of their own)."""
+    import multiprocessing.forkserver as forkserver
+
+    import tango.common.logging as tango_logging
+    import tango.common.params as tango_params
+    import tango.settings as tango_settings
+    from tango.common.registrable import Registrable
+
+    import catwalk_startup
+    from catwalk_startup import checked, fork_requests, registry_search
+
+    logs, drops = "log records as JSON", "records a handler cannot write dropped"
+    named = [
+        (tango_logging.LogRecordStreamHandler.handle, logs),
+        (tango_logging.LogRecordStreamHandler.unPickle, logs),
+        (tango_logging.LogRecordSocketReceiver.__init__, logs),
+        (tango_logging._initialize_logging, logs),
+        (tango_logging.RichHandler.emit, drops),
+        (tango_logging.RichHandler.handleError, drops),
+        (tango_settings.TangoGlobalSettings.default, "our settings where Tango finds none"),
+        (tango_params.evaluate_file, "the experiment library found from any directory"),
+        (Registrable.search_modules, registry_search.PATCH),
+        (forkserver.reduction, fork_requests.PATCH),  # (imported: applied in this process)
+    ]
+    assert [patching.patched(attribute) for attribute, _ in named] == [n for _, n in named]
+    monkeypatch.setattr(checked, "installed", lambda package: "1.4.0")
+    for module, patch_module in catwalk_startup.PATCHES.items():
+        with pytest.raises(patching.TangoChanged, match="but 1.4.0 is installed"):
+            patch_module(sys.modules[module])
+
+
+def test_registrable_search_modules_is_wrapped_once_and_does_both_jobs():
+    """One wrap, made from interpreter start (catwalk_startup/registry_search.py), around Tango's
+    own search: the package, imported since, added none (it used to wrap it a second time to
+    say unknown types). A `catwalk::` name not yet registered imports the package (tests/
+    test_any_directory.py: from a directory without our tango.yml); one still unknown is one
+    line naming the closest."""
+    from tango import Step
+    from tango.common.registrable import Registrable
+
+    from catwalk_startup.registry_search import PATCH, UnknownTypeError
+
+    search = Registrable.search_modules
+    assert patching.patched(search) == PATCH
+    assert search.__wrapped__.__module__ == "tango.common.registrable"  # Tango's, not a wrap
+    with pytest.raises(UnknownTypeError) as error:
+        Step.resolve_class_name("catwalk::trian")
+    assert str(error.value).startswith(
+        "unknown step type 'catwalk::trian'; did you mean 'catwalk::train'? (registered: "
+    )
 
 
 def test_errors_are_one_line_on_the_terminal_and_whole_in_the_log_file(tmp_path, monkeypatch):
@@ -151,7 +221,7 @@ def test_tangos_logging_is_patched_where_it_makes_its_handlers():
     from catwalk_startup.log_records import handle_connection
 
     assert tango_logging.LogRecordStreamHandler.handle is handle_connection
-    assert getattr(tango_logging._initialize_logging, "_catwalk_after", False)
+    assert patching.patched(tango_logging._initialize_logging) == "log records as JSON"
 
 
 # --- What each fix relies on in Tango 1.3.2: these fail when Tango changes under a fix ---------
@@ -367,6 +437,36 @@ def test_every_patch_of_fairscale_and_torch_refuses_another_version(monkeypatch)
     patching.check_version("torch", "parameters on the meta device")  # 2.13.0: checked
 
 
+def test_fairscales_and_torchs_patches_are_named_patches_applied_once(monkeypatch):
+    """The CPU shims and the frozen units' consolidation go through the one mechanism too
+    (they kept flags of their own): each replacement wraps the library's own, once."""
+    import torch
+    from fairscale.internal import reduce_scatter_bucketer
+    from fairscale.nn.data_parallel import FullyShardedDataParallel, fsdp_optim_utils
+    from fairscale.nn.data_parallel import fully_sharded_data_parallel as fsdp_module
+
+    from catwalk_steps.engines import fairscale_cpu, fairscale_frozen
+
+    # (the patches stay installed in this process, inert once the worker device is unset again)
+    monkeypatch.setattr(fairscale_cpu, "_worker_device", fairscale_cpu._worker_device)
+    for _ in range(2):
+        fairscale_cpu.use_worker_device("cpu")
+        fairscale_frozen.patch_frozen_units()
+    cpu, frozen = fairscale_cpu.PATCH, fairscale_frozen.PATCH
+    named = [
+        (fsdp_module.torch, cpu),
+        (fsdp_module._get_default_cuda_device, cpu),
+        (FullyShardedDataParallel._setup_streams, cpu),
+        (fsdp_module.calc_grad_norm, cpu),
+        (reduce_scatter_bucketer.dist, cpu),
+        (torch.Tensor.record_stream, f"{cpu} (Tensor.record_stream)"),
+        (FullyShardedDataParallel._gather_optim_state, cpu),
+        (fsdp_optim_utils._unflatten_optim_state, frozen),
+    ]
+    assert [patching.patched(attribute) for attribute, _ in named] == [n for _, n in named]
+    assert not any(patching.patched(attribute.__wrapped__) for attribute, _ in named)
+
+
 def test_the_log_record_patch_refuses_another_tango_instead_of_leaving_pickles(monkeypatch):
     """catwalk_startup used to leave Tango's pickle-reading log receiver in place, silently."""
     import catwalk_startup
@@ -375,7 +475,7 @@ def test_the_log_record_patch_refuses_another_tango_instead_of_leaving_pickles(m
     monkeypatch.setattr(checked, "installed", lambda package: "1.4.0")
     module = types.ModuleType("tango.common.logging")
     with pytest.raises(ImportError) as error:
-        catwalk_startup.patch(module)
+        catwalk_startup.patch_logging(module)
     assert str(error.value).startswith(
         "catwalk_steps: the patch 'log records as JSON' was checked against ai2-tango 1.3.2, but "
         "1.4.0 is installed"

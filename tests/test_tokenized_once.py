@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from catwalk_steps.kinds import MultipleChoiceCollator, Padding, kind_of
+from catwalk_steps.kinds import Collator, Padding, kind_of
 from catwalk_steps.scoring.tokenization import load_tokenizer
 from catwalk_steps.sealed import AlteredFileError
 from catwalk_steps.tasks import Task
@@ -118,7 +118,7 @@ CHOICES = [
 def test_multiple_choice_batches_from_stored_tokens_equal_tokenized_ones(
     tmp_path, llama_style, tokenizer
 ):
-    collator = MultipleChoiceCollator(llama_style if tokenizer != BYTES else BYTES, 16)
+    collator = Collator(llama_style if tokenizer != BYTES else BYTES, 16)
     tokens = assert_batches_equal(CHOICES, collator, tmp_path)
     assert tokens.answers_cut >= 1  # the long answer
 
@@ -127,7 +127,7 @@ def test_the_answers_cut_are_counted_as_the_batches_cut_them(tmp_path):
     """As today's warning counts them (each choice alone), except where the context's last
     space moves to the answer (lm-eval's split): " Seal it in a bag" is 17 byte tokens, cut in
     16; alone, "Seal it in a bag" fits."""
-    collator, kind = MultipleChoiceCollator(BYTES, 16), kind_of(CHOICES)
+    collator, kind = Collator(BYTES, 16), kind_of(CHOICES)
     tokenizer = collator.encoder.tokenizer
     others = [CHOICES[0], *CHOICES[2:]]
     tokens = stored(others, collator, tmp_path)
@@ -146,7 +146,7 @@ def test_olmo_eval_documents_and_their_unconditioned_rows_from_stored_tokens(tmp
         OlmoEvalInstance("Q: two?\nA:", (" no", " maybe so"), 1, metric="pmi_dc"),
         OlmoEvalInstance("Q: three?\nA:", (" a", " b", " c"), 2, metric="pmi_dc"),
     ]
-    collator = MultipleChoiceCollator(BYTES, 32)
+    collator = Collator(BYTES, 32)
     assert_batches_equal(documents, collator, tmp_path, size=2)
     batch = collator([TokenizedSplit(documents, stored(documents, collator, tmp_path))[0]])
     assert batch["input_ids"].size(0) == 4  # the document's 2 rows, its 2 unconditioned rows
@@ -169,9 +169,9 @@ def test_generative_training_batches_from_stored_tokens_equal_tokenized_ones(
         assert instances[0].context.startswith("<s><|user|>")  # BOS written by the template
     else:
         instances = training_form(files_task(tmp_path, rows).load(["train"])["train"])
-    collator = MultipleChoiceCollator(llama_style, 48)
+    collator = Collator(llama_style, 48)
     assert_batches_equal(instances, collator, tmp_path)
-    packing = MultipleChoiceCollator(llama_style, 48, packing=True)
+    packing = Collator(llama_style, 48, packing=True)
     assert_batches_equal(instances, packing, tmp_path / "packed")
 
 
@@ -183,7 +183,7 @@ def test_preference_batches_and_cuts_from_stored_tokens_equal_tokenized_ones(tmp
         PreferenceInstance("Q: two?\nA:", " " + "very " * 20 + "long\n", " short\n"),  # answer
         PreferenceInstance("Q: three?\nA:", " same\n", " same\n", reference=(-1.0, -2.0)),
     ]
-    collator = MultipleChoiceCollator(BYTES, 64)
+    collator = Collator(BYTES, 64)
     tokens = assert_batches_equal(pairs, collator, tmp_path, size=2)
     kind, tokenizer = kind_of(pairs), collator.encoder.tokenizer
     assert (
@@ -204,9 +204,9 @@ def test_the_start_warnings_say_the_counts_stored_with_the_tokens(tmp_path):
 
     long = "Q: " + "word " * 40 + "?\nA:"
     pairs = [PreferenceInstance(long, " yes\n", " no\n"), PreferenceInstance("Q:", " a\n", " b\n")]
-    collate = {"type": "catwalk::multiple_choice", "tokenizer": BYTES, "max_length": 32}
+    collate = {"type": "catwalk::collate", "tokenizer": BYTES, "max_length": 32}
     loader = LoaderSettings("train_dataloader", None, {}, collate)
-    tokens = stored(pairs, MultipleChoiceCollator(BYTES, 32), tmp_path)
+    tokens = stored(pairs, Collator(BYTES, 32), tmp_path)
     said = cut_answer_warnings([("train", loader, tokens), ("validation", loader, None)])
     field = "train_dataloader.collate_fn.max_length"
     assert said == cut_warnings(pairs, load_tokenizer(BYTES), 32, "train", field)  # walked
@@ -214,21 +214,36 @@ def test_the_start_warnings_say_the_counts_stored_with_the_tokens(tmp_path):
 
 
 def test_tokens_are_stored_once_per_key(tmp_path, caplog):
-    collator = MultipleChoiceCollator(BYTES, 16)
+    collator = Collator(BYTES, 16)
     with caplog.at_level(logging.INFO):  # (said on the terminal: Tango's cli logger)
         first = stored(CHOICES, collator, tmp_path)
         again = stored(CHOICES, collator, tmp_path)
     assert first == again
     assert sum("Tokenized 5 rows once" in r.getMessage() for r in caplog.records) == 1
-    other_length = stored(CHOICES, MultipleChoiceCollator(BYTES, 32), tmp_path)
+    other_length = stored(CHOICES, Collator(BYTES, 32), tmp_path)
     other_data = stored(CHOICES, collator, tmp_path, data="other data")
     directories = {first.directory, other_length.directory, other_data.directory}
     assert len(directories) == 3 and {d.parent for d in directories} == {tmp_path}
 
 
+@pytest.mark.parametrize("name", ["catwalk::collate", "catwalk::multiple_choice"])
+def test_a_loader_naming_the_collate_by_either_name_reads_the_stored_tokens(tmp_path, name):
+    """By its name or its old one (experiments written before); a collate of one's own reads
+    none."""
+    from catwalk_steps.settings import LoaderSettings
+    from catwalk_steps.tokenized.store import training_tokens
+
+    def tokens(collate: str):
+        loader = LoaderSettings("train_dataloader", None, {}, {"type": collate, "tokenizer": BYTES})
+        return training_tokens(loader, CHOICES, "data", tmp_path, LOG)
+
+    assert tokens(name) == stored(CHOICES, Collator(BYTES), tmp_path)
+    assert tokens("my::collate") is None
+
+
 def racing_build(root: str, start, results) -> None:
     start.wait()
-    tokens = stored(CHOICES, MultipleChoiceCollator(BYTES, 16), Path(root))
+    tokens = stored(CHOICES, Collator(BYTES, 16), Path(root))
     results.put((str(tokens.directory), [p.sha256 for p in tokens.parts]))
 
 
@@ -253,7 +268,7 @@ def test_two_processes_storing_one_key_at_once_store_it_once(tmp_path):
 
 def test_a_split_tokenized_by_several_processes_is_the_one_tokenized_by_one(tmp_path, monkeypatch):
     instances = CHOICES * 7
-    collator = MultipleChoiceCollator(BYTES, 16)
+    collator = Collator(BYTES, 16)
     alone = stored(instances, collator, tmp_path / "one")
     monkeypatch.setattr(build, "PARALLEL_ROWS", 5)
     monkeypatch.setattr(build, "usable_cores", lambda: 3)
@@ -285,7 +300,7 @@ def test_a_stored_split_is_read_by_range_in_each_tokenizing_process(tmp_path, mo
     monkeypatch.setattr(StoredSplit, "decoded", counted)
     monkeypatch.setattr(build, "PARALLEL_ROWS", 5)
     monkeypatch.setattr(build, "usable_cores", lambda: 3)
-    collator = MultipleChoiceCollator(BYTES, 64)
+    collator = Collator(BYTES, 64)
     shared = stored(split, collator, tmp_path / "three", data=entry["fingerprint"])
     calls: dict[int, list[int]] = {}
     frozen = []  # in a forked process, the objects it was forked with: out of its collector's
@@ -305,12 +320,12 @@ def test_a_bad_row_in_a_tokenizing_process_is_its_one_line_error(tmp_path, monke
     monkeypatch.setattr(build, "usable_cores", lambda: 2)
     bad = [*CHOICES[:3], MultipleChoiceInstance("Q: x", ("",), 0)]  # a choice without tokens
     with pytest.raises(TaskDataError, match="choice '' has no tokens of its own"):
-        stored(bad, MultipleChoiceCollator(BYTES, 16), tmp_path)  # in the second of 2 parts
+        stored(bad, Collator(BYTES, 16), tmp_path)  # in the second of 2 parts
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
 
 
 def test_a_damaged_token_file_is_one_line_naming_it(tmp_path):
-    collator = MultipleChoiceCollator(BYTES, 16)
+    collator = Collator(BYTES, 16)
     tokens = stored(CHOICES, collator, tmp_path)
     part = tokens.directory / tokens.parts[0].file
     data = bytearray(part.read_bytes())

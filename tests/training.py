@@ -46,7 +46,7 @@ def model_spec(dropout: bool = False) -> dict:
 
 def loader(batch_size: int, shuffle: bool = True) -> Lazy:
     collate = {
-        "type": "catwalk::multiple_choice",
+        "type": "catwalk::collate",
         "tokenizer": "catwalk::byte_level",
         "max_length": 48,
     }

@@ -28,7 +28,8 @@ from typing import Any, ClassVar, Protocol
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from ..errors import closest
+from catwalk_startup.one_line import closest
+
 from ..module_names import compile_patterns
 
 ADAPTER_NAME = "default"  # peft's name for a model's one adapter

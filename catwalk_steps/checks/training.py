@@ -22,7 +22,7 @@ from ..distributed.rendezvous import rendezvous_settings
 from ..engines.base import CatwalkEngine
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..errors import whole
-from ..kinds import MultipleChoiceCollator, default_kind, kind_of_task
+from ..kinds import Collator, default_kind, kind_of_task
 from ..scoring.choices import max_positions
 from ..scoring.tokenization import chat_tokenizer
 from ..settings import EngineSettings, LoaderSettings, Precision, TrainSettings
@@ -273,9 +273,7 @@ def check_evaluate_tasks(settings: TrainSettings) -> None:
         if collate.get("tokenizer"):
             chat_tokenizer(task, collate["tokenizer"], f"{loader}.collate_fn.tokenizer", template)
     for task in tasks:  # as their kinds check them against the in-loop loader's max_length
-        kind_of_task(task).check_in_loop(
-            task, collate.get("max_length", MultipleChoiceCollator.MAX_LENGTH)
-        )
+        kind_of_task(task).check_in_loop(task, collate.get("max_length", Collator.MAX_LENGTH))
 
 
 def check_train_step(settings: TrainSettings) -> None:

@@ -3,7 +3,7 @@ and `catwalk::torch_fsdp` (PyTorch FSDP2), and what building one needs: the modu
 the ZeRO optimizers (`catwalk::zero`, `catwalk::oss`), Tango's train config aware of nodes,
 generation in lockstep through its root wrapper, throughput and memory, and what each engine
 keeps of a model that trains an adapter (:mod:`.adapter_state`). Training
-(:mod:`catwalk_steps.training`) and standalone evaluation (:mod:`catwalk_steps.standalone`)
+(:mod:`catwalk_steps.training`) and evaluation outside it (:mod:`catwalk_steps.evaluation`)
 both build engines from here.
 """
 

@@ -46,9 +46,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..patching import check_version
+from catwalk_startup.patching import patch
 
-_installed = False
+PATCH = "FairScale FSDP on CPU workers"
 _worker_device: torch.device | None = None
 
 
@@ -179,7 +179,7 @@ def _patch_fsdp_torch_reference() -> None:
     """
     from fairscale.nn.data_parallel import fully_sharded_data_parallel as fsdp_module
 
-    fsdp_module.torch = _TorchWithCpuCuda()
+    patch(fsdp_module, "torch", PATCH, lambda _: _TorchWithCpuCuda(), package="fairscale")
 
 
 def _patch_fsdp_default_compute_device() -> None:
@@ -190,13 +190,14 @@ def _patch_fsdp_default_compute_device() -> None:
     """
     from fairscale.nn.data_parallel import fully_sharded_data_parallel as fsdp_module
 
-    original = fsdp_module._get_default_cuda_device
+    def wrap(original: Any) -> Any:
+        @functools.wraps(original)
+        def default_device(module: torch.nn.Module) -> torch.device:
+            return _worker_device if _worker_device is not None else original(module)
 
-    @functools.wraps(original)
-    def default_device(module: torch.nn.Module) -> torch.device:
-        return _worker_device if _worker_device is not None else original(module)
+        return default_device
 
-    fsdp_module._get_default_cuda_device = default_device
+    patch(fsdp_module, "_get_default_cuda_device", PATCH, wrap, package="fairscale")
 
 
 def _patch_fsdp_streams() -> None:
@@ -208,16 +209,17 @@ def _patch_fsdp_streams() -> None:
     """
     from fairscale.nn.data_parallel import FullyShardedDataParallel
 
-    original = FullyShardedDataParallel._setup_streams
+    def wrap(original: Any) -> Any:
+        @functools.wraps(original)
+        def setup_streams(self: FullyShardedDataParallel) -> None:
+            original(self)
+            if _cpu_worker() and self._is_root and not self._streams:
+                for name in ("fp32_to_fp16", "all_gather", "post_backward"):
+                    self._streams[name] = _CpuStream()
 
-    @functools.wraps(original)
-    def setup_streams(self: FullyShardedDataParallel) -> None:
-        original(self)
-        if _cpu_worker() and self._is_root and not self._streams:
-            for name in ("fp32_to_fp16", "all_gather", "post_backward"):
-                self._streams[name] = _CpuStream()
+        return setup_streams
 
-    FullyShardedDataParallel._setup_streams = setup_streams
+    patch(FullyShardedDataParallel, "_setup_streams", PATCH, wrap, package="fairscale")
 
 
 def _patch_fsdp_grad_norm() -> None:
@@ -228,14 +230,15 @@ def _patch_fsdp_grad_norm() -> None:
     """
     from fairscale.nn.data_parallel import fully_sharded_data_parallel as fsdp_module
 
-    original = fsdp_module.calc_grad_norm
+    def wrap(original: Any) -> Any:
+        @functools.wraps(original)
+        def calc_grad_norm(*args: Any, **kwargs: Any) -> torch.Tensor:
+            norm = original(*args, **kwargs)
+            return norm.as_subclass(_NormOnHost) if _cpu_worker() else norm
 
-    @functools.wraps(original)
-    def calc_grad_norm(*args: Any, **kwargs: Any) -> torch.Tensor:
-        norm = original(*args, **kwargs)
-        return norm.as_subclass(_NormOnHost) if _cpu_worker() else norm
+        return calc_grad_norm
 
-    fsdp_module.calc_grad_norm = calc_grad_norm
+    patch(fsdp_module, "calc_grad_norm", PATCH, wrap, package="fairscale")
 
 
 def _patch_bucketer_reduce_scatter() -> None:
@@ -246,7 +249,8 @@ def _patch_bucketer_reduce_scatter() -> None:
     """
     from fairscale.internal import reduce_scatter_bucketer
 
-    reduce_scatter_bucketer.dist = _DistWithFlatReduceScatter()
+    flat = _DistWithFlatReduceScatter()
+    patch(reduce_scatter_bucketer, "dist", PATCH, lambda _: flat, package="fairscale")
 
 
 def _patch_record_stream() -> None:
@@ -255,15 +259,17 @@ def _patch_record_stream() -> None:
     Global because ``record_stream`` is a tensor method. Only FSDP's patched module can hold a
     :class:`_CpuStream`, so every other call goes to the original (torch 2.13.0).
     """
-    original = torch.Tensor.record_stream
 
-    @functools.wraps(original)
-    def record_stream(self: torch.Tensor, stream: Any) -> None:
-        if isinstance(stream, _CpuStream):
-            return
-        original(self, stream)
+    def wrap(original: Any) -> Any:
+        @functools.wraps(original)
+        def record_stream(self: torch.Tensor, stream: Any) -> None:
+            if isinstance(stream, _CpuStream):
+                return
+            original(self, stream)
 
-    torch.Tensor.record_stream = record_stream  # type: ignore[method-assign,assignment]  # a patch
+        return record_stream
+
+    patch(torch.Tensor, "record_stream", f"{PATCH} (Tensor.record_stream)", wrap, package="torch")
 
 
 def _patch_fsdp_gather_optim_state() -> None:
@@ -275,42 +281,39 @@ def _patch_fsdp_gather_optim_state() -> None:
     """
     from fairscale.nn.data_parallel import FullyShardedDataParallel
 
-    original = FullyShardedDataParallel._gather_optim_state
+    def wrap(original: Any) -> Any:
+        @functools.wraps(original)
+        def gather_optim_state(self: Any, sd_state: dict) -> tuple[dict, dict]:
+            if not _cpu_worker():
+                return original(self, sd_state)
+            gathered: dict = {}
+            singleton: dict = {}
+            for unit, states in sd_state.items():
+                gathered[unit], singleton[unit] = {}, {}
+                for name, value in states.items():
+                    one, one_singleton = original(self, {unit: {name: value}})
+                    gathered[unit].update(one[unit])
+                    singleton[unit].update(one_singleton[unit])
+            return gathered, singleton
 
-    @functools.wraps(original)
-    def gather_optim_state(self: FullyShardedDataParallel, sd_state: dict) -> tuple[dict, dict]:
-        if not _cpu_worker():
-            return original(self, sd_state)
-        gathered: dict = {}
-        singleton: dict = {}
-        for unit, states in sd_state.items():
-            gathered[unit], singleton[unit] = {}, {}
-            for name, value in states.items():
-                one, one_singleton = original(self, {unit: {name: value}})
-                gathered[unit].update(one[unit])
-                singleton[unit].update(one_singleton[unit])
-        return gathered, singleton
+        return gather_optim_state
 
-    FullyShardedDataParallel._gather_optim_state = gather_optim_state
+    patch(FullyShardedDataParallel, "_gather_optim_state", PATCH, wrap, package="fairscale")
 
 
 def use_worker_device(device: torch.device | str) -> None:
     """Tell FairScale FSDP where this worker computes; see the module docstring.
 
-    Installs the patches once per process (idempotent). With a CPU device the CPU shims are
-    active, whether or not CUDA exists on the machine; with a CUDA device FSDP runs unchanged
-    except that its default ``compute_device`` is that device.
+    Installs the patches, each once per process (:func:`catwalk_startup.patching.patch`). With
+    a CPU device the CPU shims are active, whether or not CUDA exists on the machine; with a
+    CUDA device FSDP runs unchanged except that its default ``compute_device`` is that device.
     """
-    global _installed, _worker_device
+    global _worker_device
     _worker_device = torch.device(device)
-    if not _installed:
-        check_version("fairscale", "FairScale FSDP on CPU workers")
-        check_version("torch", "FairScale FSDP on CPU workers (Tensor.record_stream)")
-        _patch_fsdp_torch_reference()
-        _patch_fsdp_default_compute_device()
-        _patch_fsdp_streams()
-        _patch_fsdp_grad_norm()
-        _patch_bucketer_reduce_scatter()
-        _patch_record_stream()
-        _patch_fsdp_gather_optim_state()
-        _installed = True
+    _patch_fsdp_torch_reference()
+    _patch_fsdp_default_compute_device()
+    _patch_fsdp_streams()
+    _patch_fsdp_grad_norm()
+    _patch_bucketer_reduce_scatter()
+    _patch_record_stream()
+    _patch_fsdp_gather_optim_state()

@@ -16,9 +16,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..patching import check_version
+from catwalk_startup.patching import patch
 
-_applied = False
+PATCH = "FairScale optimizer consolidation with frozen units"
 
 
 def units_params(instance: Any) -> int:
@@ -42,13 +42,13 @@ def full_mapping(counts: list[int]) -> dict[int, int]:
 
 
 def patch_frozen_units() -> None:
-    global _applied
-    if _applied:
-        return
-    check_version("fairscale", "FairScale optimizer consolidation with frozen units")
     from fairscale.nn.data_parallel import fsdp_optim_utils
 
-    original = fsdp_optim_utils._unflatten_optim_state
+    patch(fsdp_optim_utils, "_unflatten_optim_state", PATCH, frozen_aware, package="fairscale")
+
+
+def frozen_aware(original: Any) -> Any:
+    """FairScale's `_unflatten_optim_state`, for units of which some have no state."""
 
     @functools.wraps(original)
     def unflatten(combined: dict, instances: list, pad_info: list, singleton: dict) -> Any:
@@ -76,8 +76,7 @@ def patch_frozen_units() -> None:
                     state[starts[unit] + k] = entry
         return state, full_mapping(counts)
 
-    fsdp_optim_utils._unflatten_optim_state = unflatten
-    _applied = True
+    return unflatten
 
 
 def release_frozen_units(model: Any) -> None:

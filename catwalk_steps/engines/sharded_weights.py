@@ -23,12 +23,13 @@ import torch.distributed as dist
 from tango.common import Lazy
 from tango.integrations.torch import Model
 
+from catwalk_startup.patching import check_version
+
 from ..adapters.base import base_name
 from ..adapters.registry import adapter_of, is_adapter_weight
 from ..components import lazy_config, lazy_params
 from ..distributed.groups import distributed_position
 from ..model_files import INDEX, SINGLE, saved_tensors
-from ..patching import check_version
 from ..scoring.causal_lm import causal_lm_config
 from ..scoring.rank_classifier import RankClassifier
 

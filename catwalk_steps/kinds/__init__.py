@@ -19,10 +19,10 @@ from .base import (
     kind_of_result,
     kind_of_task,
 )
-from .collate import MultipleChoiceCollator, Padding
+from .collate import Collator, Padding
 
 __all__ = [
-    "MultipleChoiceCollator",
+    "Collator",
     "Padding",
     "ResultContext",
     "Scorer",

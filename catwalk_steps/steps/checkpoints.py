@@ -30,12 +30,12 @@ from ..reports import Report, print_report
 from ..reports.checkpoint_curves import CheckpointReportFormat, build_checkpoint_report
 from ..scoring.rank_classifier import RankClassifier
 from ..settings import EVALUATION_DEFAULTS, METRIC
-from ..standalone import release_model
 from ..tasks import Task
 from ..training.trackers.backfill import backfill
 from ..training.trackers.tensorboard import TENSORBOARD_DIR
 from ..training.trackers.wandb_backfill import backfill_wandb
 from ..workspace.formats import HFModelFormat
+from ..workspace.held_model import release_model
 from .evaluate import Evaluate
 
 

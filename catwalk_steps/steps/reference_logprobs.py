@@ -23,18 +23,18 @@ from ..checks.preference import check_same_tokenizer
 from ..checks.start_warnings import cut_warnings
 from ..checks.streaming import check_not_streamed
 from ..checks.training import loaded_task
-from ..kinds import kind_of, kind_of_task
-from ..objectives import OBJECTIVE, with_settings
-from ..scoring.choices import max_length_of, max_positions
-from ..scoring.tokenization import load_tokenizer
-from ..settings import EVALUATION_DEFAULTS as DEFAULTS
-from ..standalone import (
+from ..evaluation import (
     EvaluationSettings,
     configured_model_of,
     evaluation_scores,
     model_block,
     model_source,
 )
+from ..kinds import kind_of, kind_of_task
+from ..objectives import OBJECTIVE, with_settings
+from ..scoring.choices import max_length_of, max_positions
+from ..scoring.tokenization import load_tokenizer
+from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..workspace.formats import InstancesFormat
 from .evaluate import Evaluate, loaded_splits, said_when_stopped, with_model_content
 

@@ -7,9 +7,9 @@ from typing import Any
 from tango import Step
 
 from ..checks.evaluation import check_report_step, check_suite_report_step
+from ..environment import environment
 from ..reports import Report, ReportFormat, build_report, build_suite_report
 from ..reports.paired import BASELINE
-from ..reports.run_card import environment
 from ..settings import METRIC
 
 

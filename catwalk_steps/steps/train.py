@@ -25,17 +25,18 @@ from ..checks.trackers import split_trackers
 from ..checks.training import check_train_step, default_validation, loaded_task
 from ..components import lazy_params
 from ..distributed.devices import Lease, plan_devices, plan_lease
+from ..evaluation import SavedModel
+from ..evaluation.sources import local_content, template_content
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
 from ..scoring.rank_classifier import RankClassifier
 from ..settings import DEFAULTS, TrainSettings, run_signature
-from ..standalone import SavedModel, release_model
-from ..standalone.sources import local_content, template_content
 from ..tasks import Task
 from ..training.run_card import finished, run_card
 from ..training.trackers import RUN_CARD_FILE
 from ..workspace.formats import HFModelFormat
+from ..workspace.held_model import release_model
 
 
 @Step.register("catwalk::train")

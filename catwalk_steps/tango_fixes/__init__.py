@@ -1,10 +1,11 @@
 """How `tango run` changes where Tango 1.3.2 falls short: one module per fix, each saying what it
 replaces and why, each refusing to apply to a Tango it was not checked against
-(:mod:`catwalk_steps.patching`). Importing the package applies them.
+(:mod:`catwalk_startup.patching`). Importing the package applies them.
 
 - :mod:`.executor`: `catwalk::executor` (named in tango.yml): each model's evaluations together,
   the reports printed after every run, SIGTERM treated as Ctrl-C;
-- :mod:`.registry`: an unknown `type` or key says so and suggests the closest;
+- :mod:`.registry`: an unknown key says so and suggests the closest (an unknown `type`:
+  :mod:`catwalk_startup.registry_search`);
 - :mod:`.run_metadata`: the run's environment recorded without failing;
 - :mod:`.names`: Tango's own names for what catwalk_steps replaces (`local`,
   `fairscale::with_wrapped_modules`), so that `-w DIR` and old configs get ours;

@@ -2,7 +2,7 @@
 around them (Tango 1.3.2 has no other seam for it).
 
 - The evaluations of one model run one after another (:func:`execution_order`), so that the
-  process's one loaded model (:mod:`catwalk_steps.standalone.loaded`) serves them all: a suite
+  process's one loaded model (:mod:`catwalk_steps.workspace.held_model`) serves them all: a suite
   loads each model once. Without `--parallelism`, or with 0 (Tango documents 0 as every step
   in the main process) or 1, steps run in this process, as Tango's default executor runs them;
   with `--parallelism N` in N warm slot processes (:mod:`catwalk_steps.parallel`; -1: a slot
@@ -35,7 +35,7 @@ from ..parallel.scheduler import ParallelRun
 from ..parallel.sizing import check_lease_directory
 from ..reports import ReportFormat, print_report
 from ..run_temp import remove_stale
-from ..standalone import release_model
+from ..workspace.held_model import release_model
 
 
 @Executor.register("catwalk::executor")

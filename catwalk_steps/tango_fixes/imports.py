@@ -16,7 +16,7 @@ from typing import Any
 
 import tango.common.util
 
-from ..patching import patch
+from catwalk_startup.patching import patch
 
 WALKED: set[str] = set()  # packages this process (or the one it was forked from) walked whole
 

@@ -18,7 +18,7 @@ from importlib import metadata
 
 from tango.step_info import EnvironmentMetadata, GitMetadata
 
-from ..patching import patch
+from catwalk_startup.patching import patch
 
 
 def git_metadata_or_none() -> GitMetadata | None:

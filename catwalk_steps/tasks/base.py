@@ -13,7 +13,9 @@ from typing import Any, ClassVar
 from tango.common import Params, Registrable
 from tango.common.exceptions import ConfigurationError
 
-from ..errors import accepted_keys, closest, one_line_error
+from catwalk_startup.one_line import closest
+
+from ..errors import accepted_keys, one_line_error
 from .generation import GenerationInstance
 
 

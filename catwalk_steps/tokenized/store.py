@@ -34,8 +34,8 @@ from filelock import FileLock
 from ..arrow_tables import open_table
 from ..console import announce
 from ..files import write_json_atomic
-from ..kinds import MultipleChoiceCollator, kind_of
-from ..kinds.collate import Tokenized
+from ..kinds import Collator, kind_of
+from ..kinds.collate import NAMES, Tokenized
 from ..sealed import AlteredFileError
 from ..settings import LoaderSettings
 from ..tasks.streamed import is_streamed
@@ -43,7 +43,6 @@ from .build import SCHEMA, Part, build_parts
 from .key import key_digest, tokens_key
 
 MANIFEST = "tokens.json"
-COLLATE = "catwalk::multiple_choice"  # the collate whose batches read stored tokens
 
 
 @dataclass(frozen=True)
@@ -128,11 +127,11 @@ def training_tokens(
     collate; None where it is not the package's (a collate of one's own tokenizes as it does),
     the split streams (its loader tokenizes each batch as it reads it) or is empty."""
     collate = loader.collate
-    if collate.get("type") != COLLATE or not collate.get("tokenizer") or is_streamed(split):
+    if collate.get("type") not in NAMES or not collate.get("tokenizer") or is_streamed(split):
         return None
     if len(split) == 0:
         return None
-    collator = MultipleChoiceCollator(collate["tokenizer"], loader.max_length)
+    collator = Collator(collate["tokenizer"], loader.max_length)
     return stored_training_tokens(kind_of([split[0]]), collator, split, data, root, log)
 
 

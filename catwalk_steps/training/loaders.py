@@ -50,7 +50,7 @@ def check_collating(collate_fn: Any, num_workers: int, prefetch_factor: int | No
     if collate_fn is None:
         raise ConfigurationError(
             "train_dataloader.collate_fn: catwalk::sharded needs one "
-            "(e.g. {type: 'catwalk::multiple_choice', tokenizer: ...})"
+            "(e.g. {type: 'catwalk::collate', tokenizer: ...})"
         )
     if prefetch_factor is not None and num_workers == 0:
         raise ConfigurationError(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..reports.run_card import environment
+from ..environment import environment
 from ..reports.tables import training_figures
 from .job import TrainingJob
 

@@ -14,7 +14,7 @@ back as JSON the next time it changes.
 
 Tango opens the database in a dozen places of `LocalWorkspace` (registering runs, looking up
 steps, listing them); its module's `SqliteDict` is bound to :class:`StepRecords` once, so every
-one of them reads and writes data (:mod:`catwalk_steps.patching`, version-checked).
+one of them reads and writes data (:mod:`catwalk_startup.patching`, version-checked).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from tango.step_info import StepInfo, StepState
 from tango.workspace import Run, Workspace
 from tango.workspaces import LocalWorkspace
 
-from ..patching import check_tango, patch
+from catwalk_startup.patching import check_tango, patch
 from .directory import (
     check_path_name,
     check_writable,

@@ -22,7 +22,7 @@ from tango.step_info import StepInfo
 
 from ..errors import first_line, one_line_error
 from ..files import DiskFullError, disk_full, no_room
-from ..standalone.loaded import held_model, keep_model
+from .held_model import held_model, keep_model
 
 # Tango's formats that read plain data. (Its "dill" format unpickles; its "json" format imports
 # and calls whatever a file names under "_dataclass".)
@@ -63,7 +63,7 @@ def full_result(
 
 class CheckedStepCache(LocalStepCache):
     """Tango's local step cache, with one-line errors for damaged results (see the module), and
-    models held as the process's one loaded model (:mod:`catwalk_steps.standalone.loaded`)."""
+    models held as the process's one loaded model (:mod:`catwalk_steps.workspace.held_model`)."""
 
     # Tango 1.3.2's in-memory caches (`_add_to_cache`, `_get_from_cache`, private) keep the last
     # eight results read or written, models too: a suite of trained models held them all. A

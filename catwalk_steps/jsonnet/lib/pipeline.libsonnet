@@ -57,7 +57,7 @@ local limited_task(task) =
 // 'Question: ...' tasks share one collate; the tokenizer comes from the model block, so the two
 // can never disagree.
 local collate(model, t) = {
-  type: 'catwalk::multiple_choice',
+  type: 'catwalk::collate',
   tokenizer: models.tokenizer(model),
   max_length: t.max_length,
 };

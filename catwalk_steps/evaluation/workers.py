@@ -36,7 +36,7 @@ from ..engines.scorer import engine_scorer
 from ..engines.throughput import peak_memory_mib
 from ..engines.train_config import NodeAwareTrainConfig
 from ..files import write_json_atomic
-from ..kinds import MultipleChoiceCollator, Padding, kind_of
+from ..kinds import Collator, Padding, kind_of
 from ..settings import Precision
 from .job import EvaluationJob
 from .journal import as_data
@@ -124,7 +124,7 @@ def engine_scores(job: EvaluationJob, mine: list[int], rank: int, local_rank: in
     kind = kind_of(job.instances)
     per_batch = max(1, job.batch_size // kind.widest(job.instances))
     # pmi_dc's unconditioned instances are among the instances (catwalk::evaluate).
-    collate = MultipleChoiceCollator(job.tokenizer, job.max_length)
+    collate = Collator(job.tokenizer, job.max_length)
     collate.unconditioned_rows = False
     engine.model.eval()
     scorer = engine_scorer(engine, job.world_size > 1)

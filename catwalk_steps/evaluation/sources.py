@@ -3,8 +3,9 @@
 A model comes as a block (a config with random init, or pretrained weights by hub name or
 path), as a step's result (`catwalk::train`, `catwalk::export_checkpoint`: a saved directory)
 or, from Python, already built. Building the step graph reads at most a model's config (its
-positions, for the checks); the weights are read when the step runs, through this process's one
-loaded model (:mod:`.loaded`), or by each worker when the step scores on several devices.
+positions, for the checks); the weights are read when the step runs, as this process's one held
+model (:mod:`catwalk_steps.workspace.held_model`), or by each worker when the step scores on
+several devices.
 
 A block is kept in the step's arguments as plain data (:func:`model_block`), so the step's
 unique id is a hash of data, the same in every process that builds the graph.
@@ -34,7 +35,7 @@ from ..scoring.causal_lm import causal_lm_config, unavailable_here
 from ..scoring.rank_classifier import RankClassifier
 from ..scoring.tokenization import load_tokenizer
 from ..tasks.chat_templates import ChatTemplate
-from .loaded import use_model
+from ..workspace.held_model import use_model
 
 RANK_CLASSIFIER = "catwalk::rank_classifier"
 

@@ -1,9 +1,9 @@
 """Evaluating a model outside training: which model (a block, a step's saved model, or one built
-in Python; nothing loaded before a step runs), at most one loaded per process, and where it is
-scored (here on one device, or on several local workers, whole or sharded by an engine)."""
+in Python; nothing loaded before a step runs; loaded as the process's one held model,
+:mod:`catwalk_steps.workspace.held_model`), and where it is scored (here on one device, or on
+several local workers, whole or sharded by an engine)."""
 
 from .job import EvaluationJob, EvaluationSettings
-from .loaded import keep_model, models_loaded, release_model, use_model
 from .scores import evaluation_scores
 from .sources import (
     BuiltModel,
@@ -24,10 +24,6 @@ __all__ = [
     "SavedModel",
     "configured_model_of",
     "evaluation_scores",
-    "keep_model",
     "model_block",
     "model_source",
-    "models_loaded",
-    "release_model",
-    "use_model",
 ]
