@@ -56,9 +56,12 @@ def registered_name(base: type[Registrable], constructor: Any) -> str | None:
     return None
 
 
-# Keys a Tango component receives from the training loop rather than from the config.
+# Keys a Tango component receives from the code that builds it (the training loop; an engine
+# from its own constructor; a trained model from the step that trained it) rather than from the
+# config.
 SUPPLIED = {
-    "training_engine": {"train_config", "model", "inner_modules"},
+    "training_engine": {"train_config", "model", "inner_modules", "own_keys"},
+    "model": {"metrics_history", "run_card"},
     "optimizer": {"params"},
     "lr_scheduler": {"optimizer"},
     "train_dataloader": {"dataset"},

@@ -2,9 +2,10 @@
 (an engine's `modules_to_wrap`, an adapter's `target_modules`): each regex must `re.fullmatch` a
 name from `named_modules()`, and one that matches nothing is an error listing the closest names.
 
-Models may set `wrapping_root` (the rank classifier sets "lm"): names under it can then also be
-written without that prefix, as in the Hugging Face model's own `named_modules()`
-(`transformer\\.h\\.[0-9]+` as well as `lm\\.transformer\\.h\\.[0-9]+`).
+A model that holds another (the rank classifier its `lm`) says so by its interface,
+:class:`ModuleNaming`: names under that child can then also be written without its prefix, as
+in the Hugging Face model's own `named_modules()` (`transformer\\.h\\.[0-9]+` as well as
+`lm\\.transformer\\.h\\.[0-9]+`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,22 @@ def compile_patterns(patterns: Sequence[str], field: str = "modules_to_wrap") ->
     return [_compile(pattern, field) for pattern in patterns]
 
 
+class ModuleNaming:
+    """What a model says of its modules' names, for every option that chooses modules by name:
+    `wrapping_root`, the child whose modules may also be named without its prefix (the rank
+    classifier's "lm"); None: each name is written whole."""
+
+    wrapping_root: str | None = None
+
+
+def wrapping_root(model: torch.nn.Module) -> str | None:
+    """The model's `wrapping_root`, where its class declares one (:class:`ModuleNaming`)."""
+    return model.wrapping_root if isinstance(model, ModuleNaming) else None
+
+
 def spellings(model: torch.nn.Module, name: str) -> tuple[str, ...]:
     """The ways a module's name may be written: whole, and without the model's `wrapping_root`."""
-    root = getattr(model, "wrapping_root", None)
+    root = wrapping_root(model)
     if root and name.startswith(root + "."):
         return name, name[len(root) + 1 :]
     return (name,)

@@ -53,6 +53,7 @@ TITLES = {
 # registry, and what Tango's loop and CLI give callbacks and executors. The test checks that each
 # is still a parameter of some component of its registry.
 REGISTRY_OF_KEY = {
+    "model": "Model",
     "training_engine": "TrainingEngine",
     "optimizer": "Optimizer",
     "lr_scheduler": "LRScheduler",

@@ -810,12 +810,15 @@ def test_useless_settings_warn_with_what_to_do():
     from catwalk_steps.checks.start_warnings import schedule_warnings
     from catwalk_steps.training.job import Schedule
 
-    [late] = schedule_warnings(Schedule(train_steps=40, checkpoint_every=100, validate_every=20))
+    def schedule(**keys):  # the blocks (model, engine, data, loader) say nothing of it
+        return Schedule(None, None, None, None, **keys)
+
+    [late] = schedule_warnings(schedule(train_steps=40, checkpoint_every=100, validate_every=20))
     assert late.startswith(
         "train.checkpoint_every: 100, but the run has 40 steps: no checkpoint is written before "
         "the end, so a crash starts it again from step 0"
     )
-    assert schedule_warnings(Schedule(train_steps=200, checkpoint_every=100)) == []
+    assert schedule_warnings(schedule(train_steps=200, checkpoint_every=100)) == []
 
 
 def test_blocks_wrapped_without_a_list_are_named_when_training_starts():
@@ -825,14 +828,14 @@ def test_blocks_wrapped_without_a_list_are_named_when_training_starts():
     from tango.integrations.torch import Model, TrainingEngine
 
     from catwalk_steps.checks.start_warnings import wrapping_note
-    from catwalk_steps.checks.training import check_engine
+    from catwalk_steps.settings import EngineSettings
 
     from .conftest import TINY_MODEL
 
     def note(**engine):
         optimizer = {"type": "torch::AdamW", "lr": 1e-4}
         lazy = Lazy(TrainingEngine, Params({**engine, "optimizer": optimizer}))
-        return wrapping_note(check_engine(lazy), Lazy(Model, Params(dict(TINY_MODEL))))
+        return wrapping_note(EngineSettings.of(lazy).check(), Lazy(Model, Params(dict(TINY_MODEL))))
 
     prefix = "training_engine.modules_to_wrap: left out, so the model's blocks (its "
     assert note(type="catwalk::fairscale") == (

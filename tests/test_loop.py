@@ -222,3 +222,22 @@ def test_a_worker_dies_with_its_launcher_even_when_the_launcher_is_killed_outrig
         with contextlib.suppress(ProcessLookupError):
             if worker.poll() is None:
                 os.kill(worker.pid, signal.SIGKILL)
+
+
+def test_the_engine_and_callbacks_get_the_steps_that_epochs_make(tmp_path):
+    """With `train_epochs`, `train_steps` is known once the loop has its loader: the engine and
+    the callbacks are built with the config that says it (passed, never set afterwards)."""
+    import math
+    from dataclasses import replace
+
+    from catwalk_steps.training.job import train_config_for
+    from catwalk_steps.training.loop import Trainer
+
+    planned = job(tmp_path / "w", device_count=1)
+    epochs = replace(planned.schedule, train_steps=None, train_epochs=2, grad_accum=3)
+    planned = replace(planned, schedule=epochs)
+    trainer = Trainer(planned, train_config_for(planned, 0, 0))
+    steps = math.ceil(len(trainer.train_loader) * 2 / 3)
+    assert trainer.schedule.train_steps == steps and steps > 1
+    assert trainer.engine.train_config.train_steps == steps
+    assert [callback.train_config.train_steps for callback in trainer.callbacks] == [steps]

@@ -81,7 +81,6 @@ class FakeEngine(CatwalkEngine):
         self.train_config = FakeConfig()
         self.device = torch.device("cpu")
         self.max_grad_norm = None
-        self.steps_taken = 6
         self.optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
         self.model = lambda **batch: {"loss": torch.tensor(loss)}
 
@@ -95,8 +94,10 @@ class FakeEngine(CatwalkEngine):
     ],
 )
 def test_a_non_finite_loss_stops_with_the_step_and_the_likely_cause(loss, precision, cause):
+    engine = FakeEngine(loss, precision)
+    divided, _ = engine.forward_train({}, 0, 2)  # the loop's step 7 (0-based 6): it names it
     with pytest.raises(NonFiniteLossError) as error:
-        FakeEngine(loss, precision).forward_train({}, 0, 1)
+        engine.check_loss(divided, 7)
     message = str(error.value)
     assert message.startswith(f"training step 7: loss is {loss} (")
     assert cause in message and "\n" not in message

@@ -250,3 +250,31 @@ def test_a_write_the_disk_had_no_room_for_keeps_no_file_open(tmp_path):
         assert not any(isinstance(e, OSError) for e in frames), frames
         assert raised.value.__suppress_context__ or raised.value.__context__ is None
     assert not list(tmp_path.glob(".model.pt.*"))
+
+
+def test_the_rule_of_resuming_is_written_once():
+    """The graph-build check and the step's, before any worker starts, apply one rule
+    (`checkpoints.discovery.check_resumed`): only it compares what a checkpoint was trained on
+    with the run; its line leads with the key where the graph build names one."""
+    import ast
+
+    from tango.common.exceptions import ConfigurationError
+
+    from catwalk_steps.checkpoints.discovery import check_resumed
+
+    package = Path(__file__).resolve().parents[1] / "catwalk_steps"
+    comparing = sorted(
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "identity_problem"
+    )
+    assert comparing == ["checkpoints/discovery.py"]
+    model = {"class": "GPT2LMHeadModel", "shapes": {"w": [2, 2]}}
+    manifest = {"engine": "CatwalkTorchEngine", "model": model}
+    other = {"model": {**model, "shapes": {"w": [3, 2]}}}
+    with pytest.raises(ConfigurationError, match=r"^train.resume_from: step1: holds a GPT2"):
+        check_resumed(Path("step1"), manifest, other, field="train.resume_from")
+    with pytest.raises(ConfigurationError, match=r"^step1: written by CatwalkTorchEngine, but"):
+        check_resumed(Path("step1"), manifest, other, engine="CatwalkFSDPEngine")
+    check_resumed(Path("step1"), manifest, {"model": model}, engine="CatwalkTorchEngine")

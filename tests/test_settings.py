@@ -4,7 +4,9 @@ once, and the engine built with the modules it wraps."""
 from __future__ import annotations
 
 import ast
+from dataclasses import fields
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from tango.common import Lazy, Params
@@ -13,7 +15,14 @@ from tango.integrations.torch import DataLoader, Model, TrainConfig, TrainingEng
 
 from catwalk_steps.components import check_keys
 from catwalk_steps.engines.wrapping import select_modules
-from catwalk_steps.settings import MAX_LENGTH, TrainSettings
+from catwalk_steps.settings import (
+    MAX_LENGTH,
+    EngineSettings,
+    EvaluationSettings,
+    LoaderSettings,
+    TrainSettings,
+)
+from catwalk_steps.training.job import Schedule
 
 from .conftest import TINY_MODEL
 
@@ -104,3 +113,64 @@ def test_each_default_is_written_once_in_the_settings():
         for place in literal_defaults(path)
     ]
     assert written == []
+
+
+def train_settings(**keys) -> TrainSettings:
+    loader = lazy(DataLoader, {"batch_size": 2})
+    return TrainSettings(lazy(Model, TINY_MODEL), engine_block(), {}, loader, **keys)
+
+
+def test_the_schedule_is_the_training_settings_resolved():
+    """`Schedule` declares no key of its own (each is declared and defaulted once, in
+    `TrainSettings`): only what the job resolves, the validation metric's name, is narrowed."""
+    assert [f.name for f in fields(Schedule)] == [f.name for f in fields(TrainSettings)]
+    assert set(vars(Schedule)["__annotations__"]) == {"val_metric_name"}
+    settings = train_settings(train_steps=8, log_every=3, val_metric_name=None)
+    schedule = Schedule.of(settings, "acc")
+    assert schedule.val_metric_name == "acc" and schedule.log_every == 3
+    assert [schedule.logs(step) for step in range(8)] == [1, 0, 1, 0, 0, 1, 0, 1]
+
+
+OWN_RULES = {  # each settings object's own rules, asked of it alone: the graph-build lines
+    "train": (
+        lambda: train_settings(train_steps=2, grad_accum=0).check(),
+        "train.grad_accum: must be a whole number >= 1, got 0",
+    ),
+    "validate_every": (
+        lambda: train_settings(train_steps=2, validate_every=3, checkpoint_every=2).check(),
+        "train.checkpoint_every: 2 must be a multiple or a divisor of validate_every (3), so "
+        "that the best checkpoint is one that exists",
+    ),
+    "evaluate_tasks": (
+        lambda: train_settings(
+            evaluate_tasks=[SimpleNamespace(name="copa"), SimpleNamespace(name="copa")]
+        ).check_evaluate_tasks(),
+        "train.evaluate_tasks: 'copa' is given 2 times; give each task once",
+    ),
+    "engine": (
+        lambda: EngineSettings.of(
+            engine_block(optimizer={"type": "torch::AdamW", "lr": 0})
+        ).check(),
+        "training_engine.optimizer.lr: 0 changes no weight; give a learning rate > 0",
+    ),
+    "evaluation engine": (
+        lambda: EngineSettings.of(engine_block(), "evaluate.engine").check(trains=False),
+        "evaluate.engine.optimizer: an evaluation trains nothing; leave it out",
+    ),
+    "loader": (
+        lambda: LoaderSettings.of(lazy(DataLoader, {"batch_size": 0}), "train_dataloader").check(),
+        "train_dataloader.batch_size: must be a whole number >= 1, got 0",
+    ),
+    "evaluation": (
+        lambda: EvaluationSettings(rendezvous_timeout=0).check(),
+        "evaluate.rendezvous_timeout: seconds > 0, got 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", OWN_RULES)
+def test_each_settings_object_checks_its_own_values_in_one_line(case):
+    check, message = OWN_RULES[case]
+    with pytest.raises(ConfigurationError) as error:
+        check()
+    assert str(error.value) == message

@@ -211,3 +211,26 @@ def test_synthetic_task_rejects_bad_splits():
         SyntheticTask().load(["dev"])
     with pytest.raises(TaskDataError, match="split 'train' is empty"):
         SyntheticTask(sizes={"train": 0}).load(["train"])
+
+
+def test_a_task_type_reachable_by_its_name_says_so_and_no_two_know_one_name():
+    """Task types answer for the names they know (`Task.block_named`), asked in the registry's
+    order: no list filled by import order decides which type a name is, because no name is
+    known by two types."""
+    from catwalk_steps.tasks.base import other_task_type, task_types
+    from catwalk_steps.tasks.olmo_eval_labels import olmo_eval_labels
+
+    names = ["gsm8k", "nq_open", "triviaqa", *olmo_eval_labels(), "olmo_eval:arc_easy"]
+    for name in names:
+        knowing = [t for t in task_types() if t.block_named(name, {}) is not None]
+        assert len(knowing) <= 1, (name, knowing)  # (`piqa` is lm-eval's: none knows it)
+    assert other_task_type("gsm8k", {"limit": 2}) == {
+        "limit": 2,
+        "type": "catwalk::generative",
+        "name": "gsm8k",
+    }
+    assert other_task_type("arc_easy_rc_5shot", {"source": "hub"}) == {
+        "type": "catwalk::olmo_eval",
+        "label": "arc_easy_rc_5shot",
+    }
+    assert other_task_type("arc_easy", {}) is None  # lm-eval's: catwalk::task's own

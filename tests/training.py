@@ -77,6 +77,11 @@ def job(
 ) -> TrainingJob:
     """A small training job: the same global batch whatever `device_count`."""
     schedule = Schedule(
+        model=Lazy(Model, Params(model or model_spec(dropout))),
+        training_engine=engine_block or engine(),
+        dataset_dict=data or dataset(),
+        train_dataloader=loader(global_batch // device_count),
+        validation_dataloader=loader(8, shuffle=False),
         train_steps=train_steps,
         checkpoint_every=checkpoint_every,
         validate_every=validate_every,
@@ -88,11 +93,11 @@ def job(
         step_id=f"test-{Path(work_dir).name}",
         step_name="trained",
         work_dir=Path(work_dir),
-        model=Lazy(Model, Params(model or model_spec(dropout))),
-        training_engine=engine_block or engine(),
-        dataset_dict=data or dataset(),
-        train_dataloader=loader(global_batch // device_count),
-        validation_dataloader=loader(8, shuffle=False),
+        model=schedule.model,
+        training_engine=schedule.training_engine,
+        dataset_dict=schedule.dataset_dict,
+        train_dataloader=schedule.train_dataloader,
+        validation_dataloader=schedule.validation_dataloader,
         callbacks=[*(callbacks or []), Lazy(RunMetrics)],
         schedule=schedule,
         devices=plan_devices(device_count, visible_gpus=0),

@@ -73,31 +73,56 @@ def check_resumable(
     world_size: int,
     identity: dict[str, Any] | None = None,
 ) -> None:
-    """Before any worker starts: a checkpoint this job would resume from must be one it can
-    load (same engine class, same training data and model as `identity` says: see
-    :mod:`.run_identity`; any world size). One line otherwise."""
-    candidates = [c for c in resumable_checkpoints(work_dir, resume_from) if has_manifest(c)]
-    if not candidates and resume_from is not None:
-        raise ConfigurationError(missing_resume_from(resume_from))
-    if not candidates:
+    """Before any worker starts: the checkpoint this job would resume from (its own, else
+    `resume_from`'s) is one it can load (:func:`check_resumed`; any world size)."""
+    resumed = resumed_checkpoint(resumable_checkpoints(work_dir, resume_from), resume_from)
+    if resumed is None:
         return
-    manifest = read_manifest(candidates[0])
-    written_by = manifest.get("engine")
-    if written_by is not None and written_by != engine:
-        raise ConfigurationError(
-            f"{candidates[0]}: written by {written_by}, but this run trains with {engine}; "
-            "checkpoints resume with the engine that wrote them (export it with "
-            "catwalk::export_checkpoint and start from the weights instead)"
-        )
-    problem = identity_problem(candidates[0], manifest, identity or {})
-    if problem is not None:
-        raise ConfigurationError(problem)
+    checkpoint, manifest = resumed
+    check_resumed(checkpoint, manifest, identity or {}, engine=engine)
     if manifest.get("world_size") != world_size:
         logger.info(
             "Resuming a %s-process checkpoint on %d processes",
             manifest.get("world_size"),
             world_size,
         )
+
+
+def resumed_checkpoint(
+    candidates: list[Path], resume_from: Any
+) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete checkpoint of `candidates` and its manifest (a damaged one: a
+    CheckpointError naming it); None when there is none, one line when `resume_from` asked for
+    one."""
+    complete = [candidate for candidate in candidates if has_manifest(candidate)]
+    if not complete:
+        if resume_from is not None:
+            raise ConfigurationError(missing_resume_from(resume_from))
+        return None
+    return complete[0], read_manifest(complete[0])
+
+
+def check_resumed(
+    checkpoint: Path,
+    manifest: dict[str, Any],
+    identity: dict[str, Any],
+    engine: str | None = None,
+    field: str | None = None,
+) -> None:
+    """The one rule of resuming, at graph build and again before any worker starts: a
+    checkpoint resumes with the engine class that wrote it (`engine`, where it is known) and
+    in the run it was trained for (`identity`: its data and model, :mod:`.run_identity`). One
+    line otherwise, led by `field` where it is given."""
+    written_by = manifest.get("engine")
+    if engine is not None and written_by is not None and written_by != engine:
+        raise ConfigurationError(
+            f"{checkpoint}: written by {written_by}, but this run trains with {engine}; "
+            "checkpoints resume with the engine that wrote them (export it with "
+            "catwalk::export_checkpoint and start from the weights instead)"
+        )
+    problem = identity_problem(checkpoint, manifest, identity)
+    if problem is not None:
+        raise ConfigurationError(problem if field is None else f"{field}: {problem}")
 
 
 def missing_resume_from(resume_from: Any) -> str:

@@ -2,8 +2,9 @@
 rebuild it without the hub, and the metric history it carries.
 
 One loader serves the trained result of `catwalk::train`, `catwalk::export_checkpoint` and
-`catwalk-export`: the weights of the checkpoint named, the history recorded in the checkpoint
-named for it (`history_from`), and strictly no weight missing or left over.
+`catwalk-export`: the weights of the checkpoint named, strictly no weight missing or left
+over, into a model built with the history it carries (the checkpoint's own, or the one the
+training step gives: the whole run's).
 """
 
 from __future__ import annotations
@@ -143,20 +144,22 @@ def checkpoint_history(checkpoint: Path) -> dict[str, Any] | None:
     return None
 
 
-def model_from_checkpoint(
-    checkpoint: Path, model: RankClassifier | None = None, history_from: Path | None = None
-) -> RankClassifier:
+def model_from_checkpoint(checkpoint: Path, model: RankClassifier | None = None) -> RankClassifier:
     """The rank classifier with the checkpoint's weights (every weight must fit; of an adapter
     run, every adapter weight, into the model built with its base).
 
-    :param model: the model to load into (built from the experiment's config); by default it
-        is rebuilt from the files written beside the checkpoints, without the hub.
-    :param history_from: the checkpoint whose metric history the model carries; by default
-        `checkpoint` itself (a run's result carries its last checkpoint's: the whole run).
+    :param model: the model to load into, built with its run's history and card (from the
+        experiment's config: `catwalk::train`'s result); by default it is rebuilt from the
+        files written beside the checkpoints, without the hub, with the metric history the
+        checkpoint holds and its run's card.
     """
     checkpoint = Path(checkpoint)
     if model is None:
-        model = skeleton_from_model_files(checkpoint.parent / MODEL_FILES)
+        model = skeleton_from_model_files(
+            checkpoint.parent / MODEL_FILES,
+            metrics_history=checkpoint_history(checkpoint),
+            run_card=run_card_of(checkpoint),
+        )
     weights = full_model_state(checkpoint)
     if model.adapter is not None:  # the adapter's weights; the base is the model's own
         check_adapter_weights(model, set(weights), str(checkpoint))
@@ -165,8 +168,6 @@ def model_from_checkpoint(
         check_full_weights(model, set(weights), str(checkpoint))
         model.load_state_dict(weights, strict=False, assign=True)  # tied duplicates may be absent
         model.lm.tie_weights()
-    model.metrics_history = checkpoint_history(history_from or checkpoint)
-    model.run_card = run_card_of(checkpoint)
     return model
 
 
@@ -179,7 +180,9 @@ def run_card_of(checkpoint: Path) -> dict[str, Any] | None:
     return {**json.loads(path.read_text()), "checkpoint": str(checkpoint)}
 
 
-def skeleton_from_model_files(files: Path) -> RankClassifier:
+def skeleton_from_model_files(files: Path, **trained: Any) -> RankClassifier:
+    """The model the files beside a run's checkpoints describe, without weights (an adapter's
+    base: built whole from its source); `trained`: its `metrics_history` and `run_card`."""
     if not (files / "config.json").is_file():
         raise CheckpointError(
             f"{files}: missing (written when training starts; not a rank classifier's checkpoint?)"
@@ -187,5 +190,7 @@ def skeleton_from_model_files(files: Path) -> RankClassifier:
     info = read_model_info(files)
     if info.get("adapter") is not None:
         # The checkpoints hold the adapter alone: the base comes from its source, built whole.
-        return RankClassifier(**info["base"], adapter=info["adapter"])
-    return RankClassifier(pretrained=str(files), objective=info["objective"], skeleton=True)
+        return RankClassifier(**info["base"], adapter=info["adapter"], **trained)
+    return RankClassifier(
+        pretrained=str(files), objective=info["objective"], skeleton=True, **trained
+    )

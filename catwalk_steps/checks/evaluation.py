@@ -1,6 +1,8 @@
-"""Checks of `catwalk::evaluate` and `catwalk::report` when the step graph is built: numbers,
-precision and device, the split against the data step, the runs of a report; one line naming
-the key, before any step has run."""
+"""Checks of `catwalk::evaluate` and `catwalk::report` when the step graph is built: the
+settings' own rules (:meth:`~catwalk_steps.settings.EvaluationSettings.check`), then what needs
+several things at once (the engine against the model it shards, the split against the data
+step, the length against the model's positions, the task's kind), the runs of a report; one
+line naming the key, before any step has run."""
 
 from __future__ import annotations
 
@@ -9,13 +11,12 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from ..errors import whole
 from ..kinds import kind_of_task
 from ..kinds.multiple_choice import EXTRA_METRICS
 from ..reports.paired import BASELINE, pairings
 from ..scoring.choices import max_positions
-from ..settings import METRIC, EvaluationSettings, Precision
-from .training import check_against_model, check_engine
+from ..settings import METRIC, EngineSettings, EvaluationSettings
+from .training import check_against_model
 
 
 def check_evaluate_step(
@@ -26,14 +27,8 @@ def check_evaluate_step(
     the model's block when it is known at graph build (a `ConfiguredModel`), `splits` those the
     data step loads, when the step names one."""
     settings = EvaluationSettings.of(kwargs)  # typed, with the keys' one set of defaults
-    whole(settings.batch_size, "evaluate.batch_size")
+    settings.check()  # its own numbers, devices and precision
     max_length = settings.max_length  # None: the model's positions
-    if max_length is not None:
-        whole(max_length, "evaluate.max_length", minimum=2)
-    device_type = evaluation_device_type(settings)
-    Precision.parse(settings.precision, "evaluate.precision").check_device(
-        device_type, "evaluate.precision"
-    )
     if settings.engine is not None:
         check_evaluation_engine(settings.engine, settings.precision, configured)
     split = kwargs.get("split") or "validation"
@@ -72,35 +67,10 @@ def model_length(configured: Any | None, max_length: int | None) -> int | None:
     return max_positions(configured.hf_config())
 
 
-def evaluation_device_type(settings: EvaluationSettings) -> str:
-    """Where the step will score: one device, or `device_count` workers (GPUs, else CPU)."""
-    from ..distributed.devices import evaluation_device, plan_devices
-
-    whole(settings.device_count, "evaluate.device_count")
-    check_nodes(settings)
-    if settings.here:
-        return evaluation_device(settings.device, field="evaluate.device").type
-    plan = plan_devices(settings.device_count, requested=settings.device, field="evaluate.device")
-    return plan.device_type
-
-
-def check_nodes(settings: EvaluationSettings) -> None:
-    """Several machines scoring shares, as for training: node 0's address and port."""
-    from ..distributed.rendezvous import rendezvous_settings
-
-    whole(settings.num_nodes, "evaluate.num_nodes")
-    timeout = settings.rendezvous_timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ConfigurationError(f"evaluate.rendezvous_timeout: seconds > 0, got {timeout!r}")
-    if settings.num_nodes > 1:
-        address, port = settings.master_addr, settings.master_port
-        rendezvous_settings(settings.num_nodes, address, port, timeout, step="evaluate")
-
-
 def check_evaluation_engine(engine: Any, precision: str, configured: Any | None) -> None:
     """An engine that shards the evaluated model: its type and keys, no optimizer, the step's
     precision, and the modules it wraps found in the model's skeleton."""
-    checked = check_engine(engine, key="evaluate.engine", trains=False)
+    checked = EngineSettings.of(engine, "evaluate.engine").check(trains=False)
     given = checked.params.get("precision")
     if given is not None and given != precision:
         raise ConfigurationError(

@@ -17,7 +17,8 @@ from ..settings import EngineSettings, LoaderSettings
 def wrapping_note(engine: EngineSettings, model: Any) -> str | None:
     """Where `modules_to_wrap` is left out: which of the model's block classes become FSDP units
     (or are recomputed in backward), and how many; None when nothing is selected, or when the
-    model cannot be built here. `engine` is what :func:`.training.check_engine` says of it."""
+    model cannot be built here. `engine`: the engine block, checked
+    (:meth:`~catwalk_steps.settings.EngineSettings.check`)."""
     if engine.patterns is not None:
         return None
     names = chosen_modules(model, engine)  # the graph-build check's match, not a second one

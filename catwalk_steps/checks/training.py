@@ -2,74 +2,34 @@
 graph, nothing has loaded, evaluated or spawned yet. (Warnings about settings that work but are
 probably not what was meant come when training starts: :mod:`.start_warnings`.)
 
-Each error is one line that names the key, as the user wrote it, and what would be right. The
-engines, loaders and optimizer are lazy in the config (they are built inside the workers); here
-their `type` and keys are read without building them, against the constructors' signatures.
+Each error is one line that names the key, as the user wrote it, and what would be right. A
+rule about one settings object's own values is that object's (`TrainSettings.check`, and the
+engine's and loaders' blocks', read without building them: :mod:`catwalk_steps.settings`); here
+they are called in order, with the rules that need several things at once: the task the data
+step loads (its splits, its kind's validation metric, the objective that fits it), the model's
+skeleton (the modules an engine chooses, the lengths it holds, a checkpoint to resume), the
+machine (devices, precision), the in-loop tasks' kinds and the trackers.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import DataCollator, LRScheduler, Optimizer
 
-from ..components import check_keys, registered_name, resolve_config
-from ..distributed.rendezvous import rendezvous_settings
-from ..engines.base import CatwalkEngine
 from ..engines.skeleton import chosen_modules, model_skeleton
-from ..errors import whole
 from ..kinds import Collator, default_kind, kind_of_task
 from ..scoring.choices import max_positions
 from ..scoring.tokenization import chat_tokenizer
-from ..settings import EngineSettings, LoaderSettings, Precision, TrainSettings
+from ..settings import EngineSettings, Precision, TrainSettings
 from ..tasks import LOADED_SPLITS
 from .objective import check_objective, check_trained_task, model_params
 from .preference import check_init_from
 from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
-
-
-def check_schedule(settings: TrainSettings) -> None:
-    """The training loop's numbers; `grad_accum: 0` used to hang forever, `train_steps: 0`
-    cached an untrained model as trained."""
-    steps, epochs = settings.train_steps, settings.train_epochs
-    if (steps is None) == (epochs is None):
-        raise ConfigurationError("train.train_steps / train.train_epochs: give exactly one of them")
-    if steps == 0:
-        raise ConfigurationError(
-            "train.train_steps: 0 trains nothing (the 'trained' model would be the untrained "
-            "one); give at least 1"
-        )
-    whole(steps, "train.train_steps", optional=True)
-    whole(epochs, "train.train_epochs", optional=True)
-    for key in WHOLE_KEYS:
-        whole(getattr(settings, key), f"train.{key}")
-    whole(settings.validate_every, "train.validate_every", optional=True)
-    whole(settings.validation_steps, "train.validation_steps", optional=True)
-    whole(settings.seed, "train.seed", minimum=0)
-    validate_every, checkpoint_every = settings.validate_every, settings.checkpoint_every
-    if validate_every and checkpoint_every % validate_every and validate_every % checkpoint_every:
-        raise ConfigurationError(
-            f"train.checkpoint_every: {checkpoint_every} must be a multiple or a divisor of "
-            f"validate_every ({validate_every}), so that the best checkpoint is one that exists"
-        )
-    if validate_every and settings.validation_split is None:
-        raise ConfigurationError(
-            "train.validate_every: set, but validation_split is null; give a validation split"
-        )
-    timeout = settings.rendezvous_timeout
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ConfigurationError(f"train.rendezvous_timeout: seconds > 0, got {timeout!r}")
-    if settings.device not in (None, "cpu", "cuda"):
-        raise ConfigurationError(
-            f"train.device: cpu or cuda (or leave it out), got {settings.device!r}"
-        )
-    rendezvous_settings(settings.num_nodes, settings.master_addr, settings.port, timeout)
 
 
 def loaded_task(dataset_dict: Any) -> Any:
@@ -147,87 +107,6 @@ def task_named(kind: Any, name: str) -> str:
     return f" (task '{name}')" if kind.metrics_of_task else ""
 
 
-WHOLE_KEYS = (
-    "grad_accum",
-    "log_every",
-    "checkpoint_every",
-    "device_count",
-    "num_nodes",
-    "keep_last_checkpoints",
-)
-
-
-# --- Lazy components: their type and keys, without building them ---------------------------
-
-
-def check_engine(lazy: Any, key: str = "training_engine", trains: bool = True) -> EngineSettings:
-    """The engine block `lazy`, read once: :func:`check_engine_settings`."""
-    return check_engine_settings(EngineSettings.of(lazy, key), trains)
-
-
-def check_engine_settings(settings: EngineSettings, trains: bool = True) -> EngineSettings:
-    """The engine's type, keys, precision, regexes, and (when it `trains`) its optimizer and LR
-    scheduler; an engine that only evaluates takes neither."""
-    engine, params, key = settings.engine_class, settings.params, settings.key
-    if not trains:
-        for unused in ("optimizer", "lr_scheduler"):
-            if unused in params:
-                raise ConfigurationError(
-                    f"{key}.{unused}: an evaluation trains nothing; leave it out"
-                )
-    check_keys(engine, params, key)
-    if isinstance(engine, type) and issubclass(engine, CatwalkEngine):
-        engine.check_params(params, key)  # the rules the engine's constructor applies too
-    if trains:
-        check_optimizer(params.get("optimizer"), f"{key}.optimizer")
-    if params.get("lr_scheduler") is not None:
-        scheduler, scheduler_params = resolve_config(
-            params["lr_scheduler"], LRScheduler, f"{key}.lr_scheduler"
-        )
-        check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
-    return settings
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def check_optimizer(config: Any, key: str) -> None:
-    if config is None:
-        raise ConfigurationError(f"{key}: missing (e.g. {{type: 'torch::AdamW', lr: 1e-4}})")
-    constructor, params = resolve_config(config, Optimizer, key)
-    name = registered_name(Optimizer, constructor)
-    if name in ("catwalk::zero", "catwalk::oss"):
-        from ..engines.optim import optimizer_class
-
-        inner = optimizer_class(params.pop("optimizer", "torch::AdamW"), f"{key}.optimizer")
-        check_keys(inner, params, key)
-    else:
-        check_keys(constructor, params, key)
-    lr = params.get("lr")
-    if lr is not None and not (is_number(lr) and lr >= 0):
-        raise ConfigurationError(f"{key}.lr: a learning rate >= 0, got {lr!r}")
-    if lr == 0:
-        raise ConfigurationError(f"{key}.lr: 0 changes no weight; give a learning rate > 0")
-
-
-def check_loader(settings: LoaderSettings | None) -> dict[str, Any]:
-    """A data loader's type and keys, its batch size, and its collate function's."""
-    if settings is None:
-        return {}
-    loader, params, key = settings.loader_class, settings.params, settings.key
-    check_keys(loader, params, key)
-    whole(params.get("batch_size", 1), f"{key}.batch_size")
-    collate = params.get("collate_fn")
-    if collate is None:
-        return {}
-    collator, collate_params = resolve_config(collate, DataCollator, f"{key}.collate_fn")
-    check_keys(collator, collate_params, f"{key}.collate_fn")
-    if "max_length" in collate_params:
-        whole(collate_params["max_length"], f"{key}.collate_fn.max_length", minimum=2)
-    return collate_params
-
-
 # --- The model's structure: regexes that match, lengths that fit -----------------------------
 
 
@@ -254,19 +133,8 @@ def check_against_model(model: Any, engine: EngineSettings, collates: Iterable[M
 def check_evaluate_tasks(settings: TrainSettings) -> None:
     """The in-loop tasks (built by the step: `evaluate_tasks`) run when the step validates,
     each once."""
+    settings.check_evaluate_tasks()  # its own rules: validated, each once
     tasks = settings.evaluate_tasks or []
-    if tasks and settings.validation_split is None:
-        raise ConfigurationError(
-            "train.evaluate_tasks: scored whenever the step validates, but validation_split is "
-            "null; give a validation split"
-        )
-    names = [task.name for task in tasks]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigurationError(
-                f"train.evaluate_tasks: '{name}' is given {names.count(name)} times; give each "
-                "task once"
-            )
     collate, loader = in_loop_collate(settings)
     template = settings.blocks.model.chat_template  # the model's `chat_template`, if given
     for task in tasks:  # a chat template's prompts: the loader's tokenizer renders them
@@ -278,15 +146,16 @@ def check_evaluate_tasks(settings: TrainSettings) -> None:
 
 def check_train_step(settings: TrainSettings) -> None:
     """Everything that can be checked when the step graph is built (see the module docstring)."""
-    check_schedule(settings)
+    settings.check()  # the keys' own rules (each block's: its settings' `check`)
     check_training_task(settings)
     check_init_from(settings.init_from, model_params(settings.model).get("tokenizer"))
     check_objective(settings)
     blocks = settings.blocks  # each lazy block read once
-    engine = check_engine_settings(blocks.engine)
+    engine = blocks.engine.check()
     check_devices_and_precision(settings, engine.precision)
     check_resume_from(settings.resume_from, settings.model)
-    collates = [check_loader(blocks.train_loader), check_loader(blocks.validation_loader)]
+    loaders = [blocks.train_loader, blocks.validation_loader]
+    collates = [loader.check() for loader in loaders if loader is not None]
     check_against_model(blocks.model, engine, collates)
     check_evaluate_tasks(settings)
     check_trackers(settings.as_mapping(), engine)
@@ -310,29 +179,22 @@ def check_devices_and_precision(settings: TrainSettings, precision: str) -> None
 
 
 def check_resume_from(resume_from: Any, model: Any = None) -> None:
-    """`resume_from` names a complete checkpoint (one line naming a path that does not
-    exist), of this run's model where its skeleton can be built here (the training data is
-    compared when the step runs, before any worker starts: :mod:`..checkpoints.run_identity`)."""
+    """`resume_from` names a complete checkpoint of this run's model, where its skeleton can be
+    built here (the rule of :mod:`~catwalk_steps.checkpoints.discovery`, which the step applies
+    again with its training data and engine before any worker starts)."""
     if resume_from is None:
         return
     from pathlib import Path
 
-    from ..checkpoints.discovery import missing_resume_from, resume_candidates
+    from ..checkpoints.discovery import check_resumed, resume_candidates, resumed_checkpoint
     from ..checkpoints.layout import CheckpointError
-    from ..checkpoints.manifest import has_manifest, read_manifest
-    from ..checkpoints.run_identity import identity_problem, model_identity
+    from ..checkpoints.run_identity import model_identity
 
     found = [] if not isinstance(resume_from, str) else resume_candidates(Path(resume_from))
-    complete = [candidate for candidate in found if has_manifest(candidate)]
-    if not complete:
-        raise ConfigurationError(missing_resume_from(resume_from))
-    if model is None:
-        return
     try:
-        manifest = read_manifest(complete[0])
+        resumed = resumed_checkpoint(found, resume_from)
     except CheckpointError:
         return  # damaged: the step skips it, saying so, as it skips any damaged checkpoint
-    current = {"model": model_identity(model_skeleton(model))}
-    problem = identity_problem(complete[0], manifest, current)
-    if problem is not None:
-        raise ConfigurationError(f"train.resume_from: {problem}")
+    if resumed is not None and model is not None:
+        current = {"model": model_identity(model_skeleton(model))}
+        check_resumed(*resumed, current, field="train.resume_from")

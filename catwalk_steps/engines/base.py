@@ -88,13 +88,13 @@ class CatwalkEngine(TorchTrainingEngine):
 
     The engines are Tango engines, but built here, not by Tango's constructors: those start a
     process group of their own (and FairScale's refuses a single worker). An engine adds its own
-    keys in its own constructor (which passes the rest on) and its own rules in
-    :meth:`check_params`, which the graph-build checks call too (:mod:`catwalk_steps.checks`).
+    keys in its own constructor, which passes them on as `own_keys` (checked here with the rest)
+    and its own rules in :meth:`check_params`, which the graph-build checks call too
+    (:meth:`catwalk_steps.settings.EngineSettings.check`).
     """
 
     shards: bool = False  # each rank holds a shard of the parameters (FSDP)
     needs_process_group: bool = False  # sharded engines need one even for a single worker
-    options: dict[str, Any] = {}  # an engine's own keys, set by its constructor, checked here
 
     def __init__(
         self,
@@ -109,6 +109,7 @@ class CatwalkEngine(TorchTrainingEngine):
         activation_checkpointing: bool = False,
         cpu_threads: int | None = None,
         inner_modules: list[str] | None = None,
+        own_keys: Mapping[str, Any] | None = None,
     ) -> None:
         given = {
             "precision": precision,
@@ -116,7 +117,7 @@ class CatwalkEngine(TorchTrainingEngine):
             "modules_to_wrap": modules_to_wrap,
             "activation_checkpointing": activation_checkpointing,
         }
-        self.check_params({**given, **self.options}, KEY)
+        self.check_params({**given, **(own_keys or {})}, KEY)
         self.precision = Precision.parse(precision, f"{KEY}.precision")
         self.precision.check_device(train_config.device_type, f"{KEY}.precision")
         # None (left out): the model's own blocks; []: no inner module, on purpose.
@@ -125,7 +126,6 @@ class CatwalkEngine(TorchTrainingEngine):
         # The modules to wrap or recompute as the job matched them once (on node 0): an argument
         # the job supplies, never a config key; None (an engine built alone): this model's.
         self.chosen_modules = None if inner_modules is None else list(inner_modules)
-        self.steps_taken = 0
         if train_config.device_type == "cpu":
             ranks = local_world_size(train_config)
             torch.set_num_threads(cpu_threads or default_cpu_threads(ranks))
@@ -199,14 +199,16 @@ class CatwalkEngine(TorchTrainingEngine):
         micro_batch = move_to_device(micro_batch, self.device)
         with self.precision.autocast(self.train_config.device_type):
             outputs = self.model(**micro_batch)
-        loss = outputs["loss"]
+        return outputs["loss"] / num_micro_batches, outputs
+
+    def check_loss(self, loss: torch.Tensor, step: int) -> None:
+        """A NaN or infinite loss stops training before it corrupts the weights, in one line
+        naming the step (1-based: the loop's count, given) and the likely cause."""
         if not torch.isfinite(loss):
             clipping = self.max_grad_norm is not None
-            step = self.steps_taken + 1
             raise NonFiniteLossError(
                 non_finite_loss_message(step, loss.item(), self.precision, clipping)
             )
-        return loss / num_micro_batches, outputs
 
     def forward_eval(self, batch: dict[str, Any]) -> dict[str, Any]:
         # no_grad, not inference_mode: sharded engines gather parameters into tensors that
@@ -214,10 +216,6 @@ class CatwalkEngine(TorchTrainingEngine):
         batch = move_to_device(batch, self.device)
         with torch.no_grad(), self.precision.autocast(self.train_config.device_type):
             return self.model(**batch)
-
-    def step(self) -> None:
-        super().step()
-        self.steps_taken += 1
 
     # --- Checkpoint state, the same whatever the number of ranks --------------------------------
     # A checkpoint holds the whole model (or its adapter: .adapter_state) and the whole

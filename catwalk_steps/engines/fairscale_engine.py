@@ -87,10 +87,10 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
         fsdp_config: FSDPConfig | None = None,
         **common: Any,  # CatwalkEngine's keys
     ) -> None:
-        self.options = {"fsdp_config": fsdp_config}
         self.fsdp_config = fsdp_config or FSDPConfig()
         self.logger = logging.getLogger(type(self).__name__)
-        super().__init__(train_config, model, optimizer, **common)
+        own_keys = {"fsdp_config": fsdp_config}
+        super().__init__(train_config, model, optimizer, own_keys=own_keys, **common)
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any], key: str) -> None:

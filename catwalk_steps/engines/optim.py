@@ -14,33 +14,17 @@ is: the engines call it and never import FairScale for it.
 # No `from __future__ import annotations` here: Tango reads the factories' return annotations
 # to know what they build, and a string annotation breaks that (ai2-tango 1.3.2).
 
-import difflib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Optimizer
 
 from ..distributed.groups import distributed_position
+from ..settings.engine import optimizer_class
 
 logger = logging.getLogger(__name__)
-
-SHARDED_OPTIMIZERS = ("catwalk::zero", "catwalk::oss")
-
-
-def optimizer_class(name: str, field: str) -> type[torch.optim.Optimizer]:
-    """The registered optimizer class called `name` (e.g. "torch::AdamW")."""
-    available = sorted(n for n in Optimizer.list_available() if n not in SHARDED_OPTIMIZERS)
-    if name not in available:
-        close = difflib.get_close_matches(name, available, n=3)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise ConfigurationError(f"{field}: unknown optimizer {name!r}{hint}")
-    cls = Optimizer.resolve_class_name(name)[0]
-    assert isinstance(cls, type)
-    return cls
-
 
 # `wrap(params, inner optimizer class, its kwargs)`: a sharded optimizer around the inner one.
 Wrap = Callable[[Iterable, type, dict], torch.optim.Optimizer]

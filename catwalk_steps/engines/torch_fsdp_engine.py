@@ -118,10 +118,10 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         **common: Any,  # CatwalkEngine's keys
     ) -> None:
         fsdp_config = dict(fsdp_config or {})
-        self.options = {"fsdp_config": fsdp_config}
         self.offload = offload_setting(fsdp_config)
         self.reshard_after_forward = bool(fsdp_config.get("reshard_after_forward", True))
-        super().__init__(train_config, model, optimizer, **common)
+        own_keys = {"fsdp_config": fsdp_config}
+        super().__init__(train_config, model, optimizer, own_keys=own_keys, **common)
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any], key: str) -> None:

@@ -26,8 +26,8 @@ class NodeAwareTrainConfig(TrainConfig):
     def of_worker(cls, job: Any, rank: int, local_rank: int, **more: Any) -> NodeAwareTrainConfig:
         """Tango's view of one worker of `job` (a training or an evaluation job: a
         :class:`~catwalk_steps.distributed.placement.PlacedJob` with its step's names): where it
-        stands among the others, and `more` of Tango's keys."""
-        return cls(
+        stands among the others (the job's, over any of `more`), and `more` of Tango's keys."""
+        where = dict(
             step_id=job.step_id,
             work_dir=job.work_dir,
             step_name=job.step_name,
@@ -40,8 +40,8 @@ class NodeAwareTrainConfig(TrainConfig):
             local_world_size=job.local_world_size,
             num_nodes=job.rendezvous.num_nodes,
             device=str(job.devices.device(local_rank)),
-            **more,
         )
+        return cls(**{**more, **where})
 
     @property
     def worker_local_default_device(self) -> torch.device:

@@ -26,7 +26,7 @@ import torch
 from tango.common.exceptions import ConfigurationError
 from torch.utils.checkpoint import checkpoint
 
-from ..module_names import matches_per_pattern, replace_module, spellings
+from ..module_names import matches_per_pattern, replace_module, spellings, wrapping_root
 
 NOTHING_TO_RECOMPUTE = (
     "training_engine.activation_checkpointing: modules_to_wrap is [], so no module is "
@@ -102,9 +102,8 @@ def find_blocks(model: torch.nn.Module, field: str = "modules_to_wrap") -> list[
 
 def language_model_name(model: torch.nn.Module) -> str:
     """The class name of the model that wrapping works on (the rank classifier's `lm`)."""
-    root = getattr(model, "wrapping_root", None)
-    inner = getattr(model, root, None) if root else None
-    return type(inner if isinstance(inner, torch.nn.Module) else model).__name__
+    root = wrapping_root(model)
+    return type(model.get_submodule(root) if root else model).__name__
 
 
 def describe_blocks(model: torch.nn.Module, names: Sequence[str]) -> str:

@@ -4,7 +4,6 @@ nodes from their own copy of the experiment (:mod:`.nodes`)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from ..checks.start_warnings import (
     wrapping_note,
 )
 from ..checks.trackers import tracker_callbacks
-from ..checks.training import check_engine_settings, check_val_metric, task_named
+from ..checks.training import check_val_metric, task_named
 from ..console import announce
 from ..distributed.devices import plan_devices
 from ..distributed.rendezvous import rendezvous_settings
@@ -45,11 +44,10 @@ def build_job(
 ) -> TrainingJob:
     """Everything decided before a worker starts, each once: the schedule, the devices, the
     engine's config, the rendezvous and the checkpoint to resume from; warnings are logged."""
-    schedule = Schedule.of(settings.as_mapping())
-    check_splits(settings.dataset_dict, schedule)
-    schedule = replace(schedule, val_metric_name=checked_val_metric(settings, schedule))
+    check_splits(settings.dataset_dict, settings)
+    schedule = Schedule.of(settings, checked_val_metric(settings))
     devices = plan_devices(settings.device_count, requested=settings.device, field="train.device")
-    engine = check_engine_settings(settings.blocks.engine)
+    engine = settings.blocks.engine.check()
     tokens = split_tokens(settings, schedule, tokens_root(workspace, work_dir), log)
     for warning in start_warnings(settings, schedule, devices, tokens):
         log.warning(warning)
@@ -173,21 +171,21 @@ def in_loop_encoding(settings: TrainSettings) -> tuple[Any, int, str]:
     return tokenizer, loader.max_length, loader.collate_key("max_length")
 
 
-def checked_val_metric(settings: TrainSettings, schedule: Schedule) -> str:
+def checked_val_metric(settings: TrainSettings) -> str:
     """The training split checked as its kind trains on it (a generative task's rows each need
     a target: said here, once, before any worker starts), and the validation metric's name
     checked against the validation split's kind (known now, whatever step made the data)."""
     data = settings.dataset_dict
-    training_split(data, schedule)
-    if not schedule.validation_split:  # nothing validates: no metric is computed or compared
+    training_split(data, settings)
+    if not settings.validation_split:  # nothing validates: no metric is computed or compared
         return settings.val_metric_name or "loss"
-    validation = list(data[schedule.validation_split][:1])
+    validation = list(data[settings.validation_split][:1])
     kind, first = kind_of(validation), validation[0] if validation else None
     return check_val_metric(settings, kind, first, task_named(kind, task_name(data)))
 
 
-def check_splits(dataset_dict: DatasetDict, schedule: Schedule) -> None:
-    for split in (schedule.train_split, schedule.validation_split):
+def check_splits(dataset_dict: DatasetDict, settings: TrainSettings) -> None:
+    for split in (settings.train_split, settings.validation_split):
         if split is not None and split not in dataset_dict:
             raise ConfigurationError(
                 f"train: split '{split}' is not in the dataset "

@@ -2,16 +2,14 @@
 training step has run) spread over the slots of `tango run --parallelism N`
 (:mod:`.scheduler`), as the run's own steps are.
 
-The executor says the run's parallelism in the environment (`CATWALK_PARALLELISM`), which the
-steps of the run, in this process or a slot, read: a step that makes steps runs them in that
-many slots of its own, each model's evaluations in the slot that holds it; without
-`--parallelism`, or with 1, it runs them itself.
+A step that makes steps runs them in as many slots of its own as the run has (the slot it runs
+in was told: :func:`.slot.run_parallelism`), each model's evaluations in the slot that holds
+it; without `--parallelism`, or with 1, it runs them itself.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,16 +18,6 @@ from tango.common.util import get_extra_imported_modules
 from tango.step_graph import StepGraph
 
 from .scheduler import ParallelRun
-
-PARALLELISM_ENV = "CATWALK_PARALLELISM"
-
-
-def run_parallelism() -> int:
-    """The run's `--parallelism` (1 when not given or not a number)."""
-    try:
-        return int(os.environ.get(PARALLELISM_ENV, "1"))
-    except ValueError:
-        return 1
 
 
 class NestedExecutor:

@@ -156,6 +156,7 @@ class ParallelRun:
             workspace=self.workspace.url,
             parent=os.getpid(),
             threads=threads,
+            parallelism=int(self.executor.parallelism),
             env=dict(os.environ),
             include_package=tuple(self.executor.include_package or ()),
         )

@@ -34,6 +34,9 @@ from typing import Any
 from ..launch.worker_process import SLOT_ENV, die_with
 
 MESSAGE_LIMIT = 1 << 16  # bytes: a message is a step's name and a model's key
+# The run's `--parallelism`, in a slot's environment: Tango gives a step no handle on the
+# executor that runs it, so a step that makes steps (:mod:`.nested`) reads it there.
+PARALLELISM_ENV = "CATWALK_PARALLELISM"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class SlotSettings:
     workspace: str  # its URL
     parent: int  # `tango run`'s pid
     threads: int  # OMP_NUM_THREADS, torch's threads
+    parallelism: int  # the run's `--parallelism` (the steps that make steps spread them as wide)
     env: dict[str, str] = field(default_factory=dict)  # the parent's environment
     include_package: tuple[str, ...] = ()
 
@@ -117,17 +121,27 @@ def serve(settings: SlotSettings, inbox: Any, outbox: Any) -> None:
 
 def become_slot(settings: SlotSettings) -> None:
     """The parent's environment and the slot's threads, name and signals: a forked slot starts
-    where a fresh `python` started with that environment would."""
+    where a fresh `python` started with that environment would, and the run's parallelism."""
     os.environ.clear()
     os.environ.update(settings.env)
     os.environ["OMP_NUM_THREADS"] = str(settings.threads)
     os.environ[SLOT_ENV] = "1"
+    os.environ[PARALLELISM_ENV] = str(settings.parallelism)
     import torch
 
     torch.set_num_threads(settings.threads)
     with contextlib.suppress(OSError, AttributeError):
         name = f"slot-{settings.parent}".encode()[:15]
         ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+
+
+def run_parallelism() -> int:
+    """The `--parallelism` of the run this process is a slot of; 1 outside a slot (the steps
+    run here, one after another)."""
+    try:
+        return int(os.environ.get(PARALLELISM_ENV, "1"))
+    except ValueError:
+        return 1
 
 
 class InterruptOnce:

@@ -22,6 +22,7 @@ from tango.integrations.torch import Model
 
 from ..adapters.base import AdapterSpec
 from ..adapters.registry import parse_adapter, type_of
+from ..module_names import ModuleNaming
 from ..objectives import DPO, OBJECTIVE, objective_named
 from ..settings import INIT_SEED
 from ..tasks.chat_templates import ChatTemplate
@@ -61,7 +62,7 @@ def check_model_arguments(
 
 
 @Model.register("catwalk::rank_classifier")
-class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
+class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
     """Scores each choice of a multiple-choice instance with a causal LM, or generates.
 
     :param pretrained: hub name or local directory of a causal LM (e.g. "gpt2").
@@ -85,13 +86,14 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         they were loaded.
     :param skeleton: build the LM on the meta device, without weights (for sharded engines;
         not part of the model's identity).
-
-    :ivar metrics_history, run_card: the history of the run that trained it and what produced
-        it (config, versions, git commit, host), set by `catwalk::train`; None if untrained.
+    :param metrics_history: the history of the run that trained it; given by the code that
+        builds a trained model (`catwalk::train`, a checkpoint's or a stored model's reader),
+        never a key of a config, nor part of its identity. None if untrained.
+    :param run_card: what produced it (config, versions, git commit, host), given likewise.
     """
 
-    metrics_history: dict[str, list[dict[str, Any]]] | None
-    run_card: dict[str, Any] | None
+    # modules_to_wrap, target_modules: `transformer.h.0` is also `lm.transformer.h.0`.
+    wrapping_root = "lm"
 
     def __init__(
         self,
@@ -104,10 +106,11 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         skeleton: bool = False,
         dpo: dict[str, Any] | None = None,
         chat_template: str | None = None,
+        metrics_history: dict[str, list[dict[str, Any]]] | None = None,
+        run_card: dict[str, Any] | None = None,
     ):
         super().__init__()
-        self.metrics_history = None
-        self.run_card = None
+        self.metrics_history, self.run_card = metrics_history, run_card
         self.adapter = parse_adapter(adapter)
         self.spec = self.spec_of(
             pretrained, config, tokenizer, objective, init_seed, self.adapter, dpo, chat_template
@@ -120,7 +123,6 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
         # One of the two is given.
         self.tokenizer = load_tokenizer(cast(str, tokenizer or pretrained), field, template)
         self.lm = build_causal_lm(pretrained, config, init_seed, self.tokenizer, skeleton)
-        self.wrapping_root = "lm"  # modules_to_wrap: `transformer.h.0` is `lm.transformer.h.0`
         if self.adapter is not None:
             type_of(self.adapter).attach(self, self.lm, self.adapter, init_seed)
         self.supports_logits_to_keep = (
@@ -174,10 +176,15 @@ class RankClassifier(Model, ChoiceScoring, PreferenceScoring):
 
     @classmethod
     def from_directory(
-        cls, directory: str | Path, objective: str = OBJECTIVE, dpo: dict[str, Any] | None = None
+        cls,
+        directory: str | Path,
+        objective: str = OBJECTIVE,
+        dpo: dict[str, Any] | None = None,
+        **trained: Any,
     ) -> RankClassifier:
-        """Loads a model saved by :meth:`save_pretrained` (weights and tokenizer)."""
-        return cls(pretrained=str(directory), objective=objective, dpo=dpo)
+        """Loads a model saved by :meth:`save_pretrained` (weights and tokenizer); `trained`:
+        its `metrics_history` and `run_card`, as stored beside it."""
+        return cls(pretrained=str(directory), objective=objective, dpo=dpo, **trained)
 
     def save_pretrained(self, directory: str | Path, adapter_only: bool = False) -> None:
         """Writes a standard Hugging Face directory that `from_pretrained` loads outside Tango

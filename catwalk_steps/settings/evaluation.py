@@ -1,5 +1,6 @@
 """How `catwalk::evaluate` scores a model (its batch, length, precision, devices and engine),
-typed once: the graph-build checks, the evaluate step and its workers read this object."""
+typed once: the graph-build checks, the evaluate step and its workers read this object; its
+rules: :meth:`EvaluationSettings.check`."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 from tango.common import Lazy
+from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import TrainingEngine
 
-from .precision import DEFAULT_PRECISION
+from ..errors import whole
+from .precision import DEFAULT_PRECISION, Precision
 
 BATCH_SIZE = 32  # sequences (one per choice) per forward when scoring outside training
 DEVICE_COUNT = 1  # every `device_count` key's default: one process (`catwalk::train`'s too)
@@ -43,6 +46,42 @@ class EvaluationSettings:
     def here(self) -> bool:
         """Scored in this process (one device, no engine, one node), as it always was."""
         return self.device_count == 1 and self.engine is None and self.num_nodes == 1
+
+    def check(self) -> None:
+        """Its numbers, nodes, device and precision (fp16 needs CUDA where it will score); the
+        engine is checked with the model it shards (:mod:`catwalk_steps.checks.evaluation`)."""
+        whole(self.batch_size, "evaluate.batch_size")
+        whole(self.max_length, "evaluate.max_length", minimum=2, optional=True)
+        Precision.parse(self.precision, "evaluate.precision").check_device(
+            self.device_type(), "evaluate.precision"
+        )
+
+    def device_type(self) -> str:
+        """Where the step will score: one device, or `device_count` workers (GPUs, else CPU)."""
+        from ..distributed.devices import evaluation_device, plan_devices
+
+        whole(self.device_count, "evaluate.device_count")
+        self.check_nodes()
+        if self.here:
+            return evaluation_device(self.device, field="evaluate.device").type
+        plan = plan_devices(self.device_count, requested=self.device, field="evaluate.device")
+        return plan.device_type
+
+    def check_nodes(self) -> None:
+        """Several machines scoring shares, as for training: node 0's address and port."""
+        from ..distributed.rendezvous import rendezvous_settings
+
+        whole(self.num_nodes, "evaluate.num_nodes")
+        check_timeout(self.rendezvous_timeout, "evaluate.rendezvous_timeout")
+        if self.num_nodes > 1:
+            address, port, timeout = self.master_addr, self.master_port, self.rendezvous_timeout
+            rendezvous_settings(self.num_nodes, address, port, timeout, step="evaluate")
+
+
+def check_timeout(timeout: Any, field: str) -> None:
+    """A `rendezvous_timeout`: seconds > 0."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ConfigurationError(f"{field}: seconds > 0, got {timeout!r}")
 
 
 # Each evaluation setting's default, written once (above): the evaluate step's keys take theirs.

@@ -1,6 +1,7 @@
 """A data loader block (`train_dataloader`, `validation_dataloader`) and its `collate_fn`, read
 once from its config without building it: the graph-build checks, the warnings when training
-starts and the in-loop tasks' encoding all read this object."""
+starts and the in-loop tasks' encoding all read this object; its rules:
+:meth:`LoaderSettings.check`."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import DataLoader
+from tango.integrations.torch import DataCollator, DataLoader
 
-from ..components import lazy_config
+from ..components import check_keys, lazy_config, resolve_config
+from ..errors import whole
 
 MAX_LENGTH = 256  # `collate_fn.max_length`'s default: tokens per (context, choice) row
 
@@ -49,3 +51,18 @@ class LoaderSettings:
     def collate_key(self, name: str) -> str:
         """The config key of the collate function's `name`, for messages."""
         return f"{self.key}.collate_fn.{name}"
+
+    def check(self) -> dict[str, Any]:
+        """The loader's type and keys, its batch size, and its collate function's type and keys
+        (a `max_length` of at least 2 tokens); the collate function's keys as given."""
+        check_keys(self.loader_class, self.params, self.key)
+        whole(self.params.get("batch_size", 1), f"{self.key}.batch_size")
+        collate = self.params.get("collate_fn")
+        if collate is None:
+            return {}
+        field = f"{self.key}.collate_fn"
+        collator, collate_params = resolve_config(collate, DataCollator, field)
+        check_keys(collator, collate_params, field)
+        if "max_length" in collate_params:
+            whole(collate_params["max_length"], self.collate_key("max_length"), minimum=2)
+        return collate_params

@@ -2,7 +2,9 @@
 
 The step's `run` takes exactly these keys (:func:`run_signature`): Tango reads that signature to
 build them from the config, and the step hands them on as one :class:`TrainSettings`, so that a
-key can be followed from the config to where it is used.
+key can be followed from the config to where it is used. The rules about the keys' own values
+are the settings' (:meth:`TrainSettings.check`); those that need the task, the model or the
+engine too are the graph-build checks' (:mod:`catwalk_steps.checks.training`).
 """
 
 from __future__ import annotations
@@ -19,13 +21,23 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataLoader, Model, TrainCallback, TrainingEngine
 
 from ..components import lazy_params
+from ..errors import whole
 from ..tasks import Task
 from .engine import EngineSettings
-from .evaluation import DEVICE_COUNT
+from .evaluation import DEVICE_COUNT, check_timeout
 from .loaders import LoaderSettings
 from .model import ModelSettings
 
 POSITIONAL = 4  # model, training_engine, dataset_dict, train_dataloader: the rest by keyword
+# The keys that are whole numbers >= 1.
+WHOLE_KEYS = (
+    "grad_accum",
+    "log_every",
+    "checkpoint_every",
+    "device_count",
+    "num_nodes",
+    "keep_last_checkpoints",
+)
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,71 @@ class TrainSettings:
     def port(self) -> int | None:
         return self.master_port or self.distributed_port
 
+    def check(self) -> None:
+        """The loop's numbers, its device and nodes, one line each; `grad_accum: 0` used to
+        hang forever, `train_steps: 0` cached an untrained model as trained."""
+        steps, epochs = self.train_steps, self.train_epochs
+        if (steps is None) == (epochs is None):
+            raise ConfigurationError(
+                "train.train_steps / train.train_epochs: give exactly one of them"
+            )
+        if steps == 0:
+            raise ConfigurationError(
+                "train.train_steps: 0 trains nothing (the 'trained' model would be the untrained "
+                "one); give at least 1"
+            )
+        whole(steps, "train.train_steps", optional=True)
+        whole(epochs, "train.train_epochs", optional=True)
+        for key in WHOLE_KEYS:
+            whole(getattr(self, key), f"train.{key}")
+        whole(self.validate_every, "train.validate_every", optional=True)
+        whole(self.validation_steps, "train.validation_steps", optional=True)
+        whole(self.seed, "train.seed", minimum=0)
+        self.check_validation()
+        check_timeout(self.rendezvous_timeout, "train.rendezvous_timeout")
+        if self.device not in (None, "cpu", "cuda"):
+            raise ConfigurationError(
+                f"train.device: cpu or cuda (or leave it out), got {self.device!r}"
+            )
+        # Imported here: the model side reads these settings and imports no torch.distributed.
+        from ..distributed.rendezvous import rendezvous_settings
+
+        rendezvous_settings(self.num_nodes, self.master_addr, self.port, self.rendezvous_timeout)
+
+    def check_validation(self) -> None:
+        """A validation split for `validate_every`, and checkpoints at its steps (or it at
+        theirs), so that the best checkpoint is one that exists."""
+        validate_every, checkpoint_every = self.validate_every, self.checkpoint_every
+        if (
+            validate_every
+            and checkpoint_every % validate_every
+            and validate_every % checkpoint_every
+        ):
+            raise ConfigurationError(
+                f"train.checkpoint_every: {checkpoint_every} must be a multiple or a divisor of "
+                f"validate_every ({validate_every}), so that the best checkpoint is one that exists"
+            )
+        if validate_every and self.validation_split is None:
+            raise ConfigurationError(
+                "train.validate_every: set, but validation_split is null; give a validation split"
+            )
+
+    def check_evaluate_tasks(self) -> None:
+        """The in-loop tasks run when the step validates, each once."""
+        tasks = self.evaluate_tasks or []
+        if tasks and self.validation_split is None:
+            raise ConfigurationError(
+                "train.evaluate_tasks: scored whenever the step validates, but validation_split "
+                "is null; give a validation split"
+            )
+        names = [task.name for task in tasks]
+        for name in names:
+            if names.count(name) > 1:
+                raise ConfigurationError(
+                    f"train.evaluate_tasks: '{name}' is given {names.count(name)} times; give "
+                    "each task once"
+                )
+
     @property
     def processes(self) -> int:
         """Worker processes in all, on every node."""
@@ -133,7 +210,7 @@ class TrainBlocks:
         return self.validation_loader or self.train_loader
 
 
-# Each key's default, written once (above): the schedule (`job.Schedule`) takes its own from here.
+# Each key's default, written once (above).
 DEFAULTS: dict[str, Any] = {
     f.name: f.default for f in fields(TrainSettings) if f.default is not MISSING
 }

@@ -25,7 +25,8 @@ from tango import Step
 from ..checkpoints import CheckpointError, model_from_checkpoint, problem_with
 from ..checkpoints.content import coarse_to_fine, tensors_problem, weights_content
 from ..checks.checkpoints import check_checkpoints_step, chosen_of_directory
-from ..parallel.nested import run_in_slots, run_parallelism
+from ..parallel.nested import run_in_slots
+from ..parallel.slot import run_parallelism
 from ..reports import Report, print_report
 from ..reports.checkpoint_curves import CheckpointReportFormat, build_checkpoint_report
 from ..scoring.rank_classifier import RankClassifier

@@ -20,6 +20,7 @@ from ..checkpoints import (
     latest_checkpoint,
     model_from_checkpoint,
 )
+from ..checkpoints.weights import checkpoint_history
 from ..checks.streaming import check_streamed_training
 from ..checks.trackers import split_trackers
 from ..checks.training import check_train_step, default_validation, loaded_task
@@ -151,9 +152,9 @@ class TrainRankClassifier(Step[RankClassifier]):
         except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: say where the rerun starts
             # Tango's CLI logs it as one line ("TrainingStopped: ..."), then "Aborted!".
             raise TrainingStopped(stopped_message(self.work_dir, e)) from None
-        trained = trained_model(settings.model, self.work_dir)
-        trained.run_card = finished(card, time.monotonic() - started, trained.metrics_history)
-        return trained
+        history = checkpoint_history(latest_checkpoint(self.work_dir))  # the whole run's
+        card = finished(card, time.monotonic() - started, history)
+        return trained_model(settings.model, self.work_dir, history, card)
 
     run.__signature__ = run_signature(returns=RankClassifier)  # type: ignore[attr-defined]
 
@@ -210,14 +211,14 @@ def stopped_message(work_dir: Path, interruption: BaseException) -> str:
     )
 
 
-def trained_model(model: Lazy[Model], work_dir: Path) -> RankClassifier:
-    """The model built afresh with the best checkpoint's weights (which must fit it exactly)
-    and the whole run's metric history (the last checkpoint's)."""
-    trained = model.construct()
+def trained_model(
+    model: Lazy[Model], work_dir: Path, history: dict | None, card: dict
+) -> RankClassifier:
+    """The model built afresh, with the run's metric `history` and `card`, and the best
+    checkpoint's weights (which must fit it exactly)."""
+    trained = model.construct(metrics_history=history, run_card=card)
     if not isinstance(trained, RankClassifier):
         raise ConfigurationError(
             f"catwalk::train: model must be a catwalk::rank_classifier, got {type(trained)}"
         )
-    return model_from_checkpoint(
-        best_checkpoint(work_dir), trained, history_from=latest_checkpoint(work_dir)
-    )
+    return model_from_checkpoint(best_checkpoint(work_dir), trained)

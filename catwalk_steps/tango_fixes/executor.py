@@ -20,7 +20,6 @@ around them (Tango 1.3.2 has no other seam for it).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
@@ -30,7 +29,6 @@ from tango.common.exceptions import ConfigurationError
 from tango.executor import Executor
 from tango.step_graph import StepGraph
 
-from ..parallel.nested import PARALLELISM_ENV
 from ..parallel.scheduler import ParallelRun
 from ..parallel.sizing import check_lease_directory
 from ..reports import ReportFormat, print_report
@@ -60,8 +58,8 @@ class CatwalkExecutor(Executor):
                 [s for s in ordered.values() if s not in self.workspace.step_cache]
             )
             if self.parallelism not in (None, 0, 1):  # -1: a slot per core
-                # Steps that make steps when they run spread them as widely (parallel.nested).
-                os.environ[PARALLELISM_ENV] = str(self.parallelism)
+                # Its slots are told the parallelism: steps that make steps when they run spread
+                # them as widely (parallel.nested).
                 return ParallelRun(self, ordered, run_name).execute()
             return super().execute_step_graph(ordered, run_name)
         finally:

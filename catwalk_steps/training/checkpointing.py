@@ -238,7 +238,6 @@ class Checkpointer:
         # Callbacks keep their own rank's state; a rank the checkpoint did not have takes rank 0's.
         mine = parts[self.rank] if self.rank < len(parts) else parts[0]
         restore_states(self.callbacks, mine["callbacks"])
-        self.engine.steps_taken = state.step
         return state
 
 

@@ -1,12 +1,12 @@
 """What a training job is: its schedule, everything a worker needs, and where training stands.
 
-The schedule is derived once, from the `catwalk::train` step's config, and every later view of it
+The schedule is the `catwalk::train` step's settings, resolved once, and every later view of it
 (Tango's `TrainConfig` for engines and callbacks) is computed from it, never copied by hand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,41 +20,29 @@ from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
 from ..kinds.stored import data_fingerprint
-from ..settings import DEFAULTS, METRIC
+from ..settings import METRIC, TrainSettings
 from ..tasks.streamed import is_streamed
 from ..tokenized import StoredTokens, TokenizedSplit
 
 
 @dataclass(frozen=True)
-class Schedule:
-    """When to step, log, validate and checkpoint (the keys of `catwalk::train`, with their
-    defaults: :data:`catwalk_steps.settings.DEFAULTS`)."""
+class Schedule(TrainSettings):
+    """When to step, log, validate and checkpoint: a `catwalk::train` step's settings (each key
+    declared and defaulted once, in :class:`~catwalk_steps.settings.TrainSettings`) as the job
+    resolved them: the validation metric named (the validation split's kind's default when the
+    key is left out), and `train_steps` known once the loop has its loader (`train_epochs`)."""
 
-    train_steps: int | None = DEFAULTS["train_steps"]  # or train_epochs: the loader's length
-    train_epochs: int | None = DEFAULTS["train_epochs"]
-    train_split: str = DEFAULTS["train_split"]
-    validation_split: str | None = DEFAULTS["validation_split"]
-    validation_steps: int | None = DEFAULTS["validation_steps"]
-    seed: int = DEFAULTS["seed"]
-    grad_accum: int = DEFAULTS["grad_accum"]
-    log_every: int = DEFAULTS["log_every"]
-    checkpoint_every: int = DEFAULTS["checkpoint_every"]
-    validate_every: int | None = DEFAULTS["validate_every"]
-    val_metric_name: str = METRIC  # the step's, resolved for its validation split (plan.py)
-    minimize_val_metric: bool = DEFAULTS["minimize_val_metric"]
-    remove_stale_checkpoints: bool = DEFAULTS["remove_stale_checkpoints"]
-    # Besides the best: a damaged latest falls back to the one before.
-    keep_last_checkpoints: int = DEFAULTS["keep_last_checkpoints"]
+    val_metric_name: str = METRIC  # resolved for the validation split (`launch.plan`)
 
     @classmethod
-    def of(cls, config: Mapping[str, Any]) -> Schedule:
-        """The schedule a step's config gives (its other keys are not the schedule's)."""
-        return cls(**{f.name: config[f.name] for f in fields(cls) if f.name in config})
+    def of(cls, settings: TrainSettings, val_metric_name: str) -> Schedule:
+        """`settings`, with the validation metric's name resolved."""
+        return cls(**{**settings.as_mapping(), "val_metric_name": val_metric_name})
 
     @property
     def final_step(self) -> int:
-        """The last step (0-based); `train_steps` is known once the job is planned."""
-        assert self.train_steps is not None, "train_steps: resolved by build_job"
+        """The last step (0-based); `train_steps` is known once the loop has its loader."""
+        assert self.train_steps is not None, "train_steps: resolved by the loop"
         return self.train_steps - 1
 
     def logs(self, step: int) -> bool:
@@ -131,7 +119,8 @@ class TrainerState:
 
 def train_config_for(job: TrainingJob, rank: int, local_rank: int) -> NodeAwareTrainConfig:
     """Tango's view of the job for one worker: the schedule's keys that Tango's `TrainConfig`
-    also has, and where this worker stands among the others."""
+    also has, and where this worker stands among the others (the job's, whatever the keys
+    said: its port, nodes and device)."""
     config_keys = {f.name for f in fields(NodeAwareTrainConfig)}
     schedule = {
         f.name: getattr(job.schedule, f.name) for f in fields(Schedule) if f.name in config_keys
@@ -150,7 +139,7 @@ def task_name(data: Any) -> str:
     return getattr(data, "metadata", {}).get("task", "?")
 
 
-def training_split(data: Any, schedule: Schedule) -> Any:
+def training_split(data: Any, schedule: TrainSettings) -> Any:
     """The training split as its kind trains on it (a generative task: each prompt with its
     answer); the job keeps the data as it was loaded (what other nodes check it against). A
     stored split stays one: no row is read here but the first; a streamed split as it is: its

@@ -32,14 +32,15 @@ import torch
 import torch.distributed as dist
 from more_itertools import chunked
 from tango.common import Tqdm
-from tango.integrations.torch import DataLoader, StopEarly, TrainCallback, TrainingEngine
+from tango.integrations.torch import DataLoader, StopEarly, TrainCallback
 from torch.utils.data import DistributedSampler
 
 from ..distributed.groups import barrier, distributed_position
+from ..engines.base import CatwalkEngine
 from ..engines.train_config import NodeAwareTrainConfig
 from .checkpointing import Checkpointer
 from .in_loop import InLoopTasks
-from .job import TrainerState, TrainingJob, training_items, validation_items
+from .job import Schedule, TrainerState, TrainingJob, training_items, validation_items
 from .streaming import train_loader
 from .trackers import connect_trackers
 from .validation import Validation
@@ -92,19 +93,24 @@ class Trainer:
 
     def __init__(self, job: TrainingJob, config: NodeAwareTrainConfig):
         self.job = job
-        self.schedule = job.schedule
-        self.config = config
         self.rank, self.world_size = distributed_position()
         self.device = config.worker_local_default_device
-        seed_everything(self.schedule.seed, self.device)
-        self.engine: TrainingEngine = job.training_engine.construct(
-            train_config=config, model=job.model, inner_modules=job.inner_modules
+        seed_everything(job.schedule.seed, self.device)
+        # The loaders first (they draw nothing from the global generators): `train_steps` is
+        # known then, and the engine and callbacks get the config that says it.
+        self.schedule = self.build_loaders(job)
+        self.config = replace(config, train_steps=self.schedule.train_steps)
+        # A catwalk engine: the loop asks it for its checkpoint state and its loss checks.
+        self.engine = cast(
+            CatwalkEngine,
+            job.training_engine.construct(
+                train_config=self.config, model=job.model, inner_modules=job.inner_modules
+            ),
         )
-        self.build_loaders(job, config)
         self.callbacks: list[TrainCallback] = [
             callback.construct(
                 workspace=job.workspace,
-                train_config=config,
+                train_config=self.config,
                 training_engine=self.engine,
                 dataset_dict=job.dataset_dict,
                 train_dataloader=self.train_loader,
@@ -116,40 +122,36 @@ class Trainer:
         self.state = TrainerState()
         self.checkpoints = Checkpointer(job, self.schedule, self.engine, self.callbacks)
 
-    def build_loaders(self, job: TrainingJob, config: NodeAwareTrainConfig) -> None:
-        """The loaders of the two splits; `train_steps` from the loader's length when the
-        schedule gives epochs."""
-        data = job.dataset_dict
-        train = training_items(job, self.schedule)
+    def build_loaders(self, job: TrainingJob) -> Schedule:
+        """The loaders of the two splits, and the job's schedule with `train_steps` (from the
+        loader's length when it gives epochs)."""
+        schedule = job.schedule
+        train = training_items(job, schedule)
         self.train_loader = train_loader(job.train_dataloader, train)  # (or a stream's)
         default_seed = getattr(self.train_loader, "use_default_seed", None)
         if default_seed is not None:
-            default_seed(self.schedule.seed)
+            default_seed(schedule.seed)
         self.validation_loader = None
-        if self.schedule.validation_split is not None:
+        if schedule.validation_split is not None:
             loader = job.validation_dataloader or job.train_dataloader
-            items = validation_items(job, self.schedule.validation_split)
+            items = validation_items(job, schedule.validation_split)
             self.validation_loader = loader.construct(dataset=items)
-        if self.schedule.train_steps is None:
-            steps = math.ceil(
-                len(self.train_loader)
-                * (self.schedule.train_epochs or 1)
-                / self.schedule.grad_accum
-            )
-            self.schedule = replace(self.schedule, train_steps=steps)
-            config.train_steps = steps
         self.validation = None
         if self.validation_loader is not None:
-            split = data[cast(str, self.schedule.validation_split)]  # set where it validates
+            split = job.dataset_dict[cast(str, schedule.validation_split)]  # where it validates
             self.validation = Validation(
                 self.validation_loader,
                 split,
-                self.schedule.validation_steps,
+                schedule.validation_steps,
                 self.device,
                 self.world_size,
             )
         loader = job.validation_dataloader or job.train_dataloader
         self.tasks = InLoopTasks(job.evaluate_tasks, loader, self.world_size > 1)
+        if schedule.train_steps is not None:
+            return schedule
+        batches = len(self.train_loader) * (schedule.train_epochs or 1)
+        return replace(schedule, train_steps=math.ceil(batches / schedule.grad_accum))
 
     @property
     def main(self) -> bool:
@@ -225,6 +227,7 @@ class Trainer:
         outputs = []
         for index, micro_batch in enumerate(micro_batches):
             loss, micro_outputs = self.engine.forward_train(micro_batch, index, len(micro_batches))
+            self.engine.check_loss(loss, step + 1)
             loss_sum += loss.detach().item()
             outputs.append(
                 {k: v.detach() if torch.is_tensor(v) else v for k, v in micro_outputs.items()}

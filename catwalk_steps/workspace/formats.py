@@ -43,10 +43,13 @@ class HFModelFormat(Format[RankClassifier]):
     def read(self, dir: PathOrStr) -> RankClassifier:
         directory = Path(dir)  # (what cannot be read is said in one line by the step cache)
         info = read_model_info(directory)
-        model = RankClassifier.from_directory(directory, info["objective"], info.get("dpo"))
-        model.metrics_history = info["metrics_history"]
-        model.run_card = info.get("run_card")  # absent in models trained before run cards
-        return model
+        return RankClassifier.from_directory(
+            directory,
+            info["objective"],
+            info.get("dpo"),
+            metrics_history=info["metrics_history"],
+            run_card=info.get("run_card"),  # absent in models trained before run cards
+        )
 
 
 @Format.register("catwalk::instances")
