@@ -18,7 +18,8 @@ from catwalk_startup.one_line import chain, early_line, first_line
 
 _ONE_LINE: list[type[BaseException]] = [ConfigurationError]
 # Links of Tango's "Failed to construct argument ..." chains that say nothing about the cause.
-_NOISE = ("NoneType takes no arguments", "While constructing an argument of type")
+UNION_TRY = "While constructing an argument of type"  # what Tango puts before an error's args
+_NOISE = ("NoneType takes no arguments", UNION_TRY)
 
 
 _REWRITES: list = []
@@ -81,16 +82,26 @@ def one_line(error: BaseException) -> str | None:
     if early is not None:
         return early
     known = [e for e in chain(error) if isinstance(e, tuple(_ONE_LINE))]
-    meaningful = [e for e in known if not any(n in str(e) for n in _NOISE)]
+    meaningful = [e for e in known if not any(n in own_message(e) for n in _NOISE)]
     if not meaningful:
         return None
     cause = meaningful[-1]
-    message = first_line(cause)
+    message = own_message(cause).splitlines()[0] if own_message(cause) else first_line(cause)
     for rewrite in _REWRITES:
         better = rewrite(message)
         if better is not None:
             return f"{type(cause).__name__}: {better}"
     return f"{type(cause).__name__}: {message}"
+
+
+def own_message(error: BaseException) -> str:
+    """An error's message without what Tango put before its args while it tried each type of a
+    union (`task: Task | None`): a task's `TaskDataError` keeps its own words (a
+    `ConfigurationError` keeps its message apart from its args)."""
+    args = list(error.args)
+    while len(args) > 1 and isinstance(args[0], str) and args[0].startswith(UNION_TRY):
+        args.pop(0)
+    return str(args[0]) if len(args) == 1 and len(error.args) > 1 else str(error)
 
 
 def refusal_reason(error: BaseException) -> str:

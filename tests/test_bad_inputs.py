@@ -1180,3 +1180,22 @@ def test_through_tango_run_every_class_is_one_line_within_its_bound(tmp_path, si
             if (" ERROR " in line and "\N{BALLOT X}" not in line) or "Traceback" in line
         ]  # besides Tango's own "✗ Step ... failed" and summary
         assert len(lines) == 1 and cases[name][2] in lines[0], (name, lines or text[-2000:])
+
+
+def test_task_data_errors_of_an_evaluated_task_keep_their_own_line(tmp_path):
+    """Tango builds `catwalk::evaluate`'s `task: Task | None` by trying each type, and puts its
+    own words before the args of each error it passes over: a task's `TaskDataError` raised when
+    the graph is built (a bad row among a file's first) is still the one line, naming its file
+    and line (it was Tango's "Failed to construct argument task")."""
+    rows = tmp_path / "pairs.jsonl"
+    rows.write_text(json.dumps({"prompt": "Q?", "chosen": " a"}) + "\n")
+    task = {"type": "catwalk::preference", "data_files": {"validation": str(rows)}}
+    model = {"type": "catwalk::rank_classifier", "config": {"model_type": "gpt2", "n_layer": 1}}
+    steps = {"scored": {"type": "catwalk::evaluate", "model": model, "task": task}}
+    with pytest.raises(Exception) as failure:
+        StepGraph.from_params(steps)
+    line = one_line(failure.value)
+    assert line == (
+        f"TaskDataError: {rows}:1: field 'rejected' is missing (a row needs prompt, chosen, "
+        "rejected)"
+    ), line

@@ -261,3 +261,17 @@ def test_engine_configuration_errors_name_the_field(tmp_path):
             modules_to_wrap=["blocks"],
             activation_checkpointing=True,
         )
+
+
+def test_engines_wrap_through_our_hook_and_only_the_base_names_tangos_private_one():
+    """Each engine answers `wrapped_model` (docs/guides/engine.md); Tango's private
+    `_construct_model` is overridden once, in the base, which calls it."""
+    from catwalk_steps.engines.base import CatwalkEngine
+
+    engines = (CatwalkTorchEngine, CatwalkFairScaleEngine, CatwalkTorchFSDPEngine)
+    for engine in engines:
+        assert "wrapped_model" in vars(engine), engine.__name__
+        assert "_construct_model" not in vars(engine), engine.__name__
+    assert "_construct_model" in vars(CatwalkEngine)
+    built = CatwalkTorchEngine(train_config(0, 1, 0, Path(".")), lazy_model(), lazy_optimizer())
+    assert type(built.model).__name__ == "RankClassifier"  # built by its wrapped_model

@@ -70,6 +70,7 @@ def test_in_loop_task_scores_are_exact_and_kept_in_the_history(parity_run, engin
         **OLMO_EVAL_TASKS,
         "nq_open": [7],
         "last_letter": [9],
+        "passages": [7],
     }
     assert all(points[0]["step"] == 12 for points in tasks.values())
 
@@ -143,6 +144,25 @@ def test_in_loop_generation_equals_evaluate_on_the_saved_model(parity_run, engin
             assert evaluated[key] == pytest.approx(in_loop[key], abs=1e-12), (task, key)
     last = read_json(step_result(parity_run, "parity", f"suite,last_letter,{engine}") / "data.json")
     assert {o["scores"]["exact_match,last"] for o in last["outputs"]} == {0.0, 1.0}
+
+
+@pytest.mark.parametrize("engine", ["ddp", "fsdp_wrapped", "fsdp2_wrapped"])
+def test_in_loop_perplexity_equals_evaluate_on_the_saved_model(parity_run, engine):
+    """A perplexity corpus in the loop (each rank's documents as windows, in lockstep through
+    the root wrapper; the log-likelihoods, words and bytes summed over 2 ranks, padding weighing
+    nothing) and in a separate catwalk::evaluate of the checkpoint: the same metrics, with no
+    standard error (lm-eval reports none)."""
+    [in_loop] = history(parity_run, "parity", engine)["tasks"]["passages"]
+    evaluated = read_json(
+        step_result(parity_run, "parity", f"suite,passages,{engine}") / "data.json"
+    )
+    metrics = ("word_perplexity", "byte_perplexity", "bits_per_byte")
+    errors = {f"{name}_stderr" for name in metrics}
+    assert set(in_loop) == {"step", "count", *metrics, *errors}
+    assert evaluated["n"] == in_loop["count"] == 7 and evaluated["kind"] == "perplexity"
+    for key in metrics:
+        assert evaluated[key] == pytest.approx(in_loop[key], rel=1e-6), key
+    assert all(in_loop[key] is None and evaluated[key] is None for key in errors)
 
 
 def test_every_engine_trains_on_one_device_as_on_two(parity_run: Path):

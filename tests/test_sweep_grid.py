@@ -13,7 +13,7 @@ from tango.step_graph import StepGraph
 import catwalk_steps  # noqa: F401  (registers the components)
 
 from . import commands
-from .conftest import EXPERIMENTS, experiment_params, tango_command
+from .conftest import EXPERIMENTS, evaluate_library, experiment_params, tango_command
 
 ENGINES = "{ddp: lib.engines.torch(), fsdp2: lib.engines.torch_fsdp()}"
 MODELS = "{gpt2: lib.models.tiny_gpt2, llama: lib.models.tiny_llama}"
@@ -77,6 +77,30 @@ def test_one_engine_and_one_model_keep_their_cell_names(tmp_path):
     assert list(trained_cells(path)) == ["trained,lr=0.001,seed=1"]
 
 
+def test_the_grids_adapter_keys_are_every_registered_types_keys(tmp_path):
+    """grid.libsonnet's adapter keys (what a sweep sets on the model's `adapter`) are the
+    union of every adapter type's keys: a new type's keys are swept, not refused."""
+    from catwalk_steps.adapters.registry import every_type
+
+    listed = evaluate_library(tmp_path, "(import 'lib/grid.libsonnet').adapter_keys")
+    assert sorted(listed) == sorted({key for kind in every_type() for key in kind.keys})
+
+
+def test_a_sweep_sets_ia3_keys_on_the_models_adapter(tmp_path):
+    """IA3's list-valued keys swept as any other: each cell's adapter block has its value."""
+    targets = r"[['.*\\.c_attn'], ['.*\\.(c_attn|c_fc)']]"
+    grid = f"{{seed: [1], target_modules: {targets}, feedforward_modules: [[]]}}"
+    model = "{tiny: lib.models.tiny_gpt2 {adapter: {type: 'ia3'}}}"
+    cells = trained_cells(sweep_file(tmp_path, grid, "{ddp: lib.engines.torch()}", model))
+    adapters = sorted(
+        (c["model"]["adapter"]["target_modules"], c["model"]["adapter"]["feedforward_modules"])
+        for c in cells.values()
+    )
+    assert adapters == [([r".*\.(c_attn|c_fc)"], []), ([r".*\.c_attn"], [])]
+    assert len(cells) == 2 and all("target_modules=" in name for name in cells)
+    assert all(c["model"]["adapter"]["type"] == "ia3" for c in cells.values())
+
+
 def test_the_training_ext_var_sets_a_key_for_every_cell():
     sweep = EXPERIMENTS / "sweep_demo.jsonnet"
     before = trained_cells(sweep)
@@ -133,7 +157,7 @@ REFUSED = [
         "{seed: [1], train_step: [100]}",
         "",
         CE + "sweep grid key 'train_step': not a key a sweep varies (engine, model, precision, "
-        "r, alpha, dropout, or a training key: batch_size, ",
+        "r, alpha, dropout, target_modules, feedforward_modules, or a training key: batch_size, ",
     ),
     (
         "{seed: []}",

@@ -44,6 +44,8 @@ from .train_config import local_world_size
 from .wrapping import NOTHING_TO_RECOMPUTE, checkpoint_activations, select_modules
 
 KEY = "training_engine"  # the config key engines are given under
+# The state a checkpoint holds when the engine has it: (the engine's attribute, its file).
+OPTIONAL_STATE = (("lr_scheduler", LR_SCHEDULER_FILE), ("grad_scaler", GRAD_SCALER_FILE))
 
 
 @one_line_error
@@ -134,7 +136,8 @@ class CatwalkEngine(TorchTrainingEngine):
         self.grad_scaler = None
         self.before_model(train_config)
         ensure_process_group(train_config, always=self.needs_process_group)
-        # Tango's own: builds the model (`_construct_model`), the optimizer and the scheduler.
+        # Tango's own: builds the model (`_construct_model`: `wrapped_model`), the optimizer and
+        # the scheduler.
         TrainingEngine.__init__(self, train_config, model, optimizer, lr_scheduler=lr_scheduler)
         if self.precision.needs_grad_scaler:
             self.grad_scaler = self.make_grad_scaler()
@@ -171,7 +174,15 @@ class CatwalkEngine(TorchTrainingEngine):
         """The gradient scaler of fp16 training (FairScale has its own)."""
         return torch.amp.GradScaler("cuda")
 
-    def _build_model(self, model: Model | Lazy[Model]) -> Model:
+    def _construct_model(self, model: Model | Lazy[Model]) -> Model:
+        return self.wrapped_model(model)  # Tango's private hook, overridden here only
+
+    def wrapped_model(self, model: Model | Lazy[Model]) -> Model:
+        """The model built (:meth:`built_model`, or a skeleton of its own) and wrapped as this
+        engine runs it (on its device; DDP, or FSDP units of :meth:`inner_modules`)."""
+        raise NotImplementedError
+
+    def built_model(self, model: Model | Lazy[Model]) -> Model:
         """Constructs the model on CPU and turns on activation checkpointing where asked."""
         if isinstance(model, Lazy):
             model = model.construct()
@@ -251,34 +262,37 @@ class CatwalkEngine(TorchTrainingEngine):
             return
         torch_save_atomic(model_state, directory / MODEL_FILE)
         torch_save_atomic(optimizer_state, directory / OPTIMIZER_FILE)
-        if self.lr_scheduler is not None:
-            torch_save_atomic(self.lr_scheduler.state_dict(), directory / LR_SCHEDULER_FILE)
-        if self.grad_scaler is not None:
-            torch_save_atomic(self.grad_scaler.state_dict(), directory / GRAD_SCALER_FILE)
+        for key, name in OPTIONAL_STATE:
+            if getattr(self, key) is not None:
+                torch_save_atomic(getattr(self, key).state_dict(), directory / name)
 
     def read_state(self, directory: Path) -> dict[str, Any]:
         """Reads what :meth:`save_state` wrote, without applying it (no collectives), so that a
         damaged file fails on its own rank before any rank starts loading."""
-        payload = {
-            "model": load_file(directory / MODEL_FILE),
-            "optimizer": load_file(directory / OPTIMIZER_FILE),
-        }
-        for key, name in (("lr_scheduler", LR_SCHEDULER_FILE), ("grad_scaler", GRAD_SCALER_FILE)):
-            if (directory / name).is_file():
-                payload[key] = load_file(directory / name)
-        return payload
+        return read_full_state(directory)
 
     def apply_state(self, payload: dict[str, Any]) -> None:
         """Loads what :meth:`read_state` read onto this rank (its shard, where it is sharded)."""
         self.load_full_model_state(payload["model"])
         self.load_full_optimizer_state(payload["optimizer"])
-        if self.lr_scheduler is not None and "lr_scheduler" in payload:
-            self.lr_scheduler.load_state_dict(payload["lr_scheduler"])
-        if self.grad_scaler is not None and "grad_scaler" in payload:
-            self.grad_scaler.load_state_dict(payload["grad_scaler"])
+        for key, _ in OPTIONAL_STATE:
+            if getattr(self, key) is not None and key in payload:
+                getattr(self, key).load_state_dict(payload[key])
 
     def load_state(self, directory: Path) -> None:
         self.apply_state(self.read_state(directory))
+
+
+def read_full_state(directory: Path) -> dict[str, Any]:
+    """The files :meth:`CatwalkEngine.save_state` wrote, read as data."""
+    payload = {
+        "model": load_file(directory / MODEL_FILE),
+        "optimizer": load_file(directory / OPTIMIZER_FILE),
+    }
+    for key, name in OPTIONAL_STATE:
+        if (directory / name).is_file():
+            payload[key] = load_file(directory / name)
+    return payload
 
 
 def default_cpu_threads(local_ranks: int) -> int:

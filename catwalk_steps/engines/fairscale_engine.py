@@ -127,12 +127,12 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
             "compute_device": self.train_config.worker_local_default_device,
         }
 
-    def _construct_model(self, model: Model | Lazy[Model]) -> Model:
-        # Order matters. Activation checkpointing goes inside the FSDP units (in `_build_model`),
+    def wrapped_model(self, model: Model | Lazy[Model]) -> Model:
+        # Order matters. Activation checkpointing goes inside the FSDP units (in `built_model`),
         # so recomputation runs while the unit's full parameters are gathered. Inner units are
         # wrapped children first, then the root, which keeps only what no unit claimed
         # (embeddings, final norm): that is what lets sharding lower peak memory.
-        model = self._build_model(model)
+        model = self.built_model(model)
         check_inner_units_precision(model, self.precision)
         if not self.fsdp_config.move_params_to_cpu:
             model.to(self.train_config.worker_local_default_device)

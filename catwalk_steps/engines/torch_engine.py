@@ -36,8 +36,8 @@ class CatwalkTorchEngine(CatwalkEngine):
                 "or use catwalk::fairscale / catwalk::torch_fsdp"
             )
 
-    def _construct_model(self, model: Model | Lazy[Model]) -> Model:
-        model = self._build_model(model)
+    def wrapped_model(self, model: Model | Lazy[Model]) -> Model:
+        model = self.built_model(model)
         model.to(self.train_config.worker_local_default_device)
         if self.train_config.is_distributed:
             # Gradients live in DDP's communication buckets instead of beside them: one copy

@@ -140,7 +140,7 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
             kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=self.device.type == "cuda")
         return kwargs
 
-    def _construct_model(self, model: Model | Lazy[Model]) -> Model:
+    def wrapped_model(self, model: Model | Lazy[Model]) -> Model:
         from torch.distributed.fsdp import fully_shard
 
         skeleton = build_skeleton(model)
@@ -158,7 +158,7 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         return skeleton
 
     def forward_eval(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """An evaluation forward has no backward to reshard the root (see `_construct_model`):
+        """An evaluation forward has no backward to reshard the root (see `wrapped_model`):
         it is resharded here, so the model holds its sharded parameters again (what the
         optimizer and the checkpoints refer to)."""
         try:

@@ -207,15 +207,20 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         preference: Mapping[str, torch.Tensor] | None = None,
         documents: Mapping[str, torch.Tensor] | None = None,
         subtasks: Sequence[str | None] | None = None,
+        windows: Mapping[str, Any] | None = None,
         **batch: Any,
     ) -> dict[str, Any]:
         """A batch of multiple-choice instances (:meth:`choice_outputs`), a batch of
         `preference` pairs (:meth:`preference_outputs`), training `documents` packed into rows
-        (the `lm` objective's loss: :func:`~.packed_documents.document_loss`), or a `decoding`
+        (the `lm` objective's loss: :func:`~.packed_documents.document_loss`), a `decoding`
         step of generation (positions, cache): the next token's logits and the cache
-        (:func:`~catwalk_steps.scoring.generation.decode_step`). One forward, through the
-        engine's root wrapper, for all four. (`subtasks`, a grouped task's instances' parts, is
-        for the kind's sums after the forward: the model reads nothing of it.)"""
+        (:func:`~catwalk_steps.scoring.generation.decode_step`), or a corpus's rolling
+        `windows` (perplexity): each window's summed log-probability of its predicted tokens
+        (`scores`). One forward, through the engine's root wrapper, for all five. (`subtasks`,
+        a grouped task's instances' parts, is for the kind's sums after the forward: the model
+        reads nothing of it.)"""
+        if windows is not None:
+            return {"scores": self.score_sequences(**windows)}
         if preference is not None:
             return self.preference_outputs(preference, **batch)
         if documents is not None:

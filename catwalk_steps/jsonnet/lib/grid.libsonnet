@@ -2,9 +2,11 @@
 // dropped silently, and what would be is named in one line (`catwalk: ...` errors).
 
 // Grid keys that are not training keys: `engine` and `model` name blocks of `engines` and
-// `models`, `precision` sets the engine's, the adapter's keys set the model's `adapter`.
+// `models`, `precision` sets the engine's, the adapter's keys set the model's `adapter`: every
+// registered type's keys (catwalk_steps/adapters/: LoRA's r, alpha, dropout, target_modules;
+// IA3's target_modules, feedforward_modules), which tests/test_sweep_grid.py holds to the types.
 local block_keys = ['engine', 'model', 'precision'];
-local adapter_keys = ['r', 'alpha', 'dropout'];
+local adapter_keys = ['r', 'alpha', 'dropout', 'target_modules', 'feedforward_modules'];
 local example = 'training=\'{"train_steps": 100}\'';
 local json(value) = std.manifestJsonMinified(value);
 

@@ -393,7 +393,8 @@ local kept_cells(all_cells, only) =
 
   // A grid of pipelines sharing their data: one train + evaluate pair per cell, and one report.
   //   grid: {seed: [1, 2], lr: [1e-3, 3e-3], engine: ['ddp', 'fsdp'], precision: [...],
-  //          model: [...], r / alpha / dropout (the model's adapter), or any training key}:
+  //          model: [...], an adapter key (r, alpha, dropout, target_modules,
+  //          feedforward_modules: the model's adapter), or any training key}:
   //          every combination is a cell; any other key fails in one line (grid.libsonnet).
   //   engines / models: the blocks that the grid's `engine` / `model` names stand for. Every
   //         block given is swept: several and no `engine` (`model`) key in the grid make the
@@ -420,7 +421,7 @@ local kept_cells(all_cells, only) =
     local pick(blocks, cell, key) =
       if std.objectHas(cell, key) then blocks[cell[key]] else blocks[std.objectFields(blocks)[0]],
     local model_key(cell) = if std.objectHas(cell, 'model') then cell.model else std.objectFields(models)[0],
-    // Grid keys of the model's adapter (r, alpha, dropout) go into its `adapter` block.
+    // Grid keys of the model's adapter (grid.libsonnet's adapter_keys) go into its `adapter`.
     local adapter_keys = grids.adapter_keys,
     local setting(cell) = for_model(trainings {
       [k]: cell[k]
