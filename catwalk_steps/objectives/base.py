@@ -21,7 +21,9 @@ An objective is registered once, under its name (:func:`register`: one line of
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 import torch
@@ -53,6 +55,22 @@ def reference_from(adapter: Any) -> Reference:
     build checks a training step by it, the forward scores pairs by it, and the experiment
     library's `lib.preference` wires its steps by it (a test holds the two the same)."""
     return Reference.ADAPTER_OFF if adapter is not None else Reference.STEP
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float (not a bool): what a settings block's numbers must be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def block_keys(settings: Any, given: Mapping[str, Any] | None, field: str) -> dict[str, Any]:
+    """A settings block as given (None: empty), each key one of the dataclass `settings`'s
+    fields; another key is one line naming it and the keys there are."""
+    given = dict(given or {})
+    known = [f.name for f in fields(settings)]
+    for key in given:
+        if key not in known:
+            raise ConfigurationError(f"{field}.{key}: no such key (it takes {', '.join(known)})")
+    return given
 
 
 def weighted_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -15,21 +15,16 @@ trains them (the losses, pure: :mod:`.dpo_loss`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from .base import ChoiceScores, Examples, Objective
+from .base import ChoiceScores, Examples, Objective, block_keys, is_number
 from .dpo_loss import LOSS_TYPES, preference_loss
 from .lm import right_answer_loss
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -48,30 +43,24 @@ class DpoSettings:
 
     @classmethod
     def of(cls, given: Mapping[str, Any] | None, field: str = "model.dpo") -> DpoSettings:
-        given = dict(given or {})
-        known = [f.name for f in fields(cls)]
-        for key in given:
-            if key not in known:
-                raise ConfigurationError(
-                    f"{field}.{key}: no such key (it takes {', '.join(known)})"
-                )
+        given = block_keys(cls, given, field)
         settings = cls(**given)
         settings.check(field)
         return settings
 
     def check(self, field: str) -> None:
-        if not (_number(self.beta) and self.beta > 0):
+        if not (is_number(self.beta) and self.beta > 0):
             raise ConfigurationError(f"{field}.beta: a number > 0, got {self.beta!r}")
         if self.loss_type not in LOSS_TYPES:
             raise ConfigurationError(
                 f"{field}.loss_type: one of {', '.join(LOSS_TYPES)}, got {self.loss_type!r}"
             )
         smoothing = self.label_smoothing
-        if not (_number(smoothing) and 0 <= smoothing < 0.5):
+        if not (is_number(smoothing) and 0 <= smoothing < 0.5):
             raise ConfigurationError(
                 f"{field}.label_smoothing: a number in [0, 0.5), got {smoothing!r}"
             )
-        if self.rpo_alpha is not None and not (_number(self.rpo_alpha) and self.rpo_alpha >= 0):
+        if self.rpo_alpha is not None and not (is_number(self.rpo_alpha) and self.rpo_alpha >= 0):
             raise ConfigurationError(f"{field}.rpo_alpha: a number >= 0, got {self.rpo_alpha!r}")
 
     def as_config(self) -> dict[str, Any]:

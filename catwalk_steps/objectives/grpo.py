@@ -10,21 +10,17 @@ registering it then is one line of :mod:`catwalk_steps.objectives`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from .base import block_keys, is_number
 from .grpo_loss import LOSS_TYPES, SCALE_REWARDS
 
 # TRL's other loss types, said so by name when asked for (they are not implemented here).
 OTHER_LOSS_TYPES = ("cispo", "sapo", "luspo", "vespo")
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _integer(value: Any) -> bool:
@@ -65,13 +61,7 @@ class GrpoSettings:
 
     @classmethod
     def of(cls, given: Mapping[str, Any] | None, field: str = "model.grpo") -> GrpoSettings:
-        given = dict(given or {})
-        known = [f.name for f in fields(cls)]
-        for key in given:
-            if key not in known:
-                raise ConfigurationError(
-                    f"{field}.{key}: no such key (it takes {', '.join(known)})"
-                )
+        given = block_keys(cls, given, field)
         scale = given.get("scale_rewards")
         if isinstance(scale, bool):  # TRL's spelling of "group" and "none"
             given["scale_rewards"] = "group" if scale else "none"
@@ -94,9 +84,9 @@ class GrpoSettings:
                 f"{field}.num_generations: an integer >= 2 (a group's completions are compared "
                 f"with each other), got {self.num_generations!r}"
             )
-        if not (_number(self.temperature) and self.temperature > 0):
+        if not (is_number(self.temperature) and self.temperature > 0):
             raise ConfigurationError(f"{field}.temperature: a number > 0, got {self.temperature!r}")
-        if not (_number(self.top_p) and 0 < self.top_p <= 1):
+        if not (is_number(self.top_p) and 0 < self.top_p <= 1):
             raise ConfigurationError(f"{field}.top_p: a number in (0, 1], got {self.top_p!r}")
         if not (_integer(self.top_k) and self.top_k >= 0):
             raise ConfigurationError(f"{field}.top_k: an integer >= 0 (0: off), got {self.top_k!r}")
@@ -107,12 +97,12 @@ class GrpoSettings:
             )
 
     def check_training(self, field: str) -> None:
-        if not (_number(self.beta) and self.beta >= 0):
+        if not (is_number(self.beta) and self.beta >= 0):
             raise ConfigurationError(f"{field}.beta: a number >= 0, got {self.beta!r}")
-        if not (_number(self.epsilon) and 0 <= self.epsilon < 1):
+        if not (is_number(self.epsilon) and 0 <= self.epsilon < 1):
             raise ConfigurationError(f"{field}.epsilon: a number in [0, 1), got {self.epsilon!r}")
         high = self.epsilon_high
-        if high is not None and not (_number(high) and high >= 0):
+        if high is not None and not (is_number(high) and high >= 0):
             raise ConfigurationError(f"{field}.epsilon_high: a number >= 0 or null, got {high!r}")
         if not (_integer(self.num_iterations) and self.num_iterations >= 1):
             raise ConfigurationError(
