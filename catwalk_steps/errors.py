@@ -9,6 +9,7 @@ non-finite loss, a damaged checkpoint, a failed worker, ...) are registered here
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,11 @@ _NOISE = ("NoneType takes no arguments", UNION_TRY)
 
 
 _REWRITES: list = []
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float, not a bool: what a setting's number must be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def whole(value: object, key: str, minimum: int = 1, optional: bool = False) -> None:

@@ -23,14 +23,11 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..errors import is_number
 from .base import ADAPTER_NAME, AdapterType, base_name, draw_weights, parse_targets
 from .targets import is_conv1d, linear_classes, target_names
 
 DEFAULTS: dict[str, Any] = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": None}
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -55,11 +52,11 @@ class LoraSpec:
         r, alpha, dropout = values["r"], values["alpha"], values["dropout"]
         if not (isinstance(r, int) and not isinstance(r, bool) and r > 0):
             raise ConfigurationError(f"{field}.r: the adapter's rank, an integer > 0, got {r!r}")
-        if not (_number(alpha) and alpha > 0):
+        if not (is_number(alpha) and alpha > 0):
             raise ConfigurationError(
                 f"{field}.alpha: a number > 0 (the update is scaled by alpha / r), got {alpha!r}"
             )
-        if not (_number(dropout) and 0 <= dropout < 1):
+        if not (is_number(dropout) and 0 <= dropout < 1):
             raise ConfigurationError(f"{field}.dropout: a number in [0, 1), got {dropout!r}")
         targets = parse_targets(values["target_modules"], f"{field}.target_modules")
         return cls(r=r, alpha=alpha, dropout=float(dropout), target_modules=targets)

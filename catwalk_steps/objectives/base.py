@@ -21,7 +21,6 @@ An objective is registered once, under its name (:func:`register`: one line of
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
@@ -55,11 +54,6 @@ def reference_from(adapter: Any) -> Reference:
     build checks a training step by it, the forward scores pairs by it, and the experiment
     library's `lib.preference` wires its steps by it (a test holds the two the same)."""
     return Reference.ADAPTER_OFF if adapter is not None else Reference.STEP
-
-
-def is_number(value: Any) -> bool:
-    """A finite int or float (not a bool): what a settings block's numbers must be."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def block_keys(settings: Any, given: Mapping[str, Any] | None, field: str) -> dict[str, Any]:

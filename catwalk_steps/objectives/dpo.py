@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from .base import ChoiceScores, Examples, Objective, block_keys, is_number
+from ..errors import is_number
+from .base import ChoiceScores, Examples, Objective, block_keys
 from .dpo_loss import LOSS_TYPES, preference_loss
 from .lm import right_answer_loss
 

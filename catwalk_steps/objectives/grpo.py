@@ -16,7 +16,8 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
-from .base import block_keys, is_number
+from ..errors import is_number
+from .base import block_keys
 from .grpo_loss import LOSS_TYPES, SCALE_REWARDS
 
 # TRL's other loss types, said so by name when asked for (they are not implemented here).

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import is_number
 from ..kinds import kind_of_result
 from ..metrics.records import split_stderrs, stderr_key
 from .limited import limited_details, limited_line
@@ -254,10 +254,6 @@ class Report:
             "stderrs": self.stderrs,
             "comparison": self.comparison,
         }
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def format_value(value: Any) -> str:

@@ -6,7 +6,6 @@ line naming the key."""
 from __future__ import annotations
 
 import difflib
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +13,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import LRScheduler, Optimizer, TrainingEngine
 
 from ..components import check_keys, lazy_config, registered_name, resolve_config
+from ..errors import is_number
 from .precision import DEFAULT_PRECISION
 
 SHARDED_OPTIMIZERS = ("catwalk::zero", "catwalk::oss")  # an inner optimizer named by `optimizer`
@@ -79,10 +79,6 @@ class EngineSettings:
             )
             check_keys(scheduler, scheduler_params, f"{key}.lr_scheduler")
         return self
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_optimizer(config: Any, key: str) -> None:

@@ -15,13 +15,12 @@ before the checkpoint), and steps up to it are not written again.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tango.integrations.torch import TrainCallback
 
-from ...errors import one_line_error
+from ...errors import is_number, one_line_error
 
 
 @one_line_error
@@ -39,10 +38,6 @@ def scalars(prefix: str, values: Mapping[str, Any]) -> dict[str, float]:
         elif is_number(value):
             out[name] = float(value)
     return out
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def entry_scalars(section: str, entry: Mapping[str, Any]) -> dict[str, float]:
