@@ -19,6 +19,7 @@ from catwalk_steps.distributed.groups import (
 )
 from catwalk_steps.distributed.rendezvous import connect_store, start_store
 from catwalk_steps.launch.launcher import PRELOAD
+from catwalk_steps.scoring.generation import Ranks
 
 
 def _worker(rank, world_size, port, fn, args, init, out_dir):
@@ -69,3 +70,17 @@ def run_distributed(
     )
     del store
     return [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
+
+
+class OthersStillGoing(Ranks):
+    """This rank's view of the others when another needs `extra` more steps (a generation's,
+    a batch of perplexity windows') after this one is done: a lockstep loop's `Ranks`."""
+
+    def __init__(self, extra: int):
+        self.extra = extra
+
+    def any(self, flag: bool) -> bool:
+        if flag:
+            return True
+        self.extra -= 1
+        return self.extra >= 0

@@ -17,7 +17,6 @@ from catwalk_steps.scoring import continuous
 from catwalk_steps.scoring.generated import generate_texts
 from catwalk_steps.scoring.generation import (
     GenerationEncoder,
-    Ranks,
     greedy_generate,
     shared_prefix,
 )
@@ -25,6 +24,8 @@ from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.tokenization import load_tokenizer
 from catwalk_steps.tasks import GenerationInstance, Task
 from catwalk_steps.tasks.answers import AnswerScoring
+
+from .distributed import OthersStillGoing
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -154,19 +155,6 @@ class Scripted:
             logits[row, token] = 1.0
         self.calls += 1
         return logits, cache
-
-
-class OthersStillGoing(Ranks):
-    """Another rank needs `extra` more steps after this one is done."""
-
-    def __init__(self, extra: int):
-        self.extra = extra
-
-    def any(self, flag: bool) -> bool:
-        if flag:
-            return True
-        self.extra -= 1
-        return self.extra >= 0
 
 
 def test_rows_stop_at_end_of_text_a_stop_sequence_or_their_budget_and_ranks_step_together():

@@ -27,7 +27,6 @@ from catwalk_steps.kinds.perplexity import (
     rolling_windows,
 )
 from catwalk_steps.kinds.stored import StoredSplit
-from catwalk_steps.scoring.generation import Ranks
 from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.scoring.sequences import SequenceEncoder
 from catwalk_steps.settings import FP32
@@ -35,6 +34,8 @@ from catwalk_steps.tasks import PerplexityInstance, PerplexityTask, Task
 from catwalk_steps.tasks.base import TaskDataError
 from catwalk_steps.tasks.perplexity import wikitext_detokenized
 from catwalk_steps.workspace.formats import InstancesFormat
+
+from .distributed import OthersStillGoing
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
@@ -152,19 +153,6 @@ def test_a_corpus_of_ones_own_scores_as_lm_evals_loglikelihood_rolling(model, tm
     print(f"own corpus at {length}: largest relative difference {worst:.2e}")
 
 
-class Behind(Ranks):
-    """A rank whose partner holds `extra` more batches of windows: it says so until they ran."""
-
-    def __init__(self, extra: int):
-        self.extra = extra
-
-    def any(self, flag: bool) -> bool:
-        if flag:
-            return True
-        self.extra -= 1
-        return self.extra >= 0
-
-
 def test_windows_under_an_engine_run_in_lockstep_and_equal_one_device(model, tmp_path):
     """The batches an engine runs (the collate's windows, a batch's rows a forward, padding
     weighs nothing and runs no window, stand-ins while another rank is not done): each
@@ -185,7 +173,7 @@ def test_windows_under_an_engine_run_in_lockstep_and_equal_one_device(model, tmp
         items = instances[start : start + 4]
         batch = collate([*items, Padding(items[0])])  # a stand-in, as a rank's share is padded
         assert len({s.instance for s in batch.sequences}) == len(items)  # none for the padding
-        scorer, before = Scorer(forward, model, Behind(2)), len(forwards)
+        scorer, before = Scorer(forward, model, OthersStillGoing(2)), len(forwards)
         rows = KIND.batch_answers(scorer, batch, items)[: len(items)]
         # its windows a batch's rows (its documents) at a time, then two stand-ins while the
         # other rank runs
