@@ -41,15 +41,11 @@ import time
 from pathlib import Path
 
 from common import REPO, write_results
+from tokenize_once import WORDS as TOKENIZE_ONCE_WORDS
 
 TOKENIZER = "olmo_eval::gpt-neox-olmo-dolma-v1_5"
 MAX_LENGTH = 512
-WORDS = (  # noqa: SIM905  (a paragraph of words)
-    "the of and to in is was for that on as with by he it at from his an were are which this "
-    "be or has had first one their its new after who they have her she two been other when "
-    "there all during into school time may years more most only over city some world would "
-    "where later up such used many can state about national out known university united then"
-).split()
+WORDS = TOKENIZE_ONCE_WORDS[:73]  # its first 73 words: the generated files are made of these
 CHAT_TEMPLATE = (  # bench/trl_prepare.py's: the same rendering on both sides
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
