@@ -27,7 +27,7 @@ from catwalk_steps.scoring.rank_classifier import RankClassifier
 from catwalk_steps.steps.evaluate import Evaluate
 from catwalk_steps.tango_fixes.executor import execution_order
 from catwalk_steps.tasks.base import MultipleChoiceInstance as Instance
-from catwalk_steps.workspace.held_model import models_loaded, release_model
+from catwalk_steps.workspace.held_model import HeldModel
 
 from .conftest import (
     EXPERIMENTS,
@@ -113,14 +113,14 @@ def modules_in(value) -> list:
 # --- Nothing at graph build ------------------------------------------------------------------
 
 
-def test_building_a_suites_graph_loads_no_model(tmp_path, saved_gpt2):
-    release_model()
-    before = models_loaded()
+def test_building_a_suites_graph_loads_no_model(tmp_path, saved_gpt2, monkeypatch):
+    loaded = []
+    monkeypatch.setattr(HeldModel, "use", lambda self, key, load, what: loaded.append(key))
     models = f"{{untrained: lib.models.tiny_gpt2, saved: lib.models.pretrained('{saved_gpt2}')}}"
     graph = suite_graph(tmp_path, models)
     evaluations = [step for step in graph.values() if isinstance(step, Evaluate)]
     assert len(evaluations) == 2 * len(SUITE_TASKS)
-    assert models_loaded() == before
+    assert loaded == []
     for step in evaluations:
         assert modules_in(step.kwargs) == []
         assert isinstance(step.kwargs["model"], dict)  # data: the step's identity

@@ -1,7 +1,8 @@
 """Values passed, not set afterwards (issue 58, item 4): a trained model's history and card,
 the loop's step count and its `train_steps`, the model's `wrapping_root` and the run's
 parallelism each reach their reader as a constructor's argument, a returned value or a declared
-interface; measured with ast over catwalk_steps/, and by what a slot is started with."""
+interface; measured with ast over catwalk_steps/, and by what a slot is started with. The one
+loaded model is held by the workspace's step cache, not by a module."""
 
 from __future__ import annotations
 
@@ -87,3 +88,25 @@ def test_a_slot_is_started_with_the_runs_parallelism():
     handle on its executor)."""
     run = ParallelRun(Executor(3), StepGraph({}), None)
     assert run.slot_settings("graph.jsonnet", threads=1).parallelism == 3
+
+
+def test_the_held_model_belongs_to_its_workspace_not_to_the_process(tmp_path):
+    """The one loaded model is held by the workspace's step cache and reached from it
+    (`held_by`): two workspaces in one process hold their own; a workspace of another kind
+    shares none (a holder of its own each time)."""
+    from tango.workspaces import MemoryWorkspace
+
+    from catwalk_steps.workspace.shared import SharedLocalWorkspace
+    from catwalk_steps.workspace.step_cache import held_by
+
+    one, two = SharedLocalWorkspace(tmp_path / "one"), SharedLocalWorkspace(tmp_path / "two")
+    assert held_by(one) is held_by(one) and held_by(one) is not held_by(two)
+    model = held_by(one).use("a", lambda: "weights", "a model")
+    assert model == "weights" and held_by(one).get("a") == "weights"
+    assert held_by(two).get("a") is None and held_by(two).loads == 0
+    assert held_by(one).use("a", lambda: "again", "a model") == "weights"  # loaded once
+    assert held_by(one).loads == 1
+    held_by(one).release()
+    assert held_by(one).get("a") is None and held_by(one).key is None
+    memory = MemoryWorkspace()
+    assert held_by(memory) is not held_by(memory)

@@ -35,7 +35,8 @@ from ..scoring.causal_lm import causal_lm_config, unavailable_here
 from ..scoring.rank_classifier import RankClassifier
 from ..scoring.tokenization import load_tokenizer
 from ..tasks.chat_templates import ChatTemplate
-from ..workspace.held_model import use_model
+from ..workspace.held_model import HeldModel
+from ..workspace.step_cache import held_by
 
 RANK_CLASSIFIER = "catwalk::rank_classifier"
 
@@ -59,17 +60,19 @@ def model_block(value: Any) -> Any:
 
 
 class ConfiguredModel:
-    """A model block: built (random init) or read (pretrained) when the step runs."""
+    """A model block: built (random init) or read (pretrained) when the step runs, through
+    `held` (the workspace's one held model; by default a holder of its own)."""
 
-    def __init__(self, block: Mapping[str, Any]):
+    def __init__(self, block: Mapping[str, Any], held: HeldModel | None = None):
         self.block = dict(block)
         self.key = det_hash(self.block)
+        self.held = held if held is not None else HeldModel()
 
     def lazy(self) -> Lazy[Model]:
         return Lazy(Model, Params(json.loads(json.dumps(self.block))))
 
     def load(self) -> Model:
-        return use_model(self.key, lambda: self.lazy().construct(), self.describe())
+        return self.held.use(self.key, lambda: self.lazy().construct(), self.describe())
 
     def describe(self) -> str:
         if self.block.get("pretrained"):
@@ -163,14 +166,17 @@ def _hf_config(block_json: str) -> Any:
 
 
 class SavedModel:
-    """A step's model result (a Hugging Face directory in the workspace), read when needed."""
+    """A step's model result (a Hugging Face directory in the workspace), read when needed
+    through the workspace's one held model."""
 
     def __init__(self, step: Any, workspace: Any):
         self.step, self.workspace = step, workspace
         self.key = step.unique_id
+        self.held = held_by(workspace)
 
     def load(self) -> Model:
-        return use_model(self.key, lambda: self.workspace.step_cache[self.step], self.describe())
+        cache = self.workspace.step_cache
+        return self.held.use(self.key, lambda: cache[self.step], self.describe())
 
     def describe(self) -> str:
         return f"'{self.step.name}' ({self.directory()})"
@@ -251,12 +257,13 @@ class BuiltModel:
 ModelSource = ConfiguredModel | SavedModel | BuiltModel
 
 
-def model_source(model: Any, workspace: Any = None) -> ModelSource:
-    """The source of an evaluate step's `model` as the step receives it when it runs."""
+def model_source(model: Any, held: HeldModel | None = None) -> ModelSource:
+    """The source of an evaluate step's `model` as the step receives it when it runs; a block
+    is loaded through `held` (the workspace's, :func:`held_by`)."""
     if isinstance(model, (ConfiguredModel, SavedModel, BuiltModel)):
         return model
     if isinstance(model, Mapping):
-        return ConfiguredModel(model)
+        return ConfiguredModel(model, held)
     if isinstance(model, Model):
         return BuiltModel(model)
     raise ConfigurationError(

@@ -100,7 +100,7 @@ def serve(settings: SlotSettings, inbox: Any, outbox: Any) -> None:
     from tango.executor import Executor
     from tango.step_graph import StepGraph
 
-    from ..workspace.held_model import held_model_key
+    from ..workspace.step_cache import held_by
 
     for package in settings.include_package:
         import_extra_module(package)
@@ -115,7 +115,7 @@ def serve(settings: SlotSettings, inbox: Any, outbox: Any) -> None:
             return
         log_under(f"step {name}")
         ok = run_step(graph[name], executor)
-        if not send(outbox, {"finished": name, "ok": ok, "model": held_model_key()}):
+        if not send(outbox, {"finished": name, "ok": ok, "model": held_by(workspace).key}):
             return  # stopped while the step ended: its state is in the workspace
 
 

@@ -36,7 +36,7 @@ from ..training.trackers.backfill import backfill
 from ..training.trackers.tensorboard import TENSORBOARD_DIR
 from ..training.trackers.wandb_backfill import backfill_wandb
 from ..workspace.formats import HFModelFormat
-from ..workspace.held_model import release_model
+from ..workspace.step_cache import held_by
 from .evaluate import Evaluate
 
 
@@ -148,7 +148,7 @@ class EvaluateCheckpoints(Step[Report]):
             for evaluation in evaluations[step].values():
                 evaluation.result(self.workspace, needed_by=self)
             self.logger.info("checkpoint at step %d: scored on %d tasks", step, len(tasks))
-        release_model()
+        held_by(self.workspace).release()
         report_step = CheckpointReport(
             step_name=f"{self.name},report",
             results={str(step): evaluations[step] for step in sorted(evaluations)},

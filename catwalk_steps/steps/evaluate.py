@@ -40,6 +40,7 @@ from ..scoring.tokenization import chat_tokenizer, load_tokenizer
 from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..tasks import LOADED_SPLITS, ModelTokenizer, Task
 from ..workspace.formats import EvaluationFormat, HFModelFormat
+from ..workspace.step_cache import held_by
 from .load_task import LoadTask
 
 # `Evaluate._replace_steps_with_results` overrides a private method of Tango's Step (no public
@@ -213,7 +214,7 @@ class Evaluate(Step[dict]):
         rendezvous_timeout: float = DEFAULTS["rendezvous_timeout"],
         model_content: dict[str, str] | None = None,  # the step's identity only
     ) -> dict[str, Any]:
-        source = model_source(model)
+        source = model_source(model, held_by(self.workspace))
         instances, about = step_instances(source, task, dataset_dict, split)
         settings = EvaluationSettings(
             batch_size, max_length, precision, device, device_count, engine, num_nodes

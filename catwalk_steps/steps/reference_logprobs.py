@@ -36,6 +36,7 @@ from ..scoring.choices import max_length_of, max_positions
 from ..scoring.tokenization import load_tokenizer
 from ..settings import EVALUATION_DEFAULTS as DEFAULTS
 from ..workspace.formats import InstancesFormat
+from ..workspace.step_cache import held_by
 from .evaluate import Evaluate, loaded_splits, said_when_stopped, with_model_content
 
 BATCH_SIZE = 16  # answers per forward (8 pairs), as evaluate's batch_size counts sequences
@@ -143,7 +144,7 @@ class ReferenceLogprobs(Evaluate):
         engine: Lazy[TrainingEngine] | None = DEFAULTS["engine"],
         model_content: dict[str, str] | None = None,  # the step's identity only (evaluate's)
     ) -> DatasetDict:
-        source = model_source(model)
+        source = model_source(model, held_by(self.workspace))
         check_same_tokenizer(source.tokenizer_name(), tokenizer, "reference_logprobs.model")
         names = list(splits or dataset_dict.keys())
         check_splits(names, list(dataset_dict.keys()))

@@ -37,7 +37,7 @@ from ..tasks import Task
 from ..training.run_card import finished, run_card
 from ..training.trackers import RUN_CARD_FILE
 from ..workspace.formats import HFModelFormat
-from ..workspace.held_model import release_model
+from ..workspace.step_cache import held_by
 
 
 @Step.register("catwalk::train")
@@ -140,7 +140,7 @@ class TrainRankClassifier(Step[RankClassifier]):
             # Only for a step that trains (not when its result is cached); its imports run
             # while the job is planned (the in-loop tasks read, the data checked).
             start_worker_server(get_extra_imported_modules())
-        release_model()  # a model an evaluation left in this process: memory for training
+        held_by(self.workspace).release()  # a model an evaluation left: memory for training
         job = build_job(
             settings, self.unique_id, self.name, self.work_dir, self.workspace, self.logger
         )

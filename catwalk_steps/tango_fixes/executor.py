@@ -33,7 +33,7 @@ from ..parallel.scheduler import ParallelRun
 from ..parallel.sizing import check_lease_directory
 from ..reports import ReportFormat, print_report
 from ..run_temp import remove_stale
-from ..workspace.held_model import release_model
+from ..workspace.step_cache import held_by
 
 
 @Executor.register("catwalk::executor")
@@ -63,7 +63,7 @@ class CatwalkExecutor(Executor):
                 return ParallelRun(self, ordered, run_name).execute()
             return super().execute_step_graph(ordered, run_name)
         finally:
-            release_model()
+            held_by(self.workspace).release()
             print_reports(step_graph, self.workspace)
 
 

@@ -2,10 +2,11 @@
 
 A suite scores one model on many tasks, one `catwalk::evaluate` step each: each step used to load
 the weights again, and Tango's step cache kept up to eight results in memory, models included.
-Here a step asks for its model by key: the model held is returned when the key is its own; any
-other is released first (its memory freed, the CUDA cache too), then loaded, with one log line.
-The executor runs the evaluations of one model together (:mod:`catwalk_steps.tango_fixes.executor`),
-so a suite loads each model once.
+Here a step asks its workspace's holder (:func:`catwalk_steps.workspace.step_cache.held_by`: the
+step cache owns one) for its model by key: the model held is returned when the key is its own;
+any other is released first (its memory freed, the CUDA cache too), then loaded, with one log
+line. The executor runs the evaluations of one model together
+(:mod:`catwalk_steps.tango_fixes.executor`), so a suite loads each model once.
 """
 
 from __future__ import annotations
@@ -24,67 +25,52 @@ logger = logging.getLogger(__name__)
 M = TypeVar("M")
 
 
-class _Held:
-    """The model this process holds, and under which key."""
+class HeldModel:
+    """The one model held, and under which key; `loads` counts the models it loaded."""
 
-    key: str | None = None
-    model: Any = None
-    loads: int = 0  # models loaded by this process: the tests count them
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.model: Any = None
+        self.loads = 0
 
+    def use(self, key: str, load: Callable[[], M], what: str) -> M:
+        """The model known as `key`: the one held, or loaded now (the held one released first)."""
+        if self.key == key:
+            return self.model
+        self.release()
+        started = time.monotonic()
+        model = load()
+        self.loads += 1
+        announce(
+            logger,
+            "Loaded model %s (%s parameters) in %.1f s",
+            what,
+            f"{parameter_count(model):,}",
+            time.monotonic() - started,
+        )
+        self.keep(key, model)
+        return model
 
-_held = _Held()
+    def keep(self, key: str, model: Any) -> None:
+        """Holds `model` (a step's result just computed here) as the one model held."""
+        if self.key != key:
+            self.release()
+        self.key, self.model = key, model
 
+    def get(self, key: str) -> Any:
+        """The model held under `key`, or None."""
+        return self.model if self.key == key else None
 
-def use_model(key: str, load: Callable[[], M], what: str) -> M:
-    """The model known as `key`: the one held, or loaded now (the held one released first)."""
-    if _held.key == key:
-        return _held.model
-    release_model()
-    started = time.monotonic()
-    model = load()
-    _held.loads += 1
-    announce(
-        logger,
-        "Loaded model %s (%s parameters) in %.1f s",
-        what,
-        f"{parameter_count(model):,}",
-        time.monotonic() - started,
-    )
-    keep_model(key, model)
-    return model
-
-
-def keep_model(key: str, model: Any) -> None:
-    """Holds `model` (a step's result just computed here) as the one model of this process."""
-    if _held.key != key:
-        release_model()
-    _held.key, _held.model = key, model
-
-
-def held_model(key: str) -> Any:
-    """The model held under `key`, or None."""
-    return _held.model if _held.key == key else None
-
-
-def held_model_key() -> str | None:
-    """The key of the model this process holds, if any."""
-    return _held.key
-
-
-def release_model() -> None:
-    """Drops the held model and frees its memory (once no one else refers to it)."""
-    if _held.model is None:
-        return
-    parameters = getattr(_held.model, "parameters", None)
-    on_gpu = parameters is not None and any(p.is_cuda for p in parameters())
-    _held.key, _held.model = None, None
-    gc.collect()
-    if on_gpu:
-        torch.cuda.empty_cache()
-
-
-def models_loaded() -> int:
-    return _held.loads
+    def release(self) -> None:
+        """Drops the held model and frees its memory (once no one else refers to it)."""
+        if self.model is None:
+            return
+        parameters = getattr(self.model, "parameters", None)
+        on_gpu = parameters is not None and any(p.is_cuda for p in parameters())
+        self.key, self.model = None, None
+        gc.collect()
+        if on_gpu:
+            torch.cuda.empty_cache()
 
 
 def parameter_count(model: Any) -> int:

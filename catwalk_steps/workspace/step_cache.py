@@ -22,7 +22,7 @@ from tango.step_info import StepInfo
 
 from ..errors import first_line, one_line_error
 from ..files import DiskFullError, disk_full, no_room
-from .held_model import held_model, keep_model
+from .held_model import HeldModel
 
 # Tango's formats that read plain data. (Its "dill" format unpickles; its "json" format imports
 # and calls whatever a file names under "_dataclass".)
@@ -63,7 +63,12 @@ def full_result(
 
 class CheckedStepCache(LocalStepCache):
     """Tango's local step cache, with one-line errors for damaged results (see the module), and
-    models held as the process's one loaded model (:mod:`catwalk_steps.workspace.held_model`)."""
+    models held as the process's one loaded model (:attr:`held`,
+    :mod:`catwalk_steps.workspace.held_model`)."""
+
+    def __init__(self, dir: Path | str) -> None:
+        super().__init__(dir)
+        self.held = HeldModel()  # the workspace's steps load and release through it
 
     # Tango 1.3.2's in-memory caches (`_add_to_cache`, `_get_from_cache`, private) keep the last
     # eight results read or written, models too: a suite of trained models held them all. A
@@ -71,12 +76,12 @@ class CheckedStepCache(LocalStepCache):
 
     def _add_to_cache(self, key: str, o: Any) -> None:
         if isinstance(o, torch.nn.Module):
-            keep_model(key, o)
+            self.held.keep(key, o)
             return
         super()._add_to_cache(key, o)
 
     def _get_from_cache(self, key: str) -> Any:
-        held = held_model(key)
+        held = self.held.get(key)
         return held if held is not None else super()._get_from_cache(key)
 
     def __setitem__(self, step: Step, value: Any) -> None:
@@ -124,3 +129,11 @@ class CheckedStepCache(LocalStepCache):
                 f"its metadata names the format {recorded!r}, which is not a data format of "
                 "catwalk_steps' results; it is not read"
             )
+
+
+def held_by(workspace: Any) -> HeldModel:
+    """The holder of the model a step of `workspace` scores or releases: its step cache's. A
+    workspace of another kind (Tango's own, in Python) has none to share: each call gets a new
+    one, so each load there is its own."""
+    cache = workspace.step_cache
+    return cache.held if isinstance(cache, CheckedStepCache) else HeldModel()
