@@ -26,6 +26,7 @@ import torch
 from ..tasks import GenerationInstance
 from .decoding import Decoding, Step, shared_prefix
 from .generation import GenerationEncoder, Rows, chosen_tokens
+from .sampling import Choice, greedy
 
 
 def joinable(cache: Any) -> bool:
@@ -91,13 +92,16 @@ class Slots:
 class Prompts:
     """The prompts to answer, and how a batch of them starts."""
 
-    def __init__(self, encoder, prompts, instances, eos_ids):
-        self.encoder, self.prompts, self.instances, self.eos_ids = (
-            encoder,
-            prompts,
-            instances,
-            eos_ids,
-        )
+    def __init__(
+        self,
+        encoder: GenerationEncoder,
+        prompts: Sequence[Sequence[int]],
+        instances: Sequence[GenerationInstance],
+        eos_ids: set[int],
+        choose: Choice = greedy,
+    ):
+        self.encoder, self.prompts, self.instances = encoder, prompts, instances
+        self.eos_ids, self.choose = eos_ids, choose
 
     def started(self, decoding: Decoding, requests: list[int]) -> Slots:
         chosen = [self.instances[i] for i in requests]
@@ -106,7 +110,7 @@ class Prompts:
         return Slots(decoding, rows, list(requests), self.next_tokens(rows, logits))
 
     def next_tokens(self, rows: Rows, logits: torch.Tensor) -> list[int]:
-        return chosen_tokens(rows, logits, self.eos_ids, self.encoder)
+        return chosen_tokens(rows, logits, self.eos_ids, self.encoder, self.choose)
 
 
 def continuous_generate(
@@ -117,13 +121,15 @@ def continuous_generate(
     eos_ids: set[int],
     batch_size: int,
     share_prefix: bool = True,
+    choose: Choice = greedy,
 ) -> list[list[int]]:
     """Each prompt's generated tokens (without the end-of-text token), in input order; prompts
-    enter the batch in order (put the longest first)."""
+    enter the batch in order (put the longest first). `choose`: greedy, or a
+    :class:`~.sampling.Sampler` (its draws then depend on which prompts share the batch)."""
     decoding = Decoding(step, encoder.pad_id)
     if share_prefix:
         decoding.share(prompts[0][: shared_prefix(prompts)])
-    asked = Prompts(encoder, prompts, instances, eos_ids)
+    asked = Prompts(encoder, prompts, instances, eos_ids, choose)
     results: list[list[int] | None] = [None] * len(prompts)
     waiting = deque(range(len(prompts)))
     batch = asked.started(

@@ -81,6 +81,17 @@ class Decoding:
         self.mask, self.positions = mask, positions[:, -1:]
         return logits
 
+    def expand(self, logits: torch.Tensor, times: int) -> torch.Tensor:
+        """Each row as `times` rows in a row (row r's copies are rows r * times ...): its cache,
+        mask and position, and its `logits` (returned), so that a prompt run once is continued
+        `times` ways (a group of sampled completions) without running it again."""
+        if times > 1:
+            self.cache.batch_repeat_interleave(times)
+            self.mask = self.mask.repeat_interleave(times, dim=0)
+            self.positions = self.positions.repeat_interleave(times, dim=0)
+            logits = logits.repeat_interleave(times, dim=0)
+        return logits
+
     def advance(self, tokens: Sequence[int]) -> torch.Tensor:
         """One decoding step: each row's next token in; each row's next logits."""
         ids = torch.tensor(list(tokens), dtype=torch.long).unsqueeze(1)

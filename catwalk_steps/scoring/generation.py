@@ -29,6 +29,7 @@ import torch
 from ..tasks import GenerationInstance
 from ..tasks.generation import prompt_room
 from .decoding import Decoding, Step, shared_prefix
+from .sampling import Choice, greedy
 from .sequences import CHARS_PER_TOKEN
 from .tokenization import Known, TextKey, tokenize_keys
 
@@ -129,9 +130,11 @@ def greedy_generate(
     live: Sequence[bool] | None = None,
     ranks: Ranks | None = None,
     share_prefix: bool = True,
+    choose: Choice = greedy,
 ) -> list[list[int]]:
     """Each row's generated tokens (without the end-of-text token). `live` marks the rows that
-    count (others, stand-ins that even out ranks' shares, stop at once but keep stepping)."""
+    count (others, stand-ins that even out ranks' shares, stop at once but keep stepping);
+    `choose` picks each step's tokens (:mod:`.sampling`: greedy, or sampled)."""
     ranks = ranks or Ranks()
     rows = Rows([x.until for x in instances], [x.max_gen_toks for x in instances])
     if live is not None:
@@ -142,7 +145,7 @@ def greedy_generate(
     decoding.share(prompts[0][:shared])
     logits = decoding.start(prompts)
     while True:
-        next_tokens = chosen_tokens(rows, logits, eos_ids, encoder)
+        next_tokens = chosen_tokens(rows, logits, eos_ids, encoder, choose)
         if not ranks.any(not all(rows.done)):
             return rows.tokens
         # Finished rows keep stepping (their tokens are not kept): one forward for all.
@@ -150,10 +153,16 @@ def greedy_generate(
 
 
 def chosen_tokens(
-    rows: Rows, logits: torch.Tensor, eos_ids: Collection[int], encoder: GenerationEncoder
+    rows: Rows,
+    logits: torch.Tensor,
+    eos_ids: Collection[int],
+    encoder: GenerationEncoder,
+    choose: Choice = greedy,
 ) -> list[int]:
-    """Each row's most likely next token, given to the rows not done yet (:func:`finish_row`)."""
-    tokens = logits.argmax(dim=-1).tolist()
+    """Each row's next token (`choose`'s: the most likely one, or one sampled), given to the
+    rows not done yet (:func:`finish_row`). Done rows are chosen for too: a sampler's draws
+    then never depend on which rows are done."""
+    tokens = choose(logits).tolist()
     for row, token in enumerate(tokens):
         if not rows.done[row]:
             finish_row(rows, row, token, eos_ids, encoder)

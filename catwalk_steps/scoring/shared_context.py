@@ -107,13 +107,13 @@ def attention_mask_for(
     return torch.zeros(visible.shape, device=visible.device).masked_fill(~visible, blocked)
 
 
-def packed_log_probs(lm: PreTrainedModel, packed: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """log p(target | its prefix) for every continuation token of the packed rows, float32.
-
-    The head's logits exist only at the predicting positions (one per fed continuation token,
-    one per row for the context's last token); the log-softmax runs there, once per position,
-    in float32, and the targets predicted at a position share it.
-    """
+def predicted_log_probs(
+    lm: PreTrainedModel, packed: Mapping[str, torch.Tensor], temperature: float = 1.0
+) -> torch.Tensor:
+    """[predicting positions, vocabulary]: the log-softmax of the logits divided by
+    `temperature`, in float32, at the packed rows' predicting positions only (the head's logits
+    exist only there: one per fed continuation token, one per row for the context's last
+    token)."""
     rows, cols = packed["packed_predict_rows"], packed["packed_predict_cols"]
     positions = packed["packed_position_ids"]
     with head_inputs_at(lm.get_output_embeddings(), rows, cols):
@@ -123,8 +123,37 @@ def packed_log_probs(lm: PreTrainedModel, packed: Mapping[str, torch.Tensor]) ->
             position_ids=positions,
             use_cache=False,
         ).logits[0]
-    log_probs = logits.float().log_softmax(dim=-1)
+    logits = logits.float()
+    if temperature != 1.0:  # 1: exactly the untempered log-softmax, not a division by 1.0
+        logits = logits / temperature
+    return logits.log_softmax(dim=-1)
+
+
+def packed_log_probs(
+    lm: PreTrainedModel, packed: Mapping[str, torch.Tensor], temperature: float = 1.0
+) -> torch.Tensor:
+    """log p(target | its prefix) for every continuation token of the packed rows, float32.
+
+    The log-softmax runs once per predicting position, and the targets predicted at a position
+    share it. `temperature`: of the distribution the tokens were sampled from (GRPO scores a
+    completion under the logits divided by its sampling temperature, as TRL does); 1 for
+    scoring and DPO.
+    """
+    log_probs = predicted_log_probs(lm, packed, temperature)
     return log_probs[packed["packed_target_predictor"], packed["packed_target_ids"]]
+
+
+def packed_log_probs_and_entropies(
+    lm: PreTrainedModel, packed: Mapping[str, torch.Tensor], temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`packed_log_probs` and, for every continuation token, the entropy of the
+    (tempered) distribution it was drawn from: what TRL reports as GRPO's `entropy`. From the
+    same forward; the entropy costs one more pass over the vocabulary, so only callers that
+    report it pay for it."""
+    log_probs = predicted_log_probs(lm, packed, temperature)
+    entropies = -(log_probs.exp() * log_probs).sum(dim=-1)
+    predictor = packed["packed_target_predictor"]
+    return log_probs[predictor, packed["packed_target_ids"]], entropies[predictor]
 
 
 def packed_scores(

@@ -1,0 +1,108 @@
+"""Rollouts: G sampled completions of each prompt (GRPO's groups, issue 59), each prompt run once.
+
+The prompts' common first tokens run once for the batch (:meth:`~.decoding.Decoding.share`),
+then each prompt's own tokens once (:meth:`~.decoding.Decoding.start`, one row per prompt), and
+its cache is copied G times (:meth:`~.decoding.Decoding.expand`): a group shares its prompt's
+keys and values instead of computing them G times as `generate` on G copies does. Then every
+step samples one token per row (:class:`~.sampling.Sampler`) and runs one forward for all rows.
+
+A completion ends at an end-of-text token (kept: it is a token the policy chose, and GRPO's loss
+counts it, as TRL's completion mask does) or after `max_completion_length` tokens; it is
+`truncated` when its last token is not end-of-text (TRL's meaning: cut by the length).
+
+As greedy generation (:func:`~.generation.greedy_generate`), one step is one call of `step`, and
+under a sharded engine :class:`~.generation.Ranks` keeps the ranks in lockstep: they agree on
+running a shared prefix, and a rank whose completions are done (or that has no prompt: it steps
+a one-token stand-in) keeps stepping until every rank is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .decoding import Decoding, Step, shared_prefix
+from .generation import Ranks
+from .sampling import Sampler, Sampling
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion: its tokens (its end-of-text token included when it has one),
+    whether the length cut it, and the index of its prompt."""
+
+    tokens: list[int]
+    truncated: bool
+    prompt: int
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """What every rollout of a run shares: completions per prompt (G), how tokens are sampled,
+    the most tokens a completion has, the tokens that end one, and what pads the prompts."""
+
+    num_generations: int
+    sampling: Sampling
+    max_completion_length: int
+    eos_ids: Collection[int]
+    pad_id: int
+
+
+def rollouts(
+    step: Step,
+    prompts: Sequence[Sequence[int]],
+    settings: RolloutSettings,
+    generator: torch.Generator,
+    ranks: Ranks | None = None,
+    share_prefix: bool = True,
+) -> list[Completion]:
+    """G completions of each prompt (token ids, none empty), prompt by prompt: completions
+    `i * G ... i * G + G - 1` are prompt `i`'s. Draws come from `generator` (on the logits'
+    device; :func:`~.sampling.generator_for`); the same prompts, settings and generator state
+    give the same completions. Collective where `ranks` is: every rank calls it, with its own
+    prompts (any number, none included)."""
+    if any(len(prompt) == 0 for prompt in prompts):
+        raise ValueError("rollouts: an empty prompt (no token to sample the first one from)")
+    ranks = ranks or Ranks()
+    asked = [list(p) for p in prompts] or [[settings.pad_id]]  # a stand-in keeps in step
+    shared = shared_prefix(asked) if share_prefix else 0
+    shared = shared if ranks.all(shared > 0) else 0  # one forward more on every rank, or none
+    decoding = Decoding(step, settings.pad_id)
+    decoding.share(asked[0][:shared])
+    logits = decoding.expand(decoding.start(asked), settings.num_generations)
+    choose = Sampler(settings.sampling, generator)
+    tokens = sampled(decoding, logits, settings, choose, ranks, done=not prompts)
+    if not prompts:
+        return []
+    return [
+        Completion(row, row[-1] not in settings.eos_ids, index // settings.num_generations)
+        for index, row in enumerate(tokens)
+    ]
+
+
+def sampled(
+    decoding: Decoding,
+    logits: torch.Tensor,
+    settings: RolloutSettings,
+    choose: Sampler,
+    ranks: Ranks,
+    done: bool = False,
+) -> list[list[int]]:
+    """Each row's tokens, from the first `logits` on, until every row of every rank is done
+    (`done`: these rows, a stand-in's, from the start). Done rows are still drawn for and fed
+    (their tokens not kept): one forward for all rows, and each step's draw the same whichever
+    rows are done."""
+    tokens: list[list[int]] = [[] for _ in range(logits.size(0))]
+    finished = [done] * len(tokens)
+    while True:
+        chosen = choose(logits).tolist()
+        for row, token in enumerate(chosen):
+            if not finished[row]:
+                tokens[row].append(token)
+                ending = token in settings.eos_ids
+                finished[row] = ending or len(tokens[row]) >= settings.max_completion_length
+        if not ranks.any(not all(finished)):
+            return tokens
+        logits = decoding.advance(chosen)
