@@ -103,9 +103,10 @@ def test_a_sampled_token_is_the_one_hugging_faces_warpers_and_multinomial_draw(m
 def test_top_p_removes_tokens_whose_cumulative_probability_reaches_1_minus_top_p():
     """Four equal tokens (probabilities 1/4, exact): at top_p 0.5 the two whose cumulative
     probability is <= 0.5 go, as HF's `<=` removes them (a `<` would keep three); at a top_p
-    below every token's probability the most likely one stays."""
+    so small that 1 - top_p is 1 in float32 every token's cumulative probability reaches it,
+    and the most likely one stays all the same."""
     logits = torch.zeros((1, 4))
-    for top_p, left in ((0.5, 2), (0.01, 1), (0.8, 4)):
+    for top_p, left in ((0.5, 2), (0.01, 1), (1e-8, 1), (0.8, 4)):
         sampling = Sampling(top_p=top_p)
         warped = warped_logits(logits, sampling)
         assert int(warped.isfinite().sum()) == left
