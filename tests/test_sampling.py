@@ -16,6 +16,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from catwalk_steps.scoring.continuous import continuous_generate
 from catwalk_steps.scoring.generation import (
     GenerationEncoder,
     forward_step,
@@ -115,7 +116,8 @@ def test_top_p_removes_tokens_whose_cumulative_probability_reaches_1_minus_top_p
 
 def test_top_k_1_is_greedy_decoding(model):
     """Sampling from the most likely token alone is the argmax: a whole greedy generation
-    (lockstep, shared prefix) gives the same tokens with a top_k 1 sampler."""
+    (lockstep, shared prefix; continuous batching) gives the same tokens with a top_k 1
+    sampler."""
     encoder = GenerationEncoder(model.tokenizer, 128)
     texts = ["Once upon a time, there was a cat", "Once upon a time, there was a dog"]
     prompts = prompts_of(model, texts)
@@ -128,6 +130,8 @@ def test_top_k_1_is_greedy_decoding(model):
         top_1 = Sampler(Sampling(temperature=0.3, top_k=1), torch.Generator().manual_seed(0))
         sampled = greedy_generate(step, encoder, prompts, instances, eos, choose=top_1)
         assert sampled == greedy and len(greedy[0]) == 12
+        batched = continuous_generate(step, encoder, prompts, instances, eos, 1, choose=top_1)
+        assert batched == greedy
         wide = Sampler(Sampling(temperature=2.0), torch.Generator().manual_seed(0))
         assert greedy_generate(step, encoder, prompts, instances, eos, choose=wide) != greedy
 
