@@ -121,6 +121,33 @@ def test_a_users_registered_reward_is_found_by_name_and_none_does_not_apply(synt
         rewards("tests_rewards::lenght")
 
 
+def test_a_reward_of_a_users_package_is_found_once_the_package_is_included(
+    tmp_path, monkeypatch, synthetic
+):
+    """What `include_package: ['my_rewards']` does (Tango imports the package and its
+    modules): its registered reward is then a name in `reward_funcs`, built with its keys."""
+    from tango.common.util import import_module_and_submodules
+
+    package = tmp_path / "my_rewards"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "shouting.py").write_text(
+        "from catwalk_steps.rewards import Reward\n\n\n"
+        "@Reward.register('my_rewards::shouting')\n"
+        "class Shouting(Reward):\n"
+        "    def __init__(self, bonus: float = 1.0):\n"
+        "        self.bonus = bonus\n\n"
+        "    def __call__(self, instance, completion):\n"
+        "        return self.bonus if completion.isupper() else 0.0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import_module_and_submodules("my_rewards")
+    settings = rewards({"type": "my_rewards::shouting", "bonus": 2})
+    assert settings.names == ("shouting",)
+    table = score_completions(settings, synthetic[:1], [["YES", "no"]])
+    assert table[:, 0].tolist() == [2.0, 0.0]
+
+
 BAD = [
     ({"reward_funcs": ["catwalk::task_metrc"]}, "reward_funcs[0].type: unknown reward type "
      "'catwalk::task_metrc'; did you mean 'catwalk::task_metric'? (registered: "),
