@@ -6,7 +6,8 @@
   `include_package` of tango.yml or `-i`; from a directory without our tango.yml, an
   experiment's `catwalk::train` sent Tango's search through every module it knows, and one of
   its integrations (transformers) fails to import under transformers 5: a 55-line
-  `ImportError: cannot import name 'modeling_flax_auto'`.
+  `ImportError: cannot import name 'modeling_flax_auto'` (and from the second such search on,
+  Tango's refusal to register that integration's names again).
 - A name still unknown is :class:`UnknownTypeError`, one line with the closest registered name
   (a misspelt type showed that same ImportError): other namespaces (`torch::`) are searched as
   Tango searches them, integrations that fail to import passed over.
@@ -57,8 +58,9 @@ def found_or_said(original: Any) -> Any:
             return original(cls, name)
         if name.startswith(PREFIX):
             importlib.import_module(PACKAGE)  # registers every name of ours
-        else:
-            with contextlib.suppress(ImportError):
+        else:  # an integration that failed to import once registers its names again the
+            # next time, and Tango refuses that (a ConfigurationError: "already registered")
+            with contextlib.suppress(ImportError, ConfigurationError):
                 original(cls, name)
         if name in cls.list_available():
             return None

@@ -5,6 +5,8 @@ tango.yml). The sub-packages, from the bottom up:
 
 - :mod:`.tasks`: multiple-choice instances and their sources (hub, offline data, files, a
   seed); the standard tasks by name, built from templates as lm-evaluation-harness builds them;
+- :mod:`.rewards`: GRPO's rewards as data: registered by name (the task's own metric, a regex
+  format, a user's own), weighted, each call bounded;
 - :mod:`.settings`: each config block read once into a typed object (train and evaluate keys,
   engine, loaders, precision), each default written once;
 - :mod:`.scoring`: tokenizing, the rank classifier over any causal LM, scoring a split,
@@ -31,6 +33,7 @@ catwalk_startup.install()  # first: Tango's log receiver reads data only (see th
 from . import tango_fixes  # noqa: E402, F401  (apply the fixes to Tango)
 from .engines import CatwalkFairScaleEngine, CatwalkTorchEngine, CatwalkTorchFSDPEngine  # noqa: E402
 from .kinds import Collator  # noqa: E402
+from .rewards import Reward  # noqa: E402
 from .scoring import RankClassifier  # noqa: E402
 from .steps import (  # noqa: E402
     Evaluate,
@@ -57,6 +60,7 @@ __all__ = [
     "MultipleChoiceInstance",
     "PiqaTask",
     "RankClassifier",
+    "Reward",
     "RunMetrics",
     "ShardedDataLoader",
     "SharedLocalWorkspace",

@@ -47,6 +47,7 @@ TITLES = {
     "Workspace": "Workspaces (tango.yml)",
     "Executor": "Executors (tango.yml)",
     "Format": "Result formats",
+    "Reward": "Rewards (GRPO's reward_funcs)",
 }
 # Parameters the code passes when it builds a component, never a key of a config: the package's
 # own list (`catwalk_steps.components.SUPPLIED`, by config key, which its key checks use), by

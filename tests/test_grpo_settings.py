@@ -19,7 +19,12 @@ FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "grpo_parity.json").r
 
 
 def test_the_defaults_are_trls():
-    assert GrpoSettings().as_config() == FIXTURE["trl_defaults"]
+    config = GrpoSettings().as_config()
+    assert {key: config[key] for key in FIXTURE["trl_defaults"]} == FIXTURE["trl_defaults"]
+    # The rewards' keys: TRL's reward_weights (None: 1 each), ours beside it (see test_rewards).
+    assert config["reward_weights"] is None
+    assert config["reward_funcs"] == [{"type": "catwalk::task_metric"}]
+    assert config["reward_timeout"] == 10.0
     assert GrpoSettings.of(None) == GrpoSettings.of({}) == GrpoSettings()
     assert GrpoSettings().clip_high == GrpoSettings().epsilon
     assert GrpoSettings.of({"epsilon_high": 0.28}).clip_high == 0.28
@@ -53,6 +58,11 @@ BAD = [
     ("loss_type", "cispo", "one of grpo, bnpo, dr_grpo, dapo, got 'cispo' (a TRL loss type this"),
     ("loss_type", "ppo", "one of grpo, bnpo, dr_grpo, dapo, got 'ppo'"),
     ("mask_truncated_completions", "yes", "true or false, got 'yes'"),
+    ("rewards", [], "no such key (it takes num_generations, "),
+    ("reward_weights", [1.0, 0.5], "2 weights for 1 reward (catwalk::task_metric); give one"),
+    ("reward_weights", 1.0, "a list of numbers, one per reward, got 1.0"),
+    ("reward_timeout", -1, "a number of seconds > 0, got -1"),
+    ("reward_funcs", ["catwalk::nope"], "[0].type: unknown reward type 'catwalk::nope'"),
 ]
 
 
@@ -62,7 +72,18 @@ def test_each_bad_key_or_value_is_one_line_naming_it(key, value, message):
         GrpoSettings.of({key: value}, "model.grpo")
     text = str(caught.value)
     assert "\n" not in text
-    assert text.startswith(f"model.grpo.{key}: {message}"), text
+    assert text.startswith(f"model.grpo.{key}{'' if message[0] == '[' else ': '}{message}"), text
+
+
+def test_the_rewards_are_read_with_the_block():
+    """The block's reward keys, TRL's names, read by the rewards room into one typed object;
+    the unknown-key line lists them with the block's own."""
+    given = {"num_generations": 4, "reward_funcs": ["catwalk::task_metric"], "reward_weights": [2]}
+    settings = GrpoSettings.of(given)
+    assert settings.num_generations == 4 and settings.rewards.weights == (2.0,)
+    assert settings.rewards.names == ("task_metric",)
+    with pytest.raises(ConfigurationError, match=r"reward_funcs, reward_weights, reward_timeout\)"):
+        GrpoSettings.of({"reward_func": []})
 
 
 def test_grpo_is_not_an_objective_yet():

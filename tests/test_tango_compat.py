@@ -140,6 +140,11 @@ def test_registrable_search_modules_is_wrapped_once_and_does_both_jobs():
     assert str(error.value).startswith(
         "unknown step type 'catwalk::trian'; did you mean 'catwalk::train'? (registered: "
     )
+    # Another namespace is searched as Tango searches it, twice over: Tango's second import of
+    # an integration that failed the first time (transformers 5) is passed over too.
+    for _ in range(2):
+        with pytest.raises(UnknownTypeError, match="^unknown step type 'my_pkg::trian'"):
+            Step.resolve_class_name("my_pkg::trian")
 
 
 def test_errors_are_one_line_on_the_terminal_and_whole_in_the_log_file(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ An objective is registered once, under its name (:func:`register`: one line of
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -56,11 +56,14 @@ def reference_from(adapter: Any) -> Reference:
     return Reference.ADAPTER_OFF if adapter is not None else Reference.STEP
 
 
-def block_keys(settings: Any, given: Mapping[str, Any] | None, field: str) -> dict[str, Any]:
+def block_keys(
+    settings: Any, given: Mapping[str, Any] | None, field: str, known: Sequence[str] = ()
+) -> dict[str, Any]:
     """A settings block as given (None: empty), each key one of the dataclass `settings`'s
-    fields; another key is one line naming it and the keys there are."""
+    fields (or of `known`, where they are not its fields); another key is one line naming it
+    and the keys there are."""
     given = dict(given or {})
-    known = [f.name for f in fields(settings)]
+    known = known or [f.name for f in fields(settings)]
     for key in given:
         if key not in known:
             raise ConfigurationError(f"{field}.{key}: no such key (it takes {', '.join(known)})")

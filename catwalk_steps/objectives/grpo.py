@@ -1,6 +1,8 @@
 """GRPO (RLVR, issue 59), its settings: the `grpo` block (:class:`GrpoSettings`), under TRL
-1.16's `GRPOConfig` names and defaults, each bad key or value one line naming it. The loss and
-the advantages, pure: :mod:`.grpo_loss`.
+1.16's `GRPOConfig` names and defaults, each bad key or value one line naming it; its rewards
+(`reward_funcs`, `reward_weights`, `reward_timeout`) read by the rewards room
+(:class:`~catwalk_steps.rewards.RewardSettings`). The loss and the advantages, pure:
+:mod:`.grpo_loss`.
 
 Not an objective yet: nothing registers a `grpo` Objective, so `objective: 'grpo'` is refused
 as any unknown objective is (:func:`~.base.objective_named`) until the rest of issue 59 (rollouts,
@@ -11,12 +13,13 @@ registering it then is one line of :mod:`catwalk_steps.objectives`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import is_number
+from ..rewards import RewardSettings
 from .base import block_keys
 from .grpo_loss import LOSS_TYPES, SCALE_REWARDS
 
@@ -45,7 +48,9 @@ class GrpoSettings:
     :ivar scale_rewards: "group", "batch" or "none" (TRL's True and False: "group", "none").
     :ivar loss_type: "grpo", "bnpo", "dr_grpo" or "dapo" (TRL 1.16's default).
     :ivar mask_truncated_completions: completions cut at `max_completion_length` left out of
-        the loss."""
+        the loss.
+    :ivar rewards: the block's `reward_funcs`, `reward_weights` and `reward_timeout`, read
+        (:class:`~catwalk_steps.rewards.RewardSettings`): the task's own metric by default."""
 
     num_generations: int = 8
     temperature: float = 1.0
@@ -59,10 +64,19 @@ class GrpoSettings:
     scale_rewards: str = "group"
     loss_type: str = "dapo"
     mask_truncated_completions: bool = False
+    rewards: RewardSettings = RewardSettings()
+
+    @classmethod
+    def key_names(cls) -> list[str]:
+        """Its keys in the block: its own fields, then the rewards' (in place of `rewards`)."""
+        own = [f.name for f in fields(cls) if f.name != "rewards"]
+        return own + RewardSettings.key_names()
 
     @classmethod
     def of(cls, given: Mapping[str, Any] | None, field: str = "model.grpo") -> GrpoSettings:
-        given = block_keys(cls, given, field)
+        given = block_keys(cls, given, field, cls.key_names())
+        reward_keys = {key: given.pop(key) for key in RewardSettings.key_names() if key in given}
+        given["rewards"] = RewardSettings.of(reward_keys, field)
         scale = given.get("scale_rewards")
         if isinstance(scale, bool):  # TRL's spelling of "group" and "none"
             given["scale_rewards"] = "group" if scale else "none"
@@ -78,6 +92,7 @@ class GrpoSettings:
     def check(self, field: str) -> None:
         self.check_sampling(field)
         self.check_training(field)
+        self.rewards.check(field)
 
     def check_sampling(self, field: str) -> None:
         if not (_integer(self.num_generations) and self.num_generations >= 2):
@@ -127,4 +142,6 @@ class GrpoSettings:
             )
 
     def as_config(self) -> dict[str, Any]:
-        return asdict(self)
+        """Its keys as the block gives them (the rewards as their blocks)."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rewards"}
+        return {**own, **self.rewards.as_config()}

@@ -262,10 +262,11 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def compile_pattern(pattern: Any, where: str) -> None:
+def compile_pattern(pattern: Any, where: str) -> re.Pattern[str]:
+    """`pattern` compiled; one line naming `where` if it is not a regular expression."""
     if not isinstance(pattern, str):
         raise ConfigurationError(f"{where}: a regular expression (text), got {pattern!r}")
     try:
-        re.compile(pattern)
+        return re.compile(pattern)
     except re.error as e:
         raise ConfigurationError(f"{where}: not a regular expression ({e})") from None
