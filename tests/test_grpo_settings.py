@@ -1,6 +1,7 @@
 """The `grpo` block (issue 59 item 1): TRL 1.16's names and defaults (read from the fixture TRL's
 own GRPOConfig wrote: tests/fixtures/make_grpo_fixture.py), each unknown key or impossible value
-one line naming it; the loss's own refusals; and `grpo` not selectable yet (nothing trains it)."""
+one line naming it; the loss's own refusals; and the objective's refusal of what this round does
+not train (beta > 0, num_iterations > 1)."""
 
 from __future__ import annotations
 
@@ -86,11 +87,16 @@ def test_the_rewards_are_read_with_the_block():
         GrpoSettings.of({"reward_func": []})
 
 
-def test_grpo_is_not_an_objective_yet():
-    """Its settings and loss exist; nothing samples or rewards completions in the loop yet, so
-    `objective: 'grpo'` is refused as any unknown objective is (registering it is issue 59's)."""
-    with pytest.raises(ConfigurationError, match="model.objective: expected one of"):
-        objective_named("grpo")
+@pytest.mark.parametrize(
+    ("key", "value"), [("beta", 0.04), ("num_iterations", 2)], ids=["beta", "mu"]
+)
+def test_the_objective_refuses_what_is_not_trained_yet_in_one_line(key, value):
+    """Valid TRL settings that this round does not train: one line saying it comes later (a
+    model of another objective reads the block's defaults and is not concerned)."""
+    grpo = objective_named("grpo")
+    with pytest.raises(ConfigurationError, match=rf"^model\.grpo\.{key}: .*comes later"):
+        grpo.settings_of(grpo, {key: value})
+    assert grpo.settings_of(grpo, {"beta": 0.0, "num_iterations": 1}) == GrpoSettings()
 
 
 def test_the_loss_refuses_what_it_cannot_compute():

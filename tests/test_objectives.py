@@ -90,6 +90,9 @@ def test_the_objective_grep_finds_what_it_looks_for(tmp_path):
         ("dpo", "multiple_choice", False),
         ("dpo", "generative", False),
         ("dpo", "preference", True),
+        ("grpo", "multiple_choice", False),
+        ("grpo", "generative", True),
+        ("grpo", "preference", False),
     ],
 )
 def test_each_objective_trains_on_the_kinds_whose_examples_it_takes(objective, kind, trains):
@@ -105,9 +108,10 @@ def test_each_objective_trains_on_the_kinds_whose_examples_it_takes(objective, k
 
 
 def test_the_registry_names_each_objective_once_the_default_first():
-    assert objective_names() == ("lm", "rank", "dpo")
-    assert [o.name for o in with_settings()] == ["dpo"]
-    with pytest.raises(ConfigurationError, match=r"expected one of \('lm', 'rank', 'dpo'\)"):
+    assert objective_names() == ("lm", "rank", "dpo", "grpo")
+    assert [o.name for o in with_settings()] == ["dpo", "grpo"]
+    names = r"\('lm', 'rank', 'dpo', 'grpo'\)"
+    with pytest.raises(ConfigurationError, match=rf"expected one of {names}"):
         objective_named("mse")
 
 

@@ -19,6 +19,7 @@ from catwalk_steps.checkpoints.discovery import best_checkpoint
 from catwalk_steps.checkpoints.weights import full_model_state
 from catwalk_steps.distributed.devices import plan_devices
 from catwalk_steps.distributed.rendezvous import Rendezvous
+from catwalk_steps.rewards import Reward
 from catwalk_steps.tasks.synthetic import SyntheticTask
 from catwalk_steps.training.callbacks import HISTORY_FILE, RunMetrics
 from catwalk_steps.training.job import Schedule, TrainingJob
@@ -243,3 +244,11 @@ class BaseUnchanged(TrainCallback):
                 raise AssertionError(f"base weight {name} changed in training")
             compared += 1
         (self.work_dir / "base_unchanged.json").write_text(json.dumps({"compared": compared}))
+
+
+@Reward.register("test::raising_reward")
+class RaisingReward(Reward):
+    """A reward with a bug: it raises on every completion (GRPO's one line from the workers)."""
+
+    def __call__(self, instance, completion):
+        raise ZeroDivisionError("division by zero in my reward")

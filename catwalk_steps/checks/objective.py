@@ -15,11 +15,10 @@ from tango.common.exceptions import ConfigurationError
 
 from ..components import lazy_params
 from ..objectives import (
-    OBJECTIVE,
     Examples,
     Objective,
     Reference,
-    objective_named,
+    objective_of,
     with_settings,
 )
 from ..settings import TrainSettings
@@ -28,12 +27,6 @@ from ..settings import TrainSettings
 def model_params(model: Any) -> dict[str, Any]:
     """A lazy model block's keys (none for a model built already)."""
     return lazy_params(model) if isinstance(model, Lazy) else {}
-
-
-def objective_of(model: Any) -> Objective:
-    """The objective a model block names (the default when it leaves it out, or for a model
-    built already); one line for one not registered."""
-    return objective_named(model_params(model).get("objective", OBJECTIVE))
 
 
 def check_trained_task(model: Any, examples: Examples, task: str) -> None:

@@ -1,12 +1,18 @@
 """The training objectives, each one object that every stage asks (:mod:`.base`): `lm` (the
 default: the right answer's tokens), `rank` (cross-entropy over the choices), `dpo` (DPO and
-its variants on preference pairs, against a reference).
+its variants on preference pairs, against a reference), `grpo` (GRPO on a generative task's
+prompts, its completions sampled and rewarded in the loop).
 
 Adding an objective is one file here (an :class:`~.base.Objective` subclass and its instance,
 its loss a pure function beside it) and its registration below (docs/guides/objective.md).
 Nothing outside this room compares an objective's name.
 """
 
+from typing import Any
+
+from tango.common import Lazy
+
+from ..components import lazy_params
 from .base import (
     ChoiceScores,
     Examples,
@@ -19,21 +25,32 @@ from .base import (
     with_settings,
 )
 from .dpo import DPO
+from .grpo import GRPO
 from .lm import LM
 from .rank import RANK
 
-register(LM, RANK, DPO)  # the registration; the first is the default
+register(LM, RANK, DPO, GRPO)  # the registration; the first is the default
 
 OBJECTIVE = LM.name  # the model block's `objective` when left out
 
+
+def objective_of(model: Any) -> Objective:
+    """The objective a model block names (a lazy block; the default when it leaves it out, or
+    for a model built already); one line for one not registered."""
+    params = lazy_params(model) if isinstance(model, Lazy) else {}
+    return objective_named(params.get("objective", OBJECTIVE))
+
+
 __all__ = [
     "DPO",
+    "GRPO",
     "OBJECTIVE",
     "ChoiceScores",
     "Examples",
     "Objective",
     "Reference",
     "objective_named",
+    "objective_of",
     "objective_names",
     "reference_from",
     "with_settings",

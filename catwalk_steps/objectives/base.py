@@ -108,6 +108,9 @@ class Objective:
     # Whether its training batches score every choice (its loss reads them all), or only the
     # right ones (the others are not in its loss).
     scores_every_choice: ClassVar[bool] = True
+    # Whether its training batches are prompts whose completions the loop samples, rewards and
+    # then trains on (GRPO), rather than examples collated whole.
+    samples: ClassVar[bool] = False
 
     def check_task(self, examples: Examples, task: str) -> None:
         """A task whose examples are `examples`, trained on with this objective: one line

@@ -4,10 +4,11 @@
 (:class:`~catwalk_steps.rewards.RewardSettings`). The loss and the advantages, pure:
 :mod:`.grpo_loss`.
 
-Not an objective yet: nothing registers a `grpo` Objective, so `objective: 'grpo'` is refused
-as any unknown objective is (:func:`~.base.objective_named`) until the rest of issue 59 (rollouts,
-rewards, the reference's and the sampling policy's log-probabilities in the loop) can train it;
-registering it then is one line of :mod:`catwalk_steps.objectives`.
+The objective (:class:`Grpo`, `objective: 'grpo'`) trains on a generative task's prompts: the
+loop samples G completions of each (`catwalk_steps.training.sampled`), the rewards score them, and
+the model's forward takes the completions with their advantages
+(:mod:`catwalk_steps.scoring.grpo_objective`). This round trains with μ = 1 and no reference:
+`beta` > 0 and `num_iterations` > 1 are refused at graph build, one line each (they come later).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+import torch
 from tango.common.exceptions import ConfigurationError
 
 from ..errors import is_number
 from ..rewards import RewardSettings
-from .base import block_keys
+from .base import ChoiceScores, Examples, Objective, block_keys
 from .grpo_loss import LOSS_TYPES, SCALE_REWARDS
+from .lm import right_answer_loss
 
 # TRL's other loss types, said so by name when asked for (they are not implemented here).
 OTHER_LOSS_TYPES = ("cispo", "sapo", "luspo", "vespo")
@@ -145,3 +148,37 @@ class GrpoSettings:
         """Its keys as the block gives them (the rewards as their blocks)."""
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rewards"}
         return {**own, **self.rewards.as_config()}
+
+
+class Grpo(Objective):
+    """GRPO on a generative task's prompts (its examples: a prompt with a verifiable answer),
+    its completions sampled in the loop."""
+
+    name = "grpo"
+    trains_on = (Examples.ANSWERS,)
+    settings = GrpoSettings
+    samples = True
+
+    def settings_of(self, objective: Objective, block: Any) -> GrpoSettings:
+        """Its block, read; what this round does not train yet refused in one line."""
+        settings: GrpoSettings = super().settings_of(objective, block)
+        field = f"model.{self.name}"
+        if objective is self and settings.beta != 0:
+            raise ConfigurationError(
+                f"{field}.beta: {settings.beta!r}; a KL term to a reference model is not trained "
+                "yet (it comes later): use beta 0"
+            )
+        if objective is self and settings.num_iterations != 1:
+            raise ConfigurationError(
+                f"{field}.num_iterations: {settings.num_iterations!r}; more than one update per "
+                "generation batch is not trained yet (it comes later): use 1"
+            )
+        return settings
+
+    def choice_loss(self, choices: ChoiceScores) -> torch.Tensor:
+        """A model trained by GRPO, scored on choices (an evaluation): the right answer's NLL,
+        as `lm`'s."""
+        return right_answer_loss(choices)
+
+
+GRPO = Grpo()

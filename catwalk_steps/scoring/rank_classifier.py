@@ -23,12 +23,13 @@ from tango.integrations.torch import Model
 from ..adapters.base import AdapterSpec
 from ..adapters.registry import parse_adapter, type_of
 from ..module_names import ModuleNaming
-from ..objectives import DPO, OBJECTIVE, objective_named
+from ..objectives import DPO, GRPO, OBJECTIVE, objective_named
 from ..settings import INIT_SEED
 from ..tasks.chat_templates import ChatTemplate
 from .causal_lm import build_causal_lm, checked_source
 from .choice_scoring import ChoiceScoring
 from .generation import decode_step
+from .grpo_objective import grpo_outputs
 from .model_saving import save_model_directory
 from .packed_documents import document_loss
 from .preference_objective import PreferenceScoring
@@ -76,9 +77,12 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
     :param objective: "lm" trains on the right choice's continuation tokens (mean token NLL, as
         catwalk trains rank classification); "rank" is cross-entropy over the choices' scores;
         "dpo" trains on preference pairs (a preference task) by its `dpo` settings
-        (:mod:`catwalk_steps.objectives`).
+        (:mod:`catwalk_steps.objectives`); "grpo" trains on a generative task's prompts, its
+        completions sampled and rewarded in the loop, by its `grpo` settings.
     :param dpo: with objective "dpo": `{beta, loss_type, label_smoothing, rpo_alpha}`
         (:class:`~catwalk_steps.objectives.dpo.DpoSettings`, TRL's names and defaults).
+    :param grpo: with objective "grpo": `{num_generations, temperature, ..., reward_funcs}`
+        (:class:`~catwalk_steps.objectives.grpo.GrpoSettings`, TRL's names and defaults).
     :param init_seed: seed for the random init of a `config` model, and of the adapter's.
     :param adapter: an adapter to train instead of the whole model, `{type: 'lora', r, alpha,
         dropout, target_modules}` or another registered type's block
@@ -106,6 +110,7 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         skeleton: bool = False,
         dpo: dict[str, Any] | None = None,
         chat_template: str | None = None,
+        grpo: dict[str, Any] | None = None,
         metrics_history: dict[str, list[dict[str, Any]]] | None = None,
         run_card: dict[str, Any] | None = None,
     ):
@@ -113,11 +118,20 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         self.metrics_history, self.run_card = metrics_history, run_card
         self.adapter = parse_adapter(adapter)
         self.spec = self.spec_of(
-            pretrained, config, tokenizer, objective, init_seed, self.adapter, dpo, chat_template
+            pretrained,
+            config,
+            tokenizer,
+            objective,
+            init_seed,
+            self.adapter,
+            dpo,
+            chat_template,
+            grpo,
         )
         check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
         self.objective = objective_named(objective)
         self.dpo = DPO.settings_of(self.objective, dpo)
+        self.grpo = GRPO.settings_of(self.objective, grpo)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         template = ChatTemplate.of(chat_template, "model.chat_template")
         # One of the two is given.
@@ -141,6 +155,7 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         adapter: dict[str, Any] | AdapterSpec | None = None,
         dpo: dict[str, Any] | None = None,
         chat_template: str | None = None,
+        grpo: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """What identifies the model: its constructor arguments. `init_seed` seeds only a random
         init, so pretrained weights are the same model whatever it says (one evaluation of a
@@ -160,6 +175,8 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
             identity["adapter"] = spec.as_config()
         if dpo is not None:  # (left out: the identity of a model before DPO existed)
             identity["dpo"] = dict(dpo)
+        if grpo is not None:
+            identity["grpo"] = dict(grpo)
         if chat_template is not None:  # a file's content: the step's `model_content`
             identity["chat_template"] = chat_template
         return identity
@@ -208,6 +225,7 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         documents: Mapping[str, torch.Tensor] | None = None,
         subtasks: Sequence[str | None] | None = None,
         windows: Mapping[str, Any] | None = None,
+        grpo: Mapping[str, Any] | None = None,
         **batch: Any,
     ) -> dict[str, Any]:
         """A batch of multiple-choice instances (:meth:`choice_outputs`), a batch of
@@ -216,13 +234,17 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         step of generation (positions, cache): the next token's logits and the cache
         (:func:`~catwalk_steps.scoring.generation.decode_step`), or a corpus's rolling
         `windows` (perplexity): each window's summed log-probability of its predicted tokens
-        (`scores`). One forward, through the engine's root wrapper, for all five. (`subtasks`,
+        (`scores`), or GRPO's sampled completions (`grpo`: its loss and metrics,
+        :func:`~.grpo_objective.grpo_outputs`). One forward, through the engine's root
+        wrapper, for all six. (`subtasks`,
         a grouped task's instances' parts, is for the kind's sums after the forward: the model
         reads nothing of it.)"""
         if windows is not None:
             return {"scores": self.score_sequences(**windows)}
         if preference is not None:
             return self.preference_outputs(preference, **batch)
+        if grpo is not None:
+            return grpo_outputs(self.lm, grpo, self.grpo)
         if documents is not None:
             return {"loss": document_loss(self.lm, documents, batch["weights"])}
         assert input_ids is not None and attention_mask is not None, "a batch of tokens"

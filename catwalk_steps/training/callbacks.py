@@ -67,6 +67,8 @@ class RunMetrics(TrainCallback):
         self, step: int, epoch: int, batch_loss: float, batch_outputs: list[dict[str, Any]]
     ) -> None:
         entry: dict[str, Any] = {"step": step + 1, "loss": batch_loss}
+        for metrics in batch_outputs:  # the loop's metrics of the step (GRPO's), by name
+            entry.update(metrics)
         if self.step_lr is not None:
             entry["lr"] = self.step_lr
         self.record("train", {**entry, **self.throughput.measure()})

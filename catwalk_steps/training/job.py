@@ -20,6 +20,7 @@ from ..distributed.rendezvous import Rendezvous
 from ..engines.train_config import NodeAwareTrainConfig
 from ..kinds import kind_of
 from ..kinds.stored import data_fingerprint
+from ..objectives import objective_of
 from ..settings import METRIC, TrainSettings
 from ..tasks.streamed import is_streamed
 from ..tokenized import StoredTokens, TokenizedSplit
@@ -141,12 +142,15 @@ def task_name(data: Any) -> str:
 
 def training_split(data: Any, schedule: TrainSettings) -> Any:
     """The training split as its kind trains on it (a generative task: each prompt with its
-    answer); the job keeps the data as it was loaded (what other nodes check it against). A
-    stored split stays one: no row is read here but the first; a streamed split as it is: its
-    loader does that a batch at a time."""
+    answer; under an objective that samples its completions, the prompts alone); the job keeps
+    the data as it was loaded (what other nodes check it against). A stored split stays one: no
+    row is read here but the first; a streamed split as it is: its loader does that a batch at a
+    time."""
     train = data[schedule.train_split]
     if is_streamed(train):
         return train
+    if objective_of(schedule.model).samples:
+        return train  # prompts: their completions are sampled in the loop (GRPO)
     where = f"train: task '{task_name(data)}', split '{schedule.train_split}'"
     return kind_of(train[:1]).training_instances(train, where)
 

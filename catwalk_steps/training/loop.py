@@ -41,6 +41,7 @@ from ..engines.train_config import NodeAwareTrainConfig
 from .checkpointing import Checkpointer
 from .in_loop import InLoopTasks
 from .job import Schedule, TrainerState, TrainingJob, training_items, validation_items
+from .sampled import sampled_training
 from .streaming import train_loader
 from .trackers import connect_trackers
 from .validation import Validation
@@ -120,6 +121,9 @@ class Trainer:
         ]
         connect_trackers(self.callbacks)  # W&B, TensorBoard: fed by the metric history
         self.state = TrainerState()
+        # GRPO: completions sampled, rewarded and trained on in each step; None for the others.
+        self.sampled = sampled_training(self.engine, job.schedule.seed, self.rank, self.world_size)
+        self.logged: list[dict[str, float]] = []  # the last step's metrics beside its loss
         self.checkpoints = Checkpointer(job, self.schedule, self.engine, self.callbacks)
 
     def build_loaders(self, job: TrainingJob) -> Schedule:
@@ -223,6 +227,8 @@ class Trainer:
         step = self.state.step
         for callback in self.callbacks:
             callback.pre_batch(step, self.state.epoch, micro_batches)
+        if self.sampled is not None:  # the prompts' completions, rewarded: the model's batches
+            micro_batches = self.sampled.batches(micro_batches, step)
         loss_sum = 0.0
         outputs = []
         for index, micro_batch in enumerate(micro_batches):
@@ -233,6 +239,8 @@ class Trainer:
                 {k: v.detach() if torch.is_tensor(v) else v for k, v in micro_outputs.items()}
             )
             self.engine.backward(loss)
+        if self.sampled is not None:
+            self.logged = self.sampled.metrics(outputs)
         for callback in self.callbacks:
             callback.post_batch(step, self.state.epoch, loss_sum, outputs)
         self.engine.step()
@@ -246,7 +254,7 @@ class Trainer:
             loss = self.mean_over_ranks(loss)
         if self.schedule.logs(step):
             for callback in self.callbacks:
-                callback.log_batch(step, self.state.epoch, loss, [])
+                callback.log_batch(step, self.state.epoch, loss, self.logged)
             progress.set_postfix(**self.progress_metrics(loss))
         progress.update(1)
         if validates:

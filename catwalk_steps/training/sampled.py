@@ -1,0 +1,210 @@
+"""GRPO's optimizer step in the loop (`objective: 'grpo'`, issue 59): before the forwards, each
+micro-batch of prompts (a generative task's generation requests, its padding not live) gets G
+sampled completions per prompt, their rewards and advantages, and becomes the model's `grpo`
+batch (:func:`~catwalk_steps.scoring.grpo_objective.grpo_batch`); after them, TRL's metrics of
+the step, the same on every rank, for the history.
+
+- Rollouts: every decoding step one `forward_eval` through the engine's root wrapper (no
+  gradients; the model in eval mode), the ranks in lockstep
+  (:func:`~catwalk_steps.scoring.rollouts.rollouts`). The draws come from
+  :func:`~catwalk_steps.scoring.sampling.generator_for` of (the run's seed, the rank, the
+  step): a run resumed at a step samples what the uninterrupted run sampled there, with no
+  random state saved.
+- Rewards: each completion's text (decoded, cut at the task's stop sequences as evaluation cuts
+  it) scored on the rank that sampled it (:func:`~catwalk_steps.rewards.score_completions`, in
+  the worker's main thread: the bound's SIGALRM). A prompt's G completions stay on its rank, so
+  its group is whole there; the table of rewards, lengths and truncation is gathered from every
+  rank once, for `scale_rewards: 'batch'` (the batch's standard deviation), "dapo"'s token
+  count and the metrics.
+- μ = 1: the old log-probabilities are the current ones (the model's forward detaches them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..engines.scorer import AllRanks, inner_model
+from ..objectives.grpo import GrpoSettings
+from ..objectives.grpo_loss import group_advantages, reward_metrics, weighted_rewards
+from ..rewards import score_completions
+from ..scoring.generation import Ranks, eos_ids_of, forward_step
+from ..scoring.grpo_objective import grpo_batch
+from ..scoring.rollouts import Completion, RolloutSettings, rollouts
+from ..scoring.sampling import Sampling, generator_for
+from .callbacks import summed_over_ranks
+
+EXTREMES = {"clip_ratio/low_min": dist.ReduceOp.MIN, "clip_ratio/high_max": dist.ReduceOp.MAX}
+
+
+def sampled_training(engine: Any, seed: int, rank: int, world_size: int) -> SampledTraining | None:
+    """The loop's GRPO step for a model whose objective samples its completions; else None."""
+    model = inner_model(engine.model)
+    if not model.objective.samples:
+        return None
+    return SampledTraining(engine, model, seed, rank, world_size)
+
+
+def gathered(table: torch.Tensor, world_size: int) -> tuple[torch.Tensor, int]:
+    """Every rank's rows of `table` ([rows, columns], rows of any number), rank by rank, and
+    where this rank's begin. Collective."""
+    if world_size == 1:
+        return table, 0
+    counts = [torch.zeros(1, dtype=torch.long, device=table.device) for _ in range(world_size)]
+    dist.all_gather(counts, torch.tensor([table.size(0)], device=table.device))
+    sizes = [int(count.item()) for count in counts]
+    padded = table.new_full((max(sizes), table.size(1)), float("nan"))
+    padded[: table.size(0)] = table
+    parts = [torch.empty_like(padded) for _ in range(world_size)]
+    dist.all_gather(parts, padded)
+    rank = dist.get_rank()
+    return torch.cat([part[:size] for part, size in zip(parts, sizes, strict=True)]), sum(
+        sizes[:rank]
+    )
+
+
+class SampledTraining:
+    """GRPO's step for one worker (see the module)."""
+
+    def __init__(self, engine: Any, model: Any, seed: int, rank: int, world_size: int):
+        self.engine, self.seed, self.rank, self.world_size = engine, seed, rank, world_size
+        self.settings: GrpoSettings = model.grpo
+        self.device = engine.train_config.worker_local_default_device
+        self.ranks = AllRanks(self.device) if world_size > 1 else Ranks()
+        self.lm = model.lm
+        self.logged: dict[str, float] = {}
+
+    def rollout_settings(self, encoder: Any) -> RolloutSettings:
+        s = self.settings
+        return RolloutSettings(
+            s.num_generations,
+            Sampling(s.temperature, s.top_p, s.top_k),
+            s.max_completion_length,
+            eos_ids_of(self.lm, encoder.tokenizer),
+            encoder.pad_id,
+        )
+
+    def sample(self, batch: Any, generator: torch.Generator) -> tuple[list, list[Completion]]:
+        """A micro-batch's live prompts (instance, tokens) and their completions. Collective."""
+        live = [
+            (instance, prompt)
+            for instance, prompt, alive in zip(
+                batch.instances, batch.prompts, batch.live, strict=True
+            )
+            if alive
+        ]
+        step = forward_step(self.engine.forward_eval)
+        settings = self.rollout_settings(batch.encoder)
+        done = rollouts(step, [p for _, p in live], settings, generator, self.ranks)
+        return live, done
+
+    def rewards(self, batch: Any, live: list, done: list[Completion]) -> torch.Tensor:
+        """[completions, rewards] of a micro-batch's completions (their texts as evaluation
+        cuts them)."""
+        texts = [batch.encoder.text(c.tokens, live[c.prompt][0].until) for c in done]
+        G = self.settings.num_generations
+        groups = [texts[i * G : (i + 1) * G] for i in range(len(live))]
+        instances = [instance for instance, _ in live]
+        return score_completions(self.settings.rewards, instances, groups)
+
+    def batches(self, micro_batches: Sequence[Any], step: int) -> list[dict[str, Any]]:
+        """The model's `grpo` batches of an optimizer step's micro-batches of prompts (step:
+        0-based). Collective."""
+        generator = generator_for(self.seed, self.rank, step, self.device)
+        self.engine.model.eval()
+        try:
+            sampled = [self.sample(batch, generator) for batch in micro_batches]
+        finally:
+            self.engine.model.train()
+        tables = [
+            self.table(self.rewards(batch, live, done), done)
+            for batch, (live, done) in zip(micro_batches, sampled, strict=True)
+        ]
+        mine = torch.cat(tables)
+        everyone, offset = gathered(mine.to(self.device), self.world_size)
+        everyone = everyone.cpu()
+        advantages = self.advantages(everyone)[offset : offset + mine.size(0)]
+        self.logged = self.batch_metrics(everyone)
+        tokens = float((everyone[:, -2] * self.in_loss(everyone)).sum())  # tokens in the loss
+        dapo = tokens / (self.world_size * len(micro_batches))
+        out, start = [], 0
+        for batch, (live, done), table in zip(micro_batches, sampled, tables, strict=True):
+            end = start + table.size(0)
+            in_loss = self.in_loss(table).tolist()
+            prompts, tokens_of = [prompt for _, prompt in live], [c.tokens for c in done]
+            pad = batch.encoder.pad_id
+            out.append(
+                {"grpo": grpo_batch(prompts, tokens_of, in_loss, advantages[start:end], dapo, pad)}
+            )
+            start = end
+        return out
+
+    def table(self, rewards: torch.Tensor, done: list[Completion]) -> torch.Tensor:
+        """[completions, rewards + 2]: each completion's rewards, its length and whether the
+        length cut it."""
+        lengths = torch.tensor([float(len(c.tokens)) for c in done])
+        truncated = torch.tensor([float(c.truncated) for c in done])
+        return torch.cat([rewards, lengths[:, None], truncated[:, None]], dim=1)
+
+    def in_loss(self, table: torch.Tensor) -> torch.Tensor:
+        """Whether each completion is in the loss (a truncated one is not, with
+        `mask_truncated_completions`)."""
+        truncated = table[:, -1] > 0
+        masked = self.settings.mask_truncated_completions
+        return ~truncated if masked else torch.ones_like(truncated)
+
+    def advantages(self, everyone: torch.Tensor) -> torch.Tensor:
+        rewards = everyone[:, :-2]
+        weighted = weighted_rewards(rewards, self.settings.rewards.weights)
+        return group_advantages(
+            weighted, self.settings.num_generations, self.settings.scale_rewards
+        )
+
+    def batch_metrics(self, everyone: torch.Tensor) -> dict[str, float]:
+        """TRL's reward and completion metrics of the whole generation batch."""
+        s = self.settings
+        metrics = reward_metrics(
+            everyone[:, :-2], s.rewards.weights, s.rewards.names, s.num_generations, s.scale_rewards
+        )
+        lengths = everyone[:, -2]
+        metrics["completions/mean_length"] = lengths.mean()
+        metrics["completions/max_length"] = lengths.max()
+        metrics["completions/clipped_ratio"] = everyone[:, -1].mean()  # truncated
+        return {name: float(value) for name, value in metrics.items()}
+
+    def metrics(self, outputs: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+        """The step's metrics: the generation batch's, and the loss's (clipping, entropy) over
+        every micro-batch's tokens on every rank. Collective."""
+        tokens = sum(output["grpo_tokens"].float().cpu() for output in outputs)
+        sums = {"tokens": torch.as_tensor(tokens, dtype=torch.float64)}
+        for name in outputs[0]["grpo_metrics"]:
+            if name not in EXTREMES:
+                sums[name] = sum(
+                    o["grpo_metrics"][name].double().cpu() * o["grpo_tokens"].cpu() for o in outputs
+                )
+        if self.world_size > 1:
+            sums = {
+                k: v.cpu()
+                for k, v in summed_over_ranks(
+                    {k: v.to(self.device) for k, v in sums.items()}
+                ).items()
+            }
+        total = sums.pop("tokens").clamp(min=1.0)
+        loss_metrics = {name: float(value / total) for name, value in sums.items()}
+        for name, op in EXTREMES.items():
+            loss_metrics[name] = self.extreme([o["grpo_metrics"][name] for o in outputs], op)
+        return [{**self.logged, **loss_metrics}]
+
+    def extreme(self, values: list[torch.Tensor], op: Any) -> float:
+        """The smallest (MIN) or largest (MAX) of the values not NaN over micro-batches and
+        ranks; NaN where none is."""
+        largest = op == dist.ReduceOp.MAX
+        none = -float("inf") if largest else float("inf")
+        present = [float(v) for v in values if not torch.isnan(v)]
+        value = torch.tensor((max if largest else min)(present, default=none), device=self.device)
+        if self.world_size > 1:
+            dist.all_reduce(value, op=op)
+        return float("nan") if value.isinf() else float(value)

@@ -1,0 +1,111 @@
+"""GRPO trains through `tango run` (issue 59): tests/fixtures/grpo_tiny.jsonnet, 3 steps on 2
+gloo ranks under FSDP2, DDP and FairScale FSDP in one run (rollouts sampled through each
+engine's root, rewards scored in the workers, TRL's metric names in the history, the same
+numbers under every engine), a second run trains nothing; bad rewards are one line through
+`tango run`, before any step where they can be known then, from the workers where a reward
+raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from . import commands
+from .conftest import REPO, run_tango, step_result, tango_command
+
+pytestmark = [pytest.mark.slow, pytest.mark.distributed]
+
+FIXTURE = REPO / "tests" / "fixtures" / "grpo_tiny.jsonnet"
+ENGINES = ("fsdp2", "ddp", "fairscale")
+TRL_NAMES = (
+    "loss",
+    "reward",
+    "reward_std",
+    "frac_reward_zero_std",
+    "rewards/task_metric/mean",
+    "rewards/regex_format/mean",
+    "completions/mean_length",
+    "completions/clipped_ratio",
+    "clip_ratio/low_mean",
+    "clip_ratio/high_mean",
+    "clip_ratio/region_mean",
+    "entropy",
+)
+COMPARED = ("reward", "rewards/regex_format/mean", "completions/mean_length", "entropy")
+RTOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def grpo_run(tmp_path_factory) -> tuple[Path, str]:
+    """The fixture run once, then again (its output)."""
+    workspace = tmp_path_factory.mktemp("grpo") / "ws"
+    run_tango(FIXTURE, workspace, "grpo")
+    return workspace, run_tango(FIXTURE, workspace, "again")
+
+
+def history(workspace: Path, step: str) -> list[dict]:
+    info = json.loads((step_result(workspace, "grpo", step) / "catwalk_model.json").read_text())
+    assert info["objective"] == "grpo"
+    return info["metrics_history"]["train"]
+
+
+def test_grpo_trains_3_steps_with_trl_s_metric_names_and_a_rerun_trains_nothing(grpo_run):
+    workspace, again = grpo_run
+    train = history(workspace, "fsdp2")
+    assert [entry["step"] for entry in train] == [1, 2, 3]
+    for entry in train:
+        for name in TRL_NAMES:
+            assert math.isfinite(entry[name]), (name, entry)
+        assert entry["completions/mean_length"] <= 6  # max_completion_length
+    assert train[-1]["reward"] != train[0]["reward"] or train[-1]["entropy"] != train[0]["entropy"]
+    assert "Starting step" not in again, again[-3000:]
+
+
+def test_ddp_and_fairscale_take_the_steps_fsdp2_takes(grpo_run):
+    """The same prompts, the same draws, the same updates: every step's rewards, lengths and
+    entropy (the policy after the steps before) equal under the three engines; the loss (about 0
+    with μ = 1: the advantages' mean) to 1e-6 absolute."""
+    workspace, _ = grpo_run
+    runs = {engine: history(workspace, engine) for engine in ENGINES}
+    for engine in ENGINES[1:]:
+        for ours, theirs in zip(runs["fsdp2"], runs[engine], strict=True):
+            for name in COMPARED:
+                assert theirs[name] == pytest.approx(ours[name], rel=RTOL), (engine, name)
+            assert theirs["loss"] == pytest.approx(ours["loss"], abs=1e-6), engine
+
+
+BAD = {
+    "unknown_reward": (
+        {"steps.fsdp2.model.grpo.reward_funcs": ["my_pkg::nothing"]},
+        "model.grpo.reward_funcs[0]",
+    ),
+    "weights_of_another_length": (
+        {"steps.fsdp2.model.grpo.reward_weights": [1.0, 2.0, 3.0]},
+        "model.grpo.reward_weights: 3 weights for 2 rewards",
+    ),
+    "beta_later": ({"steps.fsdp2.model.grpo.beta": 0.04}, "model.grpo.beta: 0.04; a KL term"),
+}
+
+
+def test_bad_rewards_are_one_line_through_tango_run_before_any_step(tmp_path):
+    argvs = {
+        name: tango_command(FIXTURE, tmp_path / name, name, o, "-s", "fsdp2")
+        for name, (o, _) in BAD.items()
+    }
+    for name, (line, text) in commands.one_line_failures(argvs, tmp_path).items():
+        assert BAD[name][1] in line, (name, line)
+        assert 'Starting step "' not in text, name
+
+
+def test_a_reward_that_raises_in_the_workers_is_one_line(tmp_path):
+    raising = {"steps.fsdp2.model.grpo.reward_funcs": ["test::raising_reward"]}
+    argv = tango_command(FIXTURE, tmp_path / "ws", "raises", raising, "-s", "fsdp2")
+    [(line, _)] = commands.one_line_failures({"raises": argv}, tmp_path).values()
+    assert (
+        "reward 0 (test::raising_reward) on prompt 0, completion 0 raised ZeroDivisionError:"
+        in line
+    )
+    assert "division by zero in my reward" in line
