@@ -1,0 +1,95 @@
+"""GRPO's step, its pieces in-process (issue 59): the model's `grpo` batch (a prompt once, its G
+completions after it) gives the loss and gradients of `grpo_loss` over each completion scored
+alone by a plain forward; a rank without prompts runs a forward that weighs nothing; the
+completions' table (rewards, lengths, truncation) into advantages and TRL's batch metrics.
+(Through `tango run`: tests/test_grpo_training.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from catwalk_steps.objectives.grpo import GrpoSettings
+from catwalk_steps.objectives.grpo_loss import grpo_loss
+from catwalk_steps.scoring.grpo_objective import grpo_batch, grpo_outputs
+from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.training.sampled import SampledTraining, gathered
+
+from .conftest import TINY_MODEL
+
+PROMPTS = [[5, 6, 7], [8, 9]]
+COMPLETIONS = [[1, 2, 3], [4], [2, 2], [3, 1, 1], [7, 7], [1], [9, 8, 7], [6, 5]]  # G = 4
+ADVANTAGES = torch.tensor([1.0, -0.5, 0.25, -0.75, 0.5, -1.0, 1.5, -1.0])
+
+
+def model(**grpo) -> RankClassifier:
+    keys = {k: v for k, v in TINY_MODEL.items() if k != "type"}
+    return RankClassifier(**keys, objective="grpo", grpo=grpo)
+
+
+def alone(lm, temperature: float) -> torch.Tensor:
+    """[completions, longest]: each completion's token log-probabilities, each scored in a
+    forward of its own (prompt, then completion), 0 at padding."""
+    out = []
+    for index, completion in enumerate(COMPLETIONS):
+        prompt = PROMPTS[index // 4]
+        ids = torch.tensor([prompt + completion])
+        logits = lm(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+        logps = logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+        out.append(torch.nn.functional.pad(logps, (0, 3 - len(completion))))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo"])
+def test_the_packed_batch_gives_grpo_loss_of_each_completion_scored_alone(loss_type):
+    torch.manual_seed(0)
+    settings = {"temperature": 0.7, "loss_type": loss_type, "max_completion_length": 3}
+    classifier = model(**settings)
+    in_loss = [True] * 7 + [False]  # the last one truncated, masked
+    batch = grpo_batch(PROMPTS, COMPLETIONS, in_loss, ADVANTAGES, dapo_tokens=7.5, pad_id=0)
+    outputs = grpo_outputs(classifier.lm, batch, classifier.grpo)
+    outputs["loss"].backward()
+    ours = [p.grad.clone() for p in classifier.lm.parameters()]
+    classifier.lm.zero_grad()
+    logps = alone(classifier.lm, 0.7)
+    mask = batch["completion_mask"]
+    assert mask.sum() == sum(len(c) for c in COMPLETIONS[:7])
+    want, metrics = grpo_loss(logps, None, None, ADVANTAGES, mask, 0.0, 0.2, 0.2, loss_type, 3, 7.5)
+    want.backward()
+    assert outputs["loss"].item() == pytest.approx(want.item(), rel=1e-5, abs=1e-7)
+    assert outputs["grpo_tokens"] == mask.sum()
+    assert set(metrics) <= set(outputs["grpo_metrics"])
+    for got, expected in zip(ours, (p.grad for p in classifier.lm.parameters()), strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_a_rank_without_prompts_runs_a_forward_that_weighs_nothing():
+    classifier = model()
+    batch = grpo_batch([], [], [], torch.zeros(0), dapo_tokens=10.0, pad_id=0)
+    outputs = grpo_outputs(classifier.lm, batch, classifier.grpo)
+    assert outputs["loss"].item() == 0.0 and outputs["grpo_tokens"] == 0
+    outputs["loss"].backward()  # a graph through the model: the engines' backward joins
+
+
+class Alone(SampledTraining):
+    """The step's arithmetic without an engine."""
+
+    def __init__(self, **grpo):
+        self.settings, self.world_size = GrpoSettings.of(grpo), 1
+
+
+def test_the_table_gives_each_group_s_advantages_and_trl_s_batch_metrics():
+    step = Alone(num_generations=2, mask_truncated_completions=True, max_completion_length=3)
+    rewards = torch.tensor([[1.0], [0.0], [1.0], [1.0]])
+    table = torch.cat([rewards, torch.tensor([[3.0, 1], [2, 0], [1, 0], [3, 1]])], dim=1)
+    everyone, offset = gathered(table, 1)
+    assert offset == 0 and torch.equal(everyone, table)
+    advantages = step.advantages(everyone)
+    assert advantages[0] > 0 > advantages[1] and advantages[2:].abs().max() == 0
+    assert step.in_loss(table).tolist() == [False, True, True, False]
+    metrics = step.batch_metrics(everyone)
+    assert metrics["reward"] == 0.75 and metrics["rewards/task_metric/mean"] == 0.75
+    assert metrics["completions/mean_length"] == 2.25
+    assert metrics["completions/clipped_ratio"] == 0.5
+    assert metrics["frac_reward_zero_std"] == 0.5
+    assert not Alone(num_generations=2).in_loss(table).logical_not().any()
