@@ -130,6 +130,8 @@ def become(request: dict[str, Any]) -> Any:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    if request.get("cpus"):  # `taskset -c CPUS` (tests/commands.py: pinned)
+        os.sched_setaffinity(0, cpu_list(request["cpus"]))
     sys.argv = list(request["argv"])
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a foreground job starts
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -141,6 +143,15 @@ def become(request: dict[str, Any]) -> Any:
         serve_fork_servers(request.get("netns"))
     module, _, function = request["target"].partition(":")
     return getattr(importlib.import_module(module), function)
+
+
+def cpu_list(text: str) -> set[int]:
+    """`taskset -c`'s list: `0`, `0,2`, `0-3`."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
 
 
 def serve_fork_servers(netns: str | None) -> None:
@@ -160,6 +171,7 @@ def serve_fork_servers(netns: str | None) -> None:
             "env": dict(os.environ),
             "cwd": os.getcwd(),
             "netns": netns,
+            "cpus": sorted(os.sched_getaffinity(0)),  # the command's, as a child's would be
         }
         line = json.dumps(request).encode() + b"\n"
         pid = os.fork()
@@ -217,6 +229,7 @@ def fork_server(request: dict[str, Any]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    os.sched_setaffinity(0, request["cpus"])
     tempfile.tempdir = None  # from the command's $TMPDIR, as a new interpreter's
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if "OMP_NUM_THREADS" in request["env"]:

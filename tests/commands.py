@@ -124,8 +124,10 @@ class ServedProcess:
         out: str,
         err: str | None,
         netns: str | None = None,
+        cpus: str | None = None,
     ):
         request = dict(target=target, argv=argv, env=env, cwd=cwd, out=out, err=err, netns=netns)
+        request["cpus"] = cpus
         self._connection = CommandServer.running().connect(request)
         self._received = b""
         self.pid = self._message(None)["pid"]
@@ -156,6 +158,14 @@ class ServedProcess:
                 self._connection.close()
 
 
+def pinned(argv: list[str]) -> tuple[str | None, list[str]]:
+    """`taskset -c CPUS command...` as (CPUS, command): a served command is pinned to those
+    cores as `taskset` pins a program (its fork server too), without a fresh interpreter."""
+    if argv[:2] == ["taskset", "-c"] and len(argv) > 3:
+        return argv[2], argv[3:]
+    return None, argv
+
+
 def run_served(target: str, argv: list[str], out: Path, err: Path | None = None) -> int:
     """`target` ('module:function') as a served command's entry point; its exit code."""
     process = ServedProcess(target, argv, dict(TANGO_ENV), str(REPO), str(out), err and str(err))
@@ -180,9 +190,10 @@ class Command:
         out.write_text("")  # both files exist, empty, from the start; the command appends
         if err is not None:
             err.write_text("")
+        cpus, argv = pinned(list(argv))
         target = None if EXEC or fresh else entry_point(argv[0])
         if target is None:
-            argv = program(list(argv))
+            argv = program(argv if cpus is None else ["taskset", "-c", cpus, *argv])
         if target is None and netns is not None:  # a fresh interpreter on that host
             argv = ["ip", "netns", "exec", netns, *argv]
         if target is None:
@@ -200,7 +211,14 @@ class Command:
             return
         self._popen = None
         self._process = ServedProcess(
-            target, list(argv), dict(env), str(cwd), str(out), str(err) if err else None, netns
+            target,
+            list(argv),
+            dict(env),
+            str(cwd),
+            str(out),
+            str(err) if err else None,
+            netns,
+            cpus,
         )
         self.pid = self._process.pid
 

@@ -442,7 +442,7 @@ CASES = [
     (
         DEMO,
         {f"{T}.model.objective": "mse"},
-        "ConfigurationError: model.objective: expected one of ('lm', 'rank', 'dpo'), got 'mse'",
+        "ConfigurationError: model.objective: expected one of ('lm', 'rank', 'dpo', 'grpo'), got 'mse'",
     ),
     (
         DEMO,
