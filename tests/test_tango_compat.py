@@ -26,6 +26,23 @@ def test_a_repository_without_commits_records_no_git_metadata(tmp_path, monkeypa
     assert EnvironmentMetadata().git is None  # Tango's own factory raised ValueError here
 
 
+def test_git_metadata_is_looked_up_once_per_directory(tmp_path, monkeypatch):
+    """GitPython's look-up (subprocesses, ~0.3 s of CPU) ran for every step's record."""
+    from tango.step_info import GitMetadata
+
+    from catwalk_steps.tango_fixes.run_metadata import git_metadata_in
+
+    looked = []
+    monkeypatch.setattr(GitMetadata, "check_for_repo", lambda: looked.append(1))
+    git_metadata_in.cache_clear()
+    for directory in (tmp_path / "a", tmp_path / "a", tmp_path / "b"):
+        directory.mkdir(exist_ok=True)
+        monkeypatch.chdir(directory)
+        EnvironmentMetadata()
+    assert len(looked) == 2
+    git_metadata_in.cache_clear()
+
+
 def test_packages_are_recorded_where_pkg_resources_cannot_be_imported(monkeypatch):
     """Tango's own factory imports pkg_resources (gone from current setuptools); the record
     holds every installed distribution's version without it."""

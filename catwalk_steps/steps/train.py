@@ -31,6 +31,7 @@ from ..evaluation.sources import local_content, template_content
 from ..files import write_json_atomic
 from ..launch import run_training, start_worker_server
 from ..launch.plan import build_job
+from ..scoring.causal_lm import modeling_module
 from ..scoring.rank_classifier import RankClassifier
 from ..settings import DEFAULTS, TrainSettings, run_signature
 from ..tasks import Task
@@ -139,7 +140,9 @@ class TrainRankClassifier(Step[RankClassifier]):
         if settings.processes > 1:
             # Only for a step that trains (not when its result is cached); its imports run
             # while the job is planned (the in-loop tasks read, the data checked).
-            start_worker_server(get_extra_imported_modules())
+            block = lazy_params(settings.model) if isinstance(settings.model, Lazy) else {}
+            family = modeling_module(block)
+            start_worker_server([*get_extra_imported_modules(), *filter(None, [family])])
         held_by(self.workspace).release()  # a model an evaluation left: memory for training
         job = build_job(
             settings, self.unique_id, self.name, self.work_dir, self.workspace, self.logger

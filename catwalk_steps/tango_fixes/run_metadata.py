@@ -8,12 +8,14 @@ Two default factories of Tango 1.3.2's `EnvironmentMetadata` fail in ordinary se
 - `packages`: Tango reads them with `pkg_resources`, which current setuptools no longer ships,
   and logs an error with a traceback for every step. We read them with importlib.metadata.
 
-The factories were bound when the dataclass was defined, so both fields are passed explicitly.
+The factories were bound when the dataclass was defined, so both fields are passed explicitly,
+each looked up once per process (they were looked up again for every step).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from importlib import metadata
 
 from tango.step_info import EnvironmentMetadata, GitMetadata
@@ -22,9 +24,17 @@ from catwalk_startup.patching import patch
 
 
 def git_metadata_or_none() -> GitMetadata | None:
-    """Tango's git metadata, or None where Tango's own look-up raises."""
+    """Tango's git metadata of the working directory, or None where Tango's own look-up
+    raises; looked up once per process and directory (GitPython's look-up, ~0.3 s of CPU, ran
+    for every step's record): every step of a run records the commit the run started at, the
+    code it imported."""
+    return git_metadata_in(os.getcwd())
+
+
+@functools.cache
+def git_metadata_in(directory: str) -> GitMetadata | None:
     try:
-        return GitMetadata.check_for_repo()
+        return GitMetadata.check_for_repo()  # of the working directory, which is `directory`
     except ValueError:  # no commit yet, or no remote named 'origin'
         return None
 
