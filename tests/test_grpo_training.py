@@ -1,9 +1,10 @@
 """GRPO trains through `tango run` (issue 59): tests/fixtures/grpo_tiny.jsonnet, 3 steps on 2
 gloo ranks under FSDP2, DDP and FairScale FSDP in one run (rollouts sampled through each
 engine's root, rewards scored in the workers, TRL's metric names in the history, the same
-numbers under every engine), a second run trains nothing; bad rewards are one line through
-`tango run`, before any step where they can be known then, from the workers where a reward
-raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
+numbers under every engine), a second run trains nothing; a run killed after a checkpoint and
+rerun ends with the weights of one never interrupted, byte for byte; bad rewards are one line
+through `tango run`, before any step where they can be known then, from the workers where a
+reward raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
 
 from __future__ import annotations
 
@@ -46,8 +47,8 @@ def grpo_run(tmp_path_factory) -> tuple[Path, str]:
     return workspace, run_tango(FIXTURE, workspace, "again")
 
 
-def history(workspace: Path, step: str) -> list[dict]:
-    info = json.loads((step_result(workspace, "grpo", step) / "catwalk_model.json").read_text())
+def history(workspace: Path, step: str, run: str = "grpo") -> list[dict]:
+    info = json.loads((step_result(workspace, run, step) / "catwalk_model.json").read_text())
     assert info["objective"] == "grpo"
     return info["metrics_history"]["train"]
 
@@ -75,6 +76,29 @@ def test_ddp_and_fairscale_take_the_steps_fsdp2_takes(grpo_run):
             for name in COMPARED:
                 assert theirs[name] == pytest.approx(ours[name], rel=RTOL), (engine, name)
             assert theirs["loss"] == pytest.approx(ours["loss"], abs=1e-6), engine
+
+
+def test_a_killed_grpo_run_rerun_ends_with_the_weights_of_an_uninterrupted_one(grpo_run, tmp_path):
+    """The fixture's `resumed` (FSDP2, dropout on), killed on rank 1 in its third step (after
+    the step-2 checkpoint), then rerun: it resumes at step 2 and samples, rewards and trains
+    what the fixture run did there (the draws seeded by the step, the other generators in the
+    checkpoint), to the same bytes."""
+    workspace, _ = grpo_run
+    faults = [{"type": "test::faults", "pid_dir": str(tmp_path / "pids"), "kill_step": 3}]
+    overrides = {"steps.resumed.callbacks": faults}
+    argv = tango_command(FIXTURE, tmp_path / "ws", "first", overrides, "-s", "resumed")
+    first = commands.run(argv, timeout=300)
+    assert first.returncode != 0, first.stdout[-3000:]
+    assert "rank 1 died: killed by SIGKILL" in first.stdout + first.stderr
+    output = run_tango(FIXTURE, tmp_path / "ws", "rerun", overrides, extra=("-s", "resumed"))
+    assert "Resumed from" in output and "at step 2" in output
+    ours = step_result(tmp_path / "ws", "rerun", "resumed") / "model.safetensors"
+    whole = step_result(workspace, "grpo", "resumed") / "model.safetensors"
+    assert ours.read_bytes() == whole.read_bytes()
+    reran = history(tmp_path / "ws", "resumed", "rerun")
+    assert [entry["reward"] for entry in reran] == [
+        entry["reward"] for entry in history(workspace, "resumed")
+    ]
 
 
 BAD = {
