@@ -93,3 +93,53 @@ def test_the_table_gives_each_group_s_advantages_and_trl_s_batch_metrics():
     assert metrics["completions/clipped_ratio"] == 0.5
     assert metrics["frac_reward_zero_std"] == 0.5
     assert not Alone(num_generations=2).in_loss(table).logical_not().any()
+
+
+class OneProcess:
+    """An engine's evaluation forward over one process's model (no wrapper)."""
+
+    def __init__(self, classifier: RankClassifier):
+        self.model = classifier
+
+    def forward_eval(self, batch: dict) -> dict:
+        with torch.no_grad():
+            return self.model(**batch)
+
+
+class Held(SampledTraining):
+    """The step's generation batch without rollouts (its micro-batches given)."""
+
+    def __init__(self, classifier: RankClassifier):
+        self.engine, self.settings = OneProcess(classifier), classifier.grpo
+        self.held, self.logged = [], {}
+
+
+def test_with_mu_2_the_generation_batch_holds_the_sampling_policy_s_log_probabilities():
+    """μ = 2: the old log-probabilities are the policy's when it sampled (before the update,
+    eval mode), held for the batch's second step, and a checkpoint carries them; once the
+    policy moved, the loss's ratio is no longer 1."""
+    torch.manual_seed(0)
+    classifier = model(temperature=0.7, num_iterations=2, epsilon=0.0)
+    step = Held(classifier)
+    batches = [{"grpo": grpo_batch(PROMPTS, COMPLETIONS, [True] * 8, ADVANTAGES, 7.5, 0)}]
+    step.with_old_logps(batches)
+    assert classifier.training  # back in train mode
+    with torch.no_grad():
+        want = alone(classifier.lm, 0.7)
+    old = torch.tensor(batches[0]["grpo"]["old_logps"])
+    torch.testing.assert_close(old, want, rtol=1e-5, atol=1e-6)
+    step.held = batches
+    assert [step.repeats(s) for s in (0, 1, 2)] == [2, 1, 2]
+    assert step.batches([], 1) is batches  # its second step: the same batch, no rollout
+    restored = Held(classifier)
+    restored.load_state_dict(step.state_dict())
+    assert restored.batches([], 3) == batches
+    with torch.no_grad():
+        for parameter in classifier.lm.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    outputs = grpo_outputs(classifier.lm, batches[0]["grpo"], classifier.grpo)
+    moved = alone(classifier.lm, 0.7).detach()
+    want_loss, _ = grpo_loss(moved, old, None, ADVANTAGES, batches[0]["grpo"]["completion_mask"],
+                             0.0, 0.0, 0.0, "dapo", 512, 7.5)  # fmt: skip
+    assert outputs["loss"].item() == pytest.approx(want_loss.item(), rel=1e-4)
+    assert outputs["grpo_metrics"]["clip_ratio/region_mean"] > 0  # the ratio moved off 1

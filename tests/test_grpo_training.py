@@ -2,9 +2,10 @@
 gloo ranks under FSDP2, DDP and FairScale FSDP in one run (rollouts sampled through each
 engine's root, rewards scored in the workers, TRL's metric names in the history, the same
 numbers under every engine), a second run trains nothing; a run killed after a checkpoint and
-rerun ends with the weights of one never interrupted, byte for byte; bad rewards are one line
-through `tango run`, before any step where they can be known then, from the workers where a
-reward raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
+rerun ends with the weights of one never interrupted, byte for byte (inside a generation batch
+trained on twice, num_iterations 2: its ratio moves off 1); bad rewards are one line through
+`tango run`, before any step where they can be known then, from the workers where a reward
+raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
 
 from __future__ import annotations
 
@@ -79,19 +80,19 @@ def test_ddp_and_fairscale_take_the_steps_fsdp2_takes(grpo_run):
 
 
 def test_a_killed_grpo_run_rerun_ends_with_the_weights_of_an_uninterrupted_one(grpo_run, tmp_path):
-    """The fixture's `resumed` (FSDP2, dropout on), killed on rank 1 in its third step (after
-    the step-2 checkpoint), then rerun: it resumes at step 2 and samples, rewards and trains
-    what the fixture run did there (the draws seeded by the step, the other generators in the
-    checkpoint), to the same bytes."""
+    """The fixture's `resumed` (FSDP2, μ = 2), killed on rank 1 in its fourth step
+    (after the step-3 checkpoint, inside the second generation batch), then rerun: it resumes
+    at step 3 and trains on the generation batch the checkpoint holds what the fixture run
+    did, to the same bytes."""
     workspace, _ = grpo_run
-    faults = [{"type": "test::faults", "pid_dir": str(tmp_path / "pids"), "kill_step": 3}]
+    faults = [{"type": "test::faults", "pid_dir": str(tmp_path / "pids"), "kill_step": 4}]
     overrides = {"steps.resumed.callbacks": faults}
     argv = tango_command(FIXTURE, tmp_path / "ws", "first", overrides, "-s", "resumed")
     first = commands.run(argv, timeout=300)
     assert first.returncode != 0, first.stdout[-3000:]
     assert "rank 1 died: killed by SIGKILL" in first.stdout + first.stderr
     output = run_tango(FIXTURE, tmp_path / "ws", "rerun", overrides, extra=("-s", "resumed"))
-    assert "Resumed from" in output and "at step 2" in output
+    assert "Resumed from" in output and "at step 3" in output
     ours = step_result(tmp_path / "ws", "rerun", "resumed") / "model.safetensors"
     whole = step_result(workspace, "grpo", "resumed") / "model.safetensors"
     assert ours.read_bytes() == whole.read_bytes()
@@ -99,6 +100,24 @@ def test_a_killed_grpo_run_rerun_ends_with_the_weights_of_an_uninterrupted_one(g
     assert [entry["reward"] for entry in reran] == [
         entry["reward"] for entry in history(workspace, "resumed")
     ]
+
+
+def test_with_mu_2_a_generation_batch_is_trained_on_twice_its_ratio_moving_off_1(grpo_run):
+    """`resumed` (μ = 2, epsilon 0, no dropout): each generation batch's metrics at both its
+    steps (one batch, sampled once); at its first step the ratio to the sampling policy's
+    log-probabilities is 1 (nothing clipped), at its second the policy has moved: off 1,
+    clipped."""
+    workspace, _ = grpo_run
+    train = history(workspace, "resumed")
+    assert [entry["step"] for entry in train] == [1, 2, 3, 4]
+    for entry in train:
+        for name in TRL_NAMES:
+            assert math.isfinite(entry[name]), (name, entry)
+    assert train[0]["reward"] == train[1]["reward"] and train[2]["reward"] == train[3]["reward"]
+    fresh = ("reward", "completions/mean_length")  # the second batch sampled anew
+    assert any(train[0][name] != train[2][name] for name in fresh)
+    regions = [entry["clip_ratio/region_mean"] for entry in train]
+    assert regions[0] == regions[2] == 0 and regions[1] > 0 and regions[3] > 0, regions
 
 
 BAD = {

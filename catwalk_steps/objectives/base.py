@@ -135,6 +135,11 @@ class Objective:
             )
         return self.settings.of(block, f"model.{self.name}")
 
+    def updates_per_batch(self, block: Any) -> int:
+        """Optimizer steps one batch of its training data gives, by its settings block (GRPO:
+        `num_iterations`); 1 for the others."""
+        return 1
+
     def reference(self, adapter: Any) -> Reference | None:
         """Where its reference comes from for a model with `adapter` (None: it has none)."""
         return reference_from(adapter) if self.compares_with_reference else None

@@ -7,8 +7,9 @@
 The objective (:class:`Grpo`, `objective: 'grpo'`) trains on a generative task's prompts: the
 loop samples G completions of each (`catwalk_steps.training.sampled`), the rewards score them, and
 the model's forward takes the completions with their advantages
-(:mod:`catwalk_steps.scoring.grpo_objective`). This round trains with μ = 1 and no reference:
-`beta` > 0 and `num_iterations` > 1 are refused at graph build, one line each (they come later).
+(:mod:`catwalk_steps.scoring.grpo_objective`). With `num_iterations` (μ) > 1 each generation
+batch is trained on μ times, its old log-probabilities the sampling policy's. `beta` > 0 (no
+reference yet) is refused at graph build, one line (it comes later).
 """
 
 from __future__ import annotations
@@ -168,12 +169,12 @@ class Grpo(Objective):
                 f"{field}.beta: {settings.beta!r}; a KL term to a reference model is not trained "
                 "yet (it comes later): use beta 0"
             )
-        if objective is self and settings.num_iterations != 1:
-            raise ConfigurationError(
-                f"{field}.num_iterations: {settings.num_iterations!r}; more than one update per "
-                "generation batch is not trained yet (it comes later): use 1"
-            )
         return settings
+
+    def updates_per_batch(self, block: Any) -> int:
+        """μ: each generation batch (one step's prompts) gives `num_iterations` optimizer
+        steps, as TRL counts them."""
+        return GrpoSettings.of(block).num_iterations
 
     def choice_loss(self, choices: ChoiceScores) -> torch.Tensor:
         """A model trained by GRPO, scored on choices (an evaluation): the right answer's NLL,

@@ -7,7 +7,8 @@ attending to the prompt and to itself: :mod:`.packing`), scored with the logits 
 sampling temperature, as TRL scores them; the per-token log-probabilities are laid out
 [completions, tokens] (right-padded) for :func:`~catwalk_steps.objectives.grpo_loss.grpo_loss`.
 With μ = 1 the old log-probabilities are the current ones detached (the ratio is 1, only its
-gradient counts).
+gradient counts); with μ > 1 the batch holds the sampling policy's (`old_logps`, computed by
+this same forward before the first update: its `grpo_logps`).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def grpo_batch(
 
 
 def grpo_outputs(
-    lm: PreTrainedModel, batch: Mapping[str, torch.Tensor], settings: GrpoSettings
+    lm: PreTrainedModel, batch: Mapping[str, Any], settings: GrpoSettings
 ) -> dict[str, Any]:
     """The loss of a `grpo` batch (:func:`grpo_batch`) and TRL's metrics of it (`grpo_metrics`:
     means over its completion tokens in the loss, of which there are `grpo_tokens`)."""
@@ -73,9 +74,10 @@ def grpo_outputs(
     tokens, mask = batch["token_mask"], batch["completion_mask"]
     per_token = logps.new_zeros(tokens.shape).masked_scatter(tokens, logps)
     spread = entropies.detach().new_zeros(tokens.shape).masked_scatter(tokens, entropies.detach())
+    old = batch.get("old_logps")  # μ > 1 (rows of numbers); μ = 1: this policy sampled them
     loss, metrics = grpo_loss(
         per_token,
-        None,  # μ = 1: the policy that sampled them is this one
+        None if old is None else torch.tensor(old, dtype=torch.float32, device=tokens.device),
         None,  # beta 0: no reference
         batch["advantages"],
         mask,
@@ -87,4 +89,9 @@ def grpo_outputs(
         dapo_tokens=batch["dapo_tokens"],
         entropies=spread,
     )
-    return {"loss": loss, "grpo_metrics": metrics, "grpo_tokens": mask.sum()}
+    return {
+        "loss": loss,
+        "grpo_metrics": metrics,
+        "grpo_tokens": mask.sum(),
+        "grpo_logps": per_token.detach(),
+    }

@@ -16,11 +16,19 @@ the step, the same on every rank, for the history.
   its group is whole there; the table of rewards, lengths and truncation is gathered from every
   rank once, for `scale_rewards: 'batch'` (the batch's standard deviation), "dapo"'s token
   count and the metrics.
-- μ = 1: the old log-probabilities are the current ones (the model's forward detaches them).
+- μ (`num_iterations`): `train_steps` counts optimizer steps, as TRL's do; a generation batch
+  (the prompts of one step, the loop gives them μ times) is sampled at its first step, its old
+  log-probabilities computed then (no gradients, the model in eval mode, as it sampled), and
+  trained on μ times. Its draws are seeded by the generation batch's index (step // μ: with
+  μ = 1, the step). A checkpoint inside a generation batch holds it (each rank's own: the
+  sampling policy's weights are gone once it moved, so nothing can draw or score it again):
+  a resumed run trains on it what the uninterrupted run did. μ = 1: the old log-probabilities
+  are the current ones (the model's forward detaches them), nothing is held.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +44,8 @@ from ..scoring.grpo_objective import grpo_batch
 from ..scoring.rollouts import Completion, RolloutSettings, rollouts
 from ..scoring.sampling import Sampling, generator_for
 from .callbacks import summed_over_ranks
+
+logger = logging.getLogger(__name__)
 
 EXTREMES = {"clip_ratio/low_min": dist.ReduceOp.MIN, "clip_ratio/high_max": dist.ReduceOp.MAX}
 
@@ -76,6 +86,22 @@ class SampledTraining:
         self.ranks = AllRanks(self.device) if world_size > 1 else Ranks()
         self.lm = model.lm
         self.logged: dict[str, float] = {}
+        self.held: list[dict[str, Any]] = []  # μ > 1: the generation batch being trained on
+
+    def repeats(self, step: int) -> int:
+        """How many more times the loop gives the prompts of the generation batch that step
+        `step` (0-based) is in: μ at its first step, fewer after a resume inside it."""
+        return self.settings.num_iterations - step % self.settings.num_iterations
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds of this rank's GRPO: with μ > 1, the generation batch and
+        its metrics (data: tensors, numbers)."""
+        if self.settings.num_iterations == 1:
+            return {}
+        return {"held": self.held, "logged": self.logged}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.held, self.logged = state.get("held", []), state.get("logged", {})
 
     def rollout_settings(self, encoder: Any) -> RolloutSettings:
         s = self.settings
@@ -111,9 +137,37 @@ class SampledTraining:
         return score_completions(self.settings.rewards, instances, groups)
 
     def batches(self, micro_batches: Sequence[Any], step: int) -> list[dict[str, Any]]:
-        """The model's `grpo` batches of an optimizer step's micro-batches of prompts (step:
-        0-based). Collective."""
-        generator = generator_for(self.seed, self.rank, step, self.device)
+        """The model's `grpo` batches of an optimizer step (step: 0-based): of its
+        micro-batches of prompts at a generation batch's first step, then the same again (see
+        the module). Collective."""
+        mu = self.settings.num_iterations
+        if step % mu and self.held:
+            return self.held
+        if step % mu:  # a checkpoint of another number of ranks: drawn again, from here
+            logger.warning("GRPO: resumed inside a generation batch it does not hold: drawn again")
+        out = self.generation_batch(micro_batches, step // mu)
+        if mu > 1:
+            self.with_old_logps(out)
+            self.held = out
+        return out
+
+    def with_old_logps(self, batches: list[dict[str, Any]]) -> None:
+        """Each batch given the log-probabilities of its completion tokens under the policy
+        that sampled them (the model now: before the first update; eval mode, no gradients, as
+        it sampled), as a list of rows: engines cast no list to their compute dtype.
+        Collective."""
+        self.engine.model.eval()
+        try:
+            for batch in batches:
+                logps = self.engine.forward_eval(batch)["grpo_logps"]
+                batch["grpo"]["old_logps"] = logps.float().cpu().tolist()
+        finally:
+            self.engine.model.train()
+
+    def generation_batch(self, micro_batches: Sequence[Any], index: int) -> list[dict[str, Any]]:
+        """The model's `grpo` batches of micro-batches of prompts: their completions, drawn
+        from the generator of the generation batch `index`, rewarded. Collective."""
+        generator = generator_for(self.seed, self.rank, index, self.device)
         self.engine.model.eval()
         try:
             sampled = [self.sample(batch, generator) for batch in micro_batches]
