@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from catwalk_steps.adapters.registry import type_of
 from catwalk_steps.objectives.grpo import GrpoSettings
 from catwalk_steps.objectives.grpo_loss import grpo_loss
 from catwalk_steps.scoring.grpo_objective import grpo_batch, grpo_outputs
@@ -143,3 +144,29 @@ def test_with_mu_2_the_generation_batch_holds_the_sampling_policy_s_log_probabil
                              0.0, 0.0, 0.0, "dapo", 512, 7.5)  # fmt: skip
     assert outputs["loss"].item() == pytest.approx(want_loss.item(), rel=1e-4)
     assert outputs["grpo_metrics"]["clip_ratio/region_mean"] > 0  # the ratio moved off 1
+
+
+def test_beta_with_lora_is_grpo_loss_s_kl_to_the_base_with_the_adapter_off():
+    """beta > 0 with a LoRA adapter: the loss and TRL's `kl` are `grpo_loss`'s with the
+    reference log-probabilities of each completion scored alone with the adapter off."""
+    torch.manual_seed(0)
+    keys = {k: v for k, v in TINY_MODEL.items() if k != "type"}
+    settings = {"beta": 0.04, "temperature": 0.7, "max_completion_length": 3}
+    adapter = {"type": "lora", "r": 4, "alpha": 8}
+    classifier = RankClassifier(**keys, objective="grpo", grpo=settings, adapter=adapter)
+    with torch.no_grad():  # the adapter moved off its start (where it adds nothing)
+        for parameter in classifier.lm.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    batch = grpo_batch(PROMPTS, COMPLETIONS, [True] * 8, ADVANTAGES, dapo_tokens=7.5, pad_id=0)
+    outputs = grpo_outputs(classifier.lm, batch, classifier.grpo, classifier.adapter)
+    logps = alone(classifier.lm, 0.7)
+    with torch.no_grad(), type_of(classifier.adapter).switched_off(classifier.lm):
+        reference = alone(classifier.lm, 0.7)
+    mask = batch["completion_mask"]
+    want, metrics = grpo_loss(
+        logps, None, reference, ADVANTAGES, mask, 0.04, 0.2, 0.2, "dapo", 3, 7.5
+    )
+    assert metrics["kl"] > 0
+    assert outputs["grpo_metrics"]["kl"].item() == pytest.approx(metrics["kl"].item(), rel=1e-4)
+    assert outputs["loss"].item() == pytest.approx(want.item(), rel=1e-4, abs=1e-7)

@@ -120,6 +120,17 @@ def test_with_mu_2_a_generation_batch_is_trained_on_twice_its_ratio_moving_off_1
     assert regions[0] == regions[2] == 0 and regions[1] > 0 and regions[3] > 0, regions
 
 
+def test_with_beta_and_lora_the_kl_to_the_base_is_logged(grpo_run):
+    """`lora` (beta 0.04): TRL's `kl` in each step's entry; 0 at the first step (a LoRA adapter
+    starts as nothing: the policy is its base, the reference), above 0 once it trained."""
+    workspace, _ = grpo_run
+    train = history(workspace, "lora")
+    assert [entry["step"] for entry in train] == [1, 2, 3]
+    assert train[0]["kl"] == pytest.approx(0.0, abs=1e-7)
+    for entry in train[1:]:
+        assert math.isfinite(entry["kl"]) and entry["kl"] > 0, entry
+
+
 BAD = {
     "unknown_reward": (
         {"steps.fsdp2.model.grpo.reward_funcs": ["my_pkg::nothing"]},
@@ -129,7 +140,10 @@ BAD = {
         {"steps.fsdp2.model.grpo.reward_weights": [1.0, 2.0, 3.0]},
         "model.grpo.reward_weights: 3 weights for 2 rewards",
     ),
-    "beta_later": ({"steps.fsdp2.model.grpo.beta": 0.04}, "model.grpo.beta: 0.04; a KL term"),
+    "beta_without_adapter": (
+        {"steps.fsdp2.model.grpo.beta": 0.04},
+        "model.grpo.beta: 0.04; beta > 0 needs an adapter for now",
+    ),
 }
 
 

@@ -124,10 +124,10 @@ class Objective:
             f"and task '{task}' holds {examples.value}; {use}"
         )
 
-    def settings_of(self, objective: Objective, block: Any) -> Any:
-        """Its settings block as a model of `objective` gives it, read (its defaults when left
-        out: a model of another objective scores with them); given to a model of another
-        objective, one line."""
+    def settings_of(self, objective: Objective, block: Any, adapter: Any = None) -> Any:
+        """Its settings block as a model of `objective` (and `adapter`: its block or spec, None
+        without) gives it, read (its defaults when left out: a model of another objective
+        scores with them); given to a model of another objective, one line."""
         if block is not None and objective is not self:
             raise ConfigurationError(
                 f"model.{self.name}: settings of objective {self.name!r}, and the model's "
