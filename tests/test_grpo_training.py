@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,34 @@ def test_with_beta_and_lora_the_kl_to_the_base_is_logged(grpo_run):
     assert train[0]["kl"] == pytest.approx(0.0, abs=1e-7)
     for entry in train[1:]:
         assert math.isfinite(entry["kl"]) and entry["kl"] > 0, entry
+
+
+def test_each_logged_step_keeps_its_completions_as_records(grpo_run):
+    """`fsdp2`: `completions/step_<n>.jsonl` in the work directory for each logged step, 16
+    records (2 ranks x 2 prompts x G = 4), each its prompt, text, each reward (the vowel
+    reward as its pattern finds it in the text), their weighted sum and its advantage (a
+    group's sum to 0); their mean reward is the history's. `resumed` (μ = 2): the steps that
+    sample only."""
+    workspace, _ = grpo_run
+    work = step_result(workspace, "grpo", "fsdp2") / "work" / "completions"
+    for entry in history(workspace, "fsdp2"):
+        lines = (work / f"step_{entry['step']}.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        assert len(records) == 16 and {r["step"] for r in records} == {entry["step"]}
+        assert [r["rank"] for r in records] == [0] * 8 + [1] * 8
+        for r in records:
+            assert r["prompt"] and set(r["rewards"]) == {"task_metric", "regex_format"}, r
+            vowel = re.search("[aeiou]", r["completion"]) is not None
+            assert r["rewards"]["regex_format"] == float(vowel), r
+            assert r["reward"] == pytest.approx(sum(r["rewards"].values()))
+            assert 1 <= r["tokens"] <= 6 and isinstance(r["truncated"], bool)
+        for group in range(4):
+            advantages = [r["advantage"] for r in records[group * 4 : group * 4 + 4]]
+            assert sum(advantages) == pytest.approx(0.0, abs=1e-4)
+        mean = sum(r["reward"] for r in records) / len(records)
+        assert mean == pytest.approx(entry["reward"], rel=1e-6)
+    resumed = step_result(workspace, "grpo", "resumed") / "work" / "completions"
+    assert sorted(path.name for path in resumed.iterdir()) == ["step_1.jsonl", "step_3.jsonl"]
 
 
 BAD = {
