@@ -3,9 +3,10 @@ gloo ranks under FSDP2, DDP and FairScale FSDP in one run (rollouts sampled thro
 engine's root, rewards scored in the workers, TRL's metric names in the history, the same
 numbers under every engine), a second run trains nothing; a run killed after a checkpoint and
 rerun ends with the weights of one never interrupted, byte for byte (inside a generation batch
-trained on twice, num_iterations 2: its ratio moves off 1); bad rewards are one line through
-`tango run`, before any step where they can be known then, from the workers where a reward
-raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
+trained on twice, num_iterations 2: its ratio moves off 1); with beta and a LoRA adapter, the
+KL to the base logged; each logged step's completions kept as records; bad rewards are one line
+through `tango run`, before any step where they can be known then, from the workers where a
+reward raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
 
 from __future__ import annotations
 
