@@ -1,7 +1,7 @@
 """The `grpo` block (issue 59 item 1): TRL 1.16's names and defaults (read from the fixture TRL's
 own GRPOConfig wrote: tests/fixtures/make_grpo_fixture.py), each unknown key or impossible value
 one line naming it; the loss's own refusals; and the objective's refusal of what this round does
-not train (beta > 0, num_iterations > 1)."""
+not train (beta > 0 without an adapter)."""
 
 from __future__ import annotations
 
@@ -87,16 +87,18 @@ def test_the_rewards_are_read_with_the_block():
         GrpoSettings.of({"reward_func": []})
 
 
-@pytest.mark.parametrize(
-    ("key", "value"), [("beta", 0.04), ("num_iterations", 2)], ids=["beta", "mu"]
-)
-def test_the_objective_refuses_what_is_not_trained_yet_in_one_line(key, value):
-    """Valid TRL settings that this round does not train: one line saying it comes later (a
-    model of another objective reads the block's defaults and is not concerned)."""
+def test_the_objective_refuses_what_is_not_trained_yet_in_one_line():
+    """A valid TRL setting that this round does not train: one line saying it comes later (a
+    model of another objective reads the block's defaults and is not concerned); μ > 1 trains,
+    and counts its optimizer steps as TRL does (μ per generation batch)."""
     grpo = objective_named("grpo")
-    with pytest.raises(ConfigurationError, match=rf"^model\.grpo\.{key}: .*comes later"):
-        grpo.settings_of(grpo, {key: value})
+    with pytest.raises(ConfigurationError, match=r"^model\.grpo\.beta: .*needs an adapter"):
+        grpo.settings_of(grpo, {"beta": 0.04})
+    assert grpo.settings_of(grpo, {"beta": 0.04}, {"type": "lora"}).beta == 0.04
     assert grpo.settings_of(grpo, {"beta": 0.0, "num_iterations": 1}) == GrpoSettings()
+    assert grpo.settings_of(grpo, {"num_iterations": 2}).num_iterations == 2
+    assert grpo.updates_per_batch({"num_iterations": 3}) == 3
+    assert grpo.updates_per_batch(None) == 1 and objective_named("lm").updates_per_batch(None) == 1
 
 
 def test_the_loss_refuses_what_it_cannot_compute():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from catwalk_steps.adapters.registry import type_of
 from catwalk_steps.objectives.grpo import GrpoSettings
 from catwalk_steps.objectives.grpo_loss import grpo_loss
 from catwalk_steps.scoring.grpo_objective import grpo_batch, grpo_outputs
@@ -93,3 +94,79 @@ def test_the_table_gives_each_group_s_advantages_and_trl_s_batch_metrics():
     assert metrics["completions/clipped_ratio"] == 0.5
     assert metrics["frac_reward_zero_std"] == 0.5
     assert not Alone(num_generations=2).in_loss(table).logical_not().any()
+
+
+class OneProcess:
+    """An engine's evaluation forward over one process's model (no wrapper)."""
+
+    def __init__(self, classifier: RankClassifier):
+        self.model = classifier
+
+    def forward_eval(self, batch: dict) -> dict:
+        with torch.no_grad():
+            return self.model(**batch)
+
+
+class Held(SampledTraining):
+    """The step's generation batch without rollouts (its micro-batches given)."""
+
+    def __init__(self, classifier: RankClassifier):
+        self.engine, self.settings = OneProcess(classifier), classifier.grpo
+        self.held, self.logged = [], {}
+
+
+def test_with_mu_2_the_generation_batch_holds_the_sampling_policy_s_log_probabilities():
+    """μ = 2: the old log-probabilities are the policy's when it sampled (before the update,
+    eval mode), held for the batch's second step, and a checkpoint carries them; once the
+    policy moved, the loss's ratio is no longer 1."""
+    torch.manual_seed(0)
+    classifier = model(temperature=0.7, num_iterations=2, epsilon=0.0)
+    step = Held(classifier)
+    batches = [{"grpo": grpo_batch(PROMPTS, COMPLETIONS, [True] * 8, ADVANTAGES, 7.5, 0)}]
+    step.with_old_logps(batches)
+    assert classifier.training  # back in train mode
+    with torch.no_grad():
+        want = alone(classifier.lm, 0.7)
+    old = torch.tensor(batches[0]["grpo"]["old_logps"])
+    torch.testing.assert_close(old, want, rtol=1e-5, atol=1e-6)
+    step.held = batches
+    assert [step.repeats(s) for s in (0, 1, 2)] == [2, 1, 2]
+    assert step.batches([], 1) is batches  # its second step: the same batch, no rollout
+    restored = Held(classifier)
+    restored.load_state_dict(step.state_dict())
+    assert restored.batches([], 3) == batches
+    with torch.no_grad():
+        for parameter in classifier.lm.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    outputs = grpo_outputs(classifier.lm, batches[0]["grpo"], classifier.grpo)
+    moved = alone(classifier.lm, 0.7).detach()
+    want_loss, _ = grpo_loss(moved, old, None, ADVANTAGES, batches[0]["grpo"]["completion_mask"],
+                             0.0, 0.0, 0.0, "dapo", 512, 7.5)  # fmt: skip
+    assert outputs["loss"].item() == pytest.approx(want_loss.item(), rel=1e-4)
+    assert outputs["grpo_metrics"]["clip_ratio/region_mean"] > 0  # the ratio moved off 1
+
+
+def test_beta_with_lora_is_grpo_loss_s_kl_to_the_base_with_the_adapter_off():
+    """beta > 0 with a LoRA adapter: the loss and TRL's `kl` are `grpo_loss`'s with the
+    reference log-probabilities of each completion scored alone with the adapter off."""
+    torch.manual_seed(0)
+    keys = {k: v for k, v in TINY_MODEL.items() if k != "type"}
+    settings = {"beta": 0.04, "temperature": 0.7, "max_completion_length": 3}
+    adapter = {"type": "lora", "r": 4, "alpha": 8}
+    classifier = RankClassifier(**keys, objective="grpo", grpo=settings, adapter=adapter)
+    with torch.no_grad():  # the adapter moved off its start (where it adds nothing)
+        for parameter in classifier.lm.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    batch = grpo_batch(PROMPTS, COMPLETIONS, [True] * 8, ADVANTAGES, dapo_tokens=7.5, pad_id=0)
+    outputs = grpo_outputs(classifier.lm, batch, classifier.grpo, classifier.adapter)
+    logps = alone(classifier.lm, 0.7)
+    with torch.no_grad(), type_of(classifier.adapter).switched_off(classifier.lm):
+        reference = alone(classifier.lm, 0.7)
+    mask = batch["completion_mask"]
+    want, metrics = grpo_loss(
+        logps, None, reference, ADVANTAGES, mask, 0.04, 0.2, 0.2, "dapo", 3, 7.5
+    )
+    assert metrics["kl"] > 0
+    assert outputs["grpo_metrics"]["kl"].item() == pytest.approx(metrics["kl"].item(), rel=1e-4)
+    assert outputs["loss"].item() == pytest.approx(want.item(), rel=1e-4, abs=1e-7)

@@ -1,14 +1,18 @@
 """GRPO trains through `tango run` (issue 59): tests/fixtures/grpo_tiny.jsonnet, 3 steps on 2
 gloo ranks under FSDP2, DDP and FairScale FSDP in one run (rollouts sampled through each
 engine's root, rewards scored in the workers, TRL's metric names in the history, the same
-numbers under every engine), a second run trains nothing; bad rewards are one line through
-`tango run`, before any step where they can be known then, from the workers where a reward
-raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
+numbers under every engine), a second run trains nothing; a run killed after a checkpoint and
+rerun ends with the weights of one never interrupted, byte for byte (inside a generation batch
+trained on twice, num_iterations 2: its ratio moves off 1); with beta and a LoRA adapter, the
+KL to the base logged; each logged step's completions kept as records; bad rewards are one line
+through `tango run`, before any step where they can be known then, from the workers where a
+reward raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -46,8 +50,8 @@ def grpo_run(tmp_path_factory) -> tuple[Path, str]:
     return workspace, run_tango(FIXTURE, workspace, "again")
 
 
-def history(workspace: Path, step: str) -> list[dict]:
-    info = json.loads((step_result(workspace, "grpo", step) / "catwalk_model.json").read_text())
+def history(workspace: Path, step: str, run: str = "grpo") -> list[dict]:
+    info = json.loads((step_result(workspace, run, step) / "catwalk_model.json").read_text())
     assert info["objective"] == "grpo"
     return info["metrics_history"]["train"]
 
@@ -77,6 +81,86 @@ def test_ddp_and_fairscale_take_the_steps_fsdp2_takes(grpo_run):
             assert theirs["loss"] == pytest.approx(ours["loss"], abs=1e-6), engine
 
 
+def test_a_killed_grpo_run_rerun_ends_with_the_weights_of_an_uninterrupted_one(grpo_run, tmp_path):
+    """The fixture's `resumed` (FSDP2, μ = 2), killed on rank 1 in its fourth step
+    (after the step-3 checkpoint, inside the second generation batch), then rerun: it resumes
+    at step 3 and trains on the generation batch the checkpoint holds what the fixture run
+    did, to the same bytes."""
+    workspace, _ = grpo_run
+    faults = [{"type": "test::faults", "pid_dir": str(tmp_path / "pids"), "kill_step": 4}]
+    overrides = {"steps.resumed.callbacks": faults}
+    argv = tango_command(FIXTURE, tmp_path / "ws", "first", overrides, "-s", "resumed")
+    first = commands.run(argv, timeout=300)
+    assert first.returncode != 0, first.stdout[-3000:]
+    assert "rank 1 died: killed by SIGKILL" in first.stdout + first.stderr
+    output = run_tango(FIXTURE, tmp_path / "ws", "rerun", overrides, extra=("-s", "resumed"))
+    assert "Resumed from" in output and "at step 3" in output
+    ours = step_result(tmp_path / "ws", "rerun", "resumed") / "model.safetensors"
+    whole = step_result(workspace, "grpo", "resumed") / "model.safetensors"
+    assert ours.read_bytes() == whole.read_bytes()
+    reran = history(tmp_path / "ws", "resumed", "rerun")
+    assert [entry["reward"] for entry in reran] == [
+        entry["reward"] for entry in history(workspace, "resumed")
+    ]
+
+
+def test_with_mu_2_a_generation_batch_is_trained_on_twice_its_ratio_moving_off_1(grpo_run):
+    """`resumed` (μ = 2, epsilon 0, no dropout): each generation batch's metrics at both its
+    steps (one batch, sampled once); at its first step the ratio to the sampling policy's
+    log-probabilities is 1 (nothing clipped), at its second the policy has moved: off 1,
+    clipped."""
+    workspace, _ = grpo_run
+    train = history(workspace, "resumed")
+    assert [entry["step"] for entry in train] == [1, 2, 3, 4]
+    for entry in train:
+        for name in TRL_NAMES:
+            assert math.isfinite(entry[name]), (name, entry)
+    assert train[0]["reward"] == train[1]["reward"] and train[2]["reward"] == train[3]["reward"]
+    fresh = ("reward", "completions/mean_length")  # the second batch sampled anew
+    assert any(train[0][name] != train[2][name] for name in fresh)
+    regions = [entry["clip_ratio/region_mean"] for entry in train]
+    assert regions[0] == regions[2] == 0 and regions[1] > 0 and regions[3] > 0, regions
+
+
+def test_with_beta_and_lora_the_kl_to_the_base_is_logged(grpo_run):
+    """`lora` (beta 0.04): TRL's `kl` in each step's entry; 0 at the first step (a LoRA adapter
+    starts as nothing: the policy is its base, the reference), above 0 once it trained."""
+    workspace, _ = grpo_run
+    train = history(workspace, "lora")
+    assert [entry["step"] for entry in train] == [1, 2, 3]
+    assert train[0]["kl"] == pytest.approx(0.0, abs=1e-7)
+    for entry in train[1:]:
+        assert math.isfinite(entry["kl"]) and entry["kl"] > 0, entry
+
+
+def test_each_logged_step_keeps_its_completions_as_records(grpo_run):
+    """`fsdp2`: `completions/step_<n>.jsonl` in the work directory for each logged step, 16
+    records (2 ranks x 2 prompts x G = 4), each its prompt, text, each reward (the vowel
+    reward as its pattern finds it in the text), their weighted sum and its advantage (a
+    group's sum to 0); their mean reward is the history's. `resumed` (μ = 2): the steps that
+    sample only."""
+    workspace, _ = grpo_run
+    work = step_result(workspace, "grpo", "fsdp2") / "work" / "completions"
+    for entry in history(workspace, "fsdp2"):
+        lines = (work / f"step_{entry['step']}.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        assert len(records) == 16 and {r["step"] for r in records} == {entry["step"]}
+        assert [r["rank"] for r in records] == [0] * 8 + [1] * 8
+        for r in records:
+            assert r["prompt"] and set(r["rewards"]) == {"task_metric", "regex_format"}, r
+            vowel = re.search("[aeiou]", r["completion"]) is not None
+            assert r["rewards"]["regex_format"] == float(vowel), r
+            assert r["reward"] == pytest.approx(sum(r["rewards"].values()))
+            assert 1 <= r["tokens"] <= 6 and isinstance(r["truncated"], bool)
+        for group in range(4):
+            advantages = [r["advantage"] for r in records[group * 4 : group * 4 + 4]]
+            assert sum(advantages) == pytest.approx(0.0, abs=1e-4)
+        mean = sum(r["reward"] for r in records) / len(records)
+        assert mean == pytest.approx(entry["reward"], rel=1e-6)
+    resumed = step_result(workspace, "grpo", "resumed") / "work" / "completions"
+    assert sorted(path.name for path in resumed.iterdir()) == ["step_1.jsonl", "step_3.jsonl"]
+
+
 BAD = {
     "unknown_reward": (
         {"steps.fsdp2.model.grpo.reward_funcs": ["my_pkg::nothing"]},
@@ -86,7 +170,10 @@ BAD = {
         {"steps.fsdp2.model.grpo.reward_weights": [1.0, 2.0, 3.0]},
         "model.grpo.reward_weights: 3 weights for 2 rewards",
     ),
-    "beta_later": ({"steps.fsdp2.model.grpo.beta": 0.04}, "model.grpo.beta: 0.04; a KL term"),
+    "beta_without_adapter": (
+        {"steps.fsdp2.model.grpo.beta": 0.04},
+        "model.grpo.beta: 0.04; beta > 0 needs an adapter for now",
+    ),
 }
 
 

@@ -41,6 +41,14 @@ def objective_of(model: Any) -> Objective:
     return objective_named(params.get("objective", OBJECTIVE))
 
 
+def updates_per_batch(model: Any) -> int:
+    """Optimizer steps one batch of the training loader gives under a model block's objective
+    (GRPO's `num_iterations`: a generation batch trained on μ times); 1 for the others."""
+    objective = objective_of(model)
+    params = lazy_params(model) if isinstance(model, Lazy) else {}
+    return objective.updates_per_batch(params.get(objective.name))
+
+
 __all__ = [
     "DPO",
     "GRPO",
@@ -53,5 +61,6 @@ __all__ = [
     "objective_of",
     "objective_names",
     "reference_from",
+    "updates_per_batch",
     "with_settings",
 ]

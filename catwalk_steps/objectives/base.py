@@ -124,16 +124,21 @@ class Objective:
             f"and task '{task}' holds {examples.value}; {use}"
         )
 
-    def settings_of(self, objective: Objective, block: Any) -> Any:
-        """Its settings block as a model of `objective` gives it, read (its defaults when left
-        out: a model of another objective scores with them); given to a model of another
-        objective, one line."""
+    def settings_of(self, objective: Objective, block: Any, adapter: Any = None) -> Any:
+        """Its settings block as a model of `objective` (and `adapter`: its block or spec, None
+        without) gives it, read (its defaults when left out: a model of another objective
+        scores with them); given to a model of another objective, one line."""
         if block is not None and objective is not self:
             raise ConfigurationError(
                 f"model.{self.name}: settings of objective {self.name!r}, and the model's "
                 f"objective is {objective.name!r}"
             )
         return self.settings.of(block, f"model.{self.name}")
+
+    def updates_per_batch(self, block: Any) -> int:
+        """Optimizer steps one batch of its training data gives, by its settings block (GRPO:
+        `num_iterations`); 1 for the others."""
+        return 1
 
     def reference(self, adapter: Any) -> Reference | None:
         """Where its reference comes from for a model with `adapter` (None: it has none)."""

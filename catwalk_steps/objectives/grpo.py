@@ -7,8 +7,10 @@
 The objective (:class:`Grpo`, `objective: 'grpo'`) trains on a generative task's prompts: the
 loop samples G completions of each (`catwalk_steps.training.sampled`), the rewards score them, and
 the model's forward takes the completions with their advantages
-(:mod:`catwalk_steps.scoring.grpo_objective`). This round trains with μ = 1 and no reference:
-`beta` > 0 and `num_iterations` > 1 are refused at graph build, one line each (they come later).
+(:mod:`catwalk_steps.scoring.grpo_objective`). With `num_iterations` (μ) > 1 each generation
+batch is trained on μ times, its old log-probabilities the sampling policy's. `beta` > 0 adds
+TRL's k3 KL term to the reference, the base with the model's adapter off; without an adapter it
+is refused at graph build, one line (a full model's reference comes later).
 """
 
 from __future__ import annotations
@@ -159,21 +161,24 @@ class Grpo(Objective):
     settings = GrpoSettings
     samples = True
 
-    def settings_of(self, objective: Objective, block: Any) -> GrpoSettings:
-        """Its block, read; what this round does not train yet refused in one line."""
+    def settings_of(self, objective: Objective, block: Any, adapter: Any = None) -> GrpoSettings:
+        """Its block, read; what this round does not train yet refused in one line: beta > 0
+        without an adapter (the reference is the base with the adapter off, by the one rule
+        :func:`~.base.reference_from`; a full model's, a reference step's, comes later)."""
         settings: GrpoSettings = super().settings_of(objective, block)
         field = f"model.{self.name}"
-        if objective is self and settings.beta != 0:
+        if objective is self and settings.beta != 0 and adapter is None:
             raise ConfigurationError(
-                f"{field}.beta: {settings.beta!r}; a KL term to a reference model is not trained "
-                "yet (it comes later): use beta 0"
-            )
-        if objective is self and settings.num_iterations != 1:
-            raise ConfigurationError(
-                f"{field}.num_iterations: {settings.num_iterations!r}; more than one update per "
-                "generation batch is not trained yet (it comes later): use 1"
+                f"{field}.beta: {settings.beta!r}; beta > 0 needs an adapter for now (its "
+                "reference is the base with the adapter off); a full model's reference comes "
+                "later"
             )
         return settings
+
+    def updates_per_batch(self, block: Any) -> int:
+        """μ: each generation batch (one step's prompts) gives `num_iterations` optimizer
+        steps, as TRL counts them."""
+        return GrpoSettings.of(block).num_iterations
 
     def choice_loss(self, choices: ChoiceScores) -> torch.Tensor:
         """A model trained by GRPO, scored on choices (an evaluation): the right answer's NLL,

@@ -7,7 +7,8 @@ attending to the prompt and to itself: :mod:`.packing`), scored with the logits 
 sampling temperature, as TRL scores them; the per-token log-probabilities are laid out
 [completions, tokens] (right-padded) for :func:`~catwalk_steps.objectives.grpo_loss.grpo_loss`.
 With μ = 1 the old log-probabilities are the current ones detached (the ratio is 1, only its
-gradient counts).
+gradient counts); with μ > 1 the batch holds the sampling policy's (`old_logps`, computed by
+this same forward before the first update: its `grpo_logps`).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..adapters.registry import type_of
 from ..objectives.grpo import GrpoSettings
 from ..objectives.grpo_loss import grpo_loss
 from .packing import PackedRow, pack_rows
-from .shared_context import packed_log_probs_and_entropies
+from .shared_context import packed_log_probs, packed_log_probs_and_entropies
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -63,20 +65,39 @@ def grpo_batch(
     }
 
 
+def reference_logps(
+    lm: PreTrainedModel,
+    packed: Mapping[str, torch.Tensor],
+    tokens: torch.Tensor,
+    adapter: Any,
+    temperature: float,
+) -> torch.Tensor:
+    """[completions, tokens]: the reference's log-probabilities of the completion tokens: the
+    base with the adapter off (by the one rule, as DPO's), no gradients."""
+    with torch.no_grad(), type_of(adapter).switched_off(lm):
+        logps = packed_log_probs(lm, packed, temperature).float()
+    return logps.new_zeros(tokens.shape).masked_scatter(tokens, logps)
+
+
 def grpo_outputs(
-    lm: PreTrainedModel, batch: Mapping[str, torch.Tensor], settings: GrpoSettings
+    lm: PreTrainedModel, batch: Mapping[str, Any], settings: GrpoSettings, adapter: Any = None
 ) -> dict[str, Any]:
     """The loss of a `grpo` batch (:func:`grpo_batch`) and TRL's metrics of it (`grpo_metrics`:
-    means over its completion tokens in the loss, of which there are `grpo_tokens`)."""
+    means over its completion tokens in the loss, of which there are `grpo_tokens`); with
+    beta > 0, the KL term to the base with `adapter` (the model's spec) off."""
     packed = {key: value for key, value in batch.items() if key.startswith(PACKED)}
     logps, entropies = packed_log_probs_and_entropies(lm, packed, settings.temperature)
     tokens, mask = batch["token_mask"], batch["completion_mask"]
     per_token = logps.new_zeros(tokens.shape).masked_scatter(tokens, logps)
     spread = entropies.detach().new_zeros(tokens.shape).masked_scatter(tokens, entropies.detach())
+    ref = None
+    if settings.beta != 0:  # after the policy's forward, as DPO's reference
+        ref = reference_logps(lm, packed, tokens, adapter, settings.temperature)
+    old = batch.get("old_logps")  # μ > 1 (rows of numbers); μ = 1: this policy sampled them
     loss, metrics = grpo_loss(
         per_token,
-        None,  # μ = 1: the policy that sampled them is this one
-        None,  # beta 0: no reference
+        None if old is None else torch.tensor(old, dtype=torch.float32, device=tokens.device),
+        ref,  # beta 0: none
         batch["advantages"],
         mask,
         beta=settings.beta,
@@ -87,4 +108,9 @@ def grpo_outputs(
         dapo_tokens=batch["dapo_tokens"],
         entropies=spread,
     )
-    return {"loss": loss, "grpo_metrics": metrics, "grpo_tokens": mask.sum()}
+    return {
+        "loss": loss,
+        "grpo_metrics": metrics,
+        "grpo_tokens": mask.sum(),
+        "grpo_logps": per_token.detach(),
+    }

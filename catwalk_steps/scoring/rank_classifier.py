@@ -37,6 +37,16 @@ from .shared_context import packing_support
 from .tokenization import load_tokenizer
 
 
+def plain_block(value: Any) -> Any:
+    """A settings block as plain data, however deep (Tango's `Params` in a list as a dict, a
+    tuple as a list): the model's identity is written as JSON (an adapter's base)."""
+    if isinstance(value, Mapping):
+        return {key: plain_block(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_block(item) for item in value]
+    return value
+
+
 def identity_of(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A rank classifier's cache identity from its spec (:meth:`RankClassifier.spec_of`): the
     same whether the model is built or only configured, so a step's unique id does not depend
@@ -131,7 +141,7 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
         self.objective = objective_named(objective)
         self.dpo = DPO.settings_of(self.objective, dpo)
-        self.grpo = GRPO.settings_of(self.objective, grpo)
+        self.grpo = GRPO.settings_of(self.objective, grpo, self.adapter)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         template = ChatTemplate.of(chat_template, "model.chat_template")
         # One of the two is given.
@@ -176,7 +186,7 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         if dpo is not None:  # (left out: the identity of a model before DPO existed)
             identity["dpo"] = dict(dpo)
         if grpo is not None:
-            identity["grpo"] = dict(grpo)
+            identity["grpo"] = plain_block(grpo)  # (its rewards' blocks in a list)
         if chat_template is not None:  # a file's content: the step's `model_content`
             identity["chat_template"] = chat_template
         return identity
@@ -244,7 +254,7 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         if preference is not None:
             return self.preference_outputs(preference, **batch)
         if grpo is not None:
-            return grpo_outputs(self.lm, grpo, self.grpo)
+            return grpo_outputs(self.lm, grpo, self.grpo, self.adapter)
         if documents is not None:
             return {"loss": document_loss(self.lm, documents, batch["weights"])}
         assert input_ids is not None and attention_mask is not None, "a batch of tokens"

@@ -53,9 +53,12 @@ class Checkpointer:
     """One worker's side of its job's checkpoints: the engine's state, the loop's state (`state`,
     shared with the loop) and the callbacks' state."""
 
-    def __init__(self, job: TrainingJob, schedule: Schedule, engine: Any, callbacks: list[Any]):
+    def __init__(
+        self, job: TrainingJob, schedule: Schedule, engine: Any, callbacks: list, grpo: Any = None
+    ):
         self.job, self.schedule = job, schedule
         self.engine, self.callbacks = engine, callbacks
+        self.sampled = grpo  # GRPO's step (its generation batch, with μ > 1), or None
         self.rank, self.world_size = distributed_position()
         self.device = engine.device
         self.base: dict[str, Any] | None = None  # an adapter's base (rank 0), in each manifest
@@ -85,6 +88,7 @@ class Checkpointer:
                 {
                     "rng": rng_state(self.device),
                     "callbacks": saved_states(self.callbacks),
+                    "sampled": {} if self.sampled is None else self.sampled.state_dict(),
                 }
             )
             if self.main:
@@ -238,6 +242,8 @@ class Checkpointer:
         # Callbacks keep their own rank's state; a rank the checkpoint did not have takes rank 0's.
         mine = parts[self.rank] if self.rank < len(parts) else parts[0]
         restore_states(self.callbacks, mine["callbacks"])
+        if self.sampled is not None and len(parts) == self.world_size:  # a rank's own batch
+            self.sampled.load_state_dict(mine.get("sampled", {}))
         return state
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from itertools import islice
 from typing import Any, cast
@@ -38,6 +38,7 @@ from torch.utils.data import DistributedSampler
 from ..distributed.groups import barrier, distributed_position
 from ..engines.base import CatwalkEngine
 from ..engines.train_config import NodeAwareTrainConfig
+from ..objectives import updates_per_batch
 from .checkpointing import Checkpointer
 from .in_loop import InLoopTasks
 from .job import Schedule, TrainerState, TrainingJob, training_items, validation_items
@@ -78,6 +79,18 @@ def mean_over_ranks(value: float, world_size: int, device: Any) -> float:
     tensor = torch.tensor(value, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
     return tensor.item() / world_size
+
+
+def repeated(chunks: Iterable[list], sampled: Any, state: TrainerState) -> Iterator[list[Any]]:
+    """Each optimizer step's micro-batches, as many times as steps train on them (GRPO's μ:
+    one step's prompts are a generation batch, trained on μ times, fewer after a resume inside
+    it; else once); the data position moves past them before their last (a checkpoint inside
+    the generation batch resumes it)."""
+    for micro_batches in chunks:
+        for left in reversed(range(1 if sampled is None else sampled.repeats(state.step))):
+            if left == 0:
+                state.batches_into_epoch += len(micro_batches)
+            yield micro_batches
 
 
 def progress_metrics(loss: float, name: str, state: TrainerState) -> dict[str, float]:
@@ -122,9 +135,10 @@ class Trainer:
         connect_trackers(self.callbacks)  # W&B, TensorBoard: fed by the metric history
         self.state = TrainerState()
         # GRPO: completions sampled, rewarded and trained on in each step; None for the others.
-        self.sampled = sampled_training(self.engine, job.schedule.seed, self.rank, self.world_size)
+        self.sampled = sampled_training(self.engine, self.schedule, job.work_dir)
         self.logged: list[dict[str, float]] = []  # the last step's metrics beside its loss
-        self.checkpoints = Checkpointer(job, self.schedule, self.engine, self.callbacks)
+        held = (self.engine, self.callbacks, self.sampled)  # what a checkpoint holds the state of
+        self.checkpoints = Checkpointer(job, self.schedule, *held)
 
     def build_loaders(self, job: TrainingJob) -> Schedule:
         """The loaders of the two splits, and the job's schedule with `train_steps` (from the
@@ -155,7 +169,8 @@ class Trainer:
         if schedule.train_steps is not None:
             return schedule
         batches = len(self.train_loader) * (schedule.train_epochs or 1)
-        return replace(schedule, train_steps=math.ceil(batches / schedule.grad_accum))
+        steps = math.ceil(batches / schedule.grad_accum) * updates_per_batch(schedule.model)
+        return replace(schedule, train_steps=steps)
 
     @property
     def main(self) -> bool:
@@ -209,11 +224,10 @@ class Trainer:
                     callback.pre_epoch(self.state.step, epoch)
             first_epoch = False
             empty = True
-            for micro_batches in chunked(
-                epoch_batches(self.train_loader, epoch, skip), self.schedule.grad_accum
-            ):
+            loaded = epoch_batches(self.train_loader, epoch, skip)
+            chunks = chunked(loaded, self.schedule.grad_accum)
+            for micro_batches in repeated(chunks, self.sampled, self.state):
                 empty = False
-                self.state.batches_into_epoch += len(micro_batches)
                 yield micro_batches
             if empty and skip == 0:
                 raise RuntimeError(f"{self.schedule.train_split}: the data loader yields no batch")

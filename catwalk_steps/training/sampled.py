@@ -16,17 +16,30 @@ the step, the same on every rank, for the history.
   its group is whole there; the table of rewards, lengths and truncation is gathered from every
   rank once, for `scale_rewards: 'batch'` (the batch's standard deviation), "dapo"'s token
   count and the metrics.
-- μ = 1: the old log-probabilities are the current ones (the model's forward detaches them).
+- Records: at a logged step that samples, each completion's prompt, text, rewards and advantage,
+  every rank's, written by rank 0 to `completions/step_<n>.jsonl` in the work directory
+  (:mod:`.completion_records`).
+- μ (`num_iterations`): `train_steps` counts optimizer steps, as TRL's do; a generation batch
+  (the prompts of one step, the loop gives them μ times) is sampled at its first step, its old
+  log-probabilities computed then (no gradients, the model in eval mode, as it sampled), and
+  trained on μ times. Its draws are seeded by the generation batch's index (step // μ: with
+  μ = 1, the step). A checkpoint inside a generation batch holds it (each rank's own: the
+  sampling policy's weights are gone once it moved, so nothing can draw or score it again):
+  a resumed run trains on it what the uninterrupted run did. μ = 1: the old log-probabilities
+  are the current ones (the model's forward detaches them), nothing is held.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from ..distributed.groups import distributed_position
 from ..engines.scorer import AllRanks, inner_model
 from ..objectives.grpo import GrpoSettings
 from ..objectives.grpo_loss import group_advantages, reward_metrics, weighted_rewards
@@ -36,16 +49,21 @@ from ..scoring.grpo_objective import grpo_batch
 from ..scoring.rollouts import Completion, RolloutSettings, rollouts
 from ..scoring.sampling import Sampling, generator_for
 from .callbacks import summed_over_ranks
+from .completion_records import completion_records, written_by_rank_0
+
+logger = logging.getLogger(__name__)
 
 EXTREMES = {"clip_ratio/low_min": dist.ReduceOp.MIN, "clip_ratio/high_max": dist.ReduceOp.MAX}
 
 
-def sampled_training(engine: Any, seed: int, rank: int, world_size: int) -> SampledTraining | None:
-    """The loop's GRPO step for a model whose objective samples its completions; else None."""
+def sampled_training(engine: Any, schedule: Any, work_dir: Path) -> SampledTraining | None:
+    """The loop's GRPO step for a model whose objective samples its completions (its
+    `schedule`: the run's seed, and the steps logged, whose completions are recorded in
+    `work_dir`); else None."""
     model = inner_model(engine.model)
     if not model.objective.samples:
         return None
-    return SampledTraining(engine, model, seed, rank, world_size)
+    return SampledTraining(engine, model, schedule, work_dir)
 
 
 def gathered(table: torch.Tensor, world_size: int) -> tuple[torch.Tensor, int]:
@@ -66,16 +84,46 @@ def gathered(table: torch.Tensor, world_size: int) -> tuple[torch.Tensor, int]:
     )
 
 
+def extreme(values: list[torch.Tensor], op: Any, device: Any, world_size: int) -> float:
+    """The smallest (MIN) or largest (MAX) of the values not NaN over micro-batches and ranks;
+    NaN where none is. Collective."""
+    largest = op == dist.ReduceOp.MAX
+    none = -float("inf") if largest else float("inf")
+    present = [float(v) for v in values if not torch.isnan(v)]
+    value = torch.tensor((max if largest else min)(present, default=none), device=device)
+    if world_size > 1:
+        dist.all_reduce(value, op=op)
+    return float("nan") if value.isinf() else float(value)
+
+
 class SampledTraining:
     """GRPO's step for one worker (see the module)."""
 
-    def __init__(self, engine: Any, model: Any, seed: int, rank: int, world_size: int):
-        self.engine, self.seed, self.rank, self.world_size = engine, seed, rank, world_size
+    def __init__(self, engine: Any, model: Any, schedule: Any, work_dir: Path):
+        self.engine, self.seed, self.logs = engine, schedule.seed, schedule.logs
+        self.work_dir = work_dir  # its `completions/` records
+        self.rank, self.world_size = distributed_position()
         self.settings: GrpoSettings = model.grpo
         self.device = engine.train_config.worker_local_default_device
-        self.ranks = AllRanks(self.device) if world_size > 1 else Ranks()
+        self.ranks = AllRanks(self.device) if self.world_size > 1 else Ranks()
         self.lm = model.lm
         self.logged: dict[str, float] = {}
+        self.held: list[dict[str, Any]] = []  # μ > 1: the generation batch being trained on
+
+    def repeats(self, step: int) -> int:
+        """How many more times the loop gives the prompts of the generation batch that step
+        `step` (0-based) is in: μ at its first step, fewer after a resume inside it."""
+        return self.settings.num_iterations - step % self.settings.num_iterations
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint holds of this rank's GRPO: with μ > 1, the generation batch and
+        its metrics (data: tensors, numbers)."""
+        if self.settings.num_iterations == 1:
+            return {}
+        return {"held": self.held, "logged": self.logged}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.held, self.logged = state.get("held", []), state.get("logged", {})
 
     def rollout_settings(self, encoder: Any) -> RolloutSettings:
         s = self.settings
@@ -101,32 +149,70 @@ class SampledTraining:
         done = rollouts(step, [p for _, p in live], settings, generator, self.ranks)
         return live, done
 
-    def rewards(self, batch: Any, live: list, done: list[Completion]) -> torch.Tensor:
-        """[completions, rewards] of a micro-batch's completions (their texts as evaluation
-        cuts them)."""
-        texts = [batch.encoder.text(c.tokens, live[c.prompt][0].until) for c in done]
+    def texts(self, batch: Any, live: list, done: list[Completion]) -> list[str]:
+        """A micro-batch's completions as texts, cut as evaluation cuts an answer."""
+        return [batch.encoder.text(c.tokens, live[c.prompt][0].until) for c in done]
+
+    def rewards(self, live: list, texts: list[str]) -> torch.Tensor:
+        """[completions, rewards] of a micro-batch's completions (`texts`)."""
         G = self.settings.num_generations
         groups = [texts[i * G : (i + 1) * G] for i in range(len(live))]
         instances = [instance for instance, _ in live]
         return score_completions(self.settings.rewards, instances, groups)
 
     def batches(self, micro_batches: Sequence[Any], step: int) -> list[dict[str, Any]]:
-        """The model's `grpo` batches of an optimizer step's micro-batches of prompts (step:
-        0-based). Collective."""
-        generator = generator_for(self.seed, self.rank, step, self.device)
+        """The model's `grpo` batches of an optimizer step (step: 0-based): of its
+        micro-batches of prompts at a generation batch's first step, then the same again (see
+        the module). Collective."""
+        mu = self.settings.num_iterations
+        if step % mu and self.held:
+            return self.held
+        if step % mu:  # a checkpoint of another number of ranks: drawn again, from here
+            logger.warning("GRPO: resumed inside a generation batch it does not hold: drawn again")
+        out = self.generation_batch(micro_batches, step)
+        if mu > 1:
+            self.with_old_logps(out)
+            self.held = out
+        return out
+
+    def with_old_logps(self, batches: list[dict[str, Any]]) -> None:
+        """Each batch given the log-probabilities of its completion tokens under the policy
+        that sampled them (the model now: before the first update; eval mode, no gradients, as
+        it sampled), as a list of rows: engines cast no list to their compute dtype.
+        Collective."""
+        self.engine.model.eval()
+        try:
+            for batch in batches:
+                logps = self.engine.forward_eval(batch)["grpo_logps"]
+                batch["grpo"]["old_logps"] = logps.float().cpu().tolist()
+        finally:
+            self.engine.model.train()
+
+    def generation_batch(self, micro_batches: Sequence[Any], step: int) -> list[dict[str, Any]]:
+        """The model's `grpo` batches of micro-batches of prompts at step `step`: their
+        completions, drawn from the generator of its generation batch, rewarded; at a logged
+        step, recorded. Collective."""
+        index = step // self.settings.num_iterations
+        generator = generator_for(self.seed, self.rank, index, self.device)
         self.engine.model.eval()
         try:
             sampled = [self.sample(batch, generator) for batch in micro_batches]
         finally:
             self.engine.model.train()
-        tables = [
-            self.table(self.rewards(batch, live, done), done)
+        texts = [
+            self.texts(batch, live, done)
             for batch, (live, done) in zip(micro_batches, sampled, strict=True)
+        ]
+        tables = [
+            self.table(self.rewards(live, said), done)
+            for (live, done), said in zip(sampled, texts, strict=True)
         ]
         mine = torch.cat(tables)
         everyone, offset = gathered(mine.to(self.device), self.world_size)
         everyone = everyone.cpu()
         advantages = self.advantages(everyone)[offset : offset + mine.size(0)]
+        if self.logs(step):
+            self.record(step, sampled, texts, mine, advantages)
         self.logged = self.batch_metrics(everyone)
         tokens = float((everyone[:, -2] * self.in_loss(everyone)).sum())  # tokens in the loss
         dapo = tokens / (self.world_size * len(micro_batches))
@@ -141,6 +227,15 @@ class SampledTraining:
             )
             start = end
         return out
+
+    def record(self, step: int, sampled: list, texts: list, mine: Any, advantages: Any) -> None:
+        """The step's completion records (this rank's: its `mine` table, `advantages`), every
+        rank's written by rank 0 (:mod:`.completion_records`). Collective."""
+        prompts = [live[c.prompt][0].context for live, done in sampled for c in done]
+        said = [text for part in texts for text in part]
+        rewards = self.settings.rewards
+        records = completion_records(step, self.rank, prompts, said, mine, rewards, advantages)
+        written_by_rank_0(self.work_dir, step, records, self.world_size, self.device)
 
     def table(self, rewards: torch.Tensor, done: list[Completion]) -> torch.Tensor:
         """[completions, rewards + 2]: each completion's rewards, its length and whether the
@@ -195,16 +290,6 @@ class SampledTraining:
         total = sums.pop("tokens").clamp(min=1.0)
         loss_metrics = {name: float(value / total) for name, value in sums.items()}
         for name, op in EXTREMES.items():
-            loss_metrics[name] = self.extreme([o["grpo_metrics"][name] for o in outputs], op)
+            values = [o["grpo_metrics"][name] for o in outputs]
+            loss_metrics[name] = extreme(values, op, self.device, self.world_size)
         return [{**self.logged, **loss_metrics}]
-
-    def extreme(self, values: list[torch.Tensor], op: Any) -> float:
-        """The smallest (MIN) or largest (MAX) of the values not NaN over micro-batches and
-        ranks; NaN where none is."""
-        largest = op == dist.ReduceOp.MAX
-        none = -float("inf") if largest else float("inf")
-        present = [float(v) for v in values if not torch.isnan(v)]
-        value = torch.tensor((max if largest else min)(present, default=none), device=self.device)
-        if self.world_size > 1:
-            dist.all_reduce(value, op=op)
-        return float("nan") if value.isinf() else float(value)
