@@ -70,7 +70,8 @@ cli: setup
 # 3 on 2 cores: some tests wait (a timeout, a lost host, a held step) and a third worker runs
 # meanwhile; fresh clones' pytest took 8:24 and 8:41 with 3, 8:37 and 8:53 with 2 (before
 # two cuts of the commands' CPU: 6:00 and 6:03 with 3 after them); at 1119 tests 10:19-10:27
-# with 3 and 10:57 with 4; at 1286 tests 10:59 with 3 (docs/reference/tests.md).
+# with 3 and 10:57 with 4; at 1286 tests 10:59 with 3; at 1365 tests 11:22 with 3 and 11:27 with 4,
+# then 9:10 with 3 once each tango run's per-step look-ups were made once (docs/reference/tests.md).
 TEST_WORKERS ?= 3
 test: lint typecheck docs-build
 	$(BIN)/pytest -ra -n $(TEST_WORKERS) --dist loadfile
