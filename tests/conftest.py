@@ -143,6 +143,22 @@ def run_tango(
     return output
 
 
+def killed_and_rerun(
+    experiment: Path, workspace: Path, overrides: dict, step: str, resumed_at: int
+) -> str:
+    """`tango run -s step` with a fault that kills rank 1 (`test::faults`), then the same run
+    again: the rerun's output, which says it resumed at step `resumed_at`."""
+    from . import commands
+
+    argv = tango_command(experiment, workspace, "first", overrides, "-s", step)
+    first = commands.run(argv, timeout=300)
+    assert first.returncode != 0, first.stdout[-3000:]
+    assert "rank 1 died: killed by SIGKILL" in first.stdout + first.stderr
+    output = run_tango(experiment, workspace, "rerun", overrides, extra=("-s", step))
+    assert "Resumed from" in output and f"at step {resumed_at}" in output, output[-3000:]
+    return output
+
+
 def step_result(workspace: Path, run_name: str, step_name: str) -> Path:
     """Where a step of a finished run keeps its result."""
     from catwalk_steps.workspace.shared import SharedLocalWorkspace  # its records are JSON

@@ -13,7 +13,15 @@ import pytest
 from safetensors.torch import load_file
 
 from . import commands
-from .conftest import EXPERIMENTS, REPO, history, run_tango, step_result, tango_command
+from .conftest import (
+    EXPERIMENTS,
+    REPO,
+    history,
+    killed_and_rerun,
+    run_tango,
+    step_result,
+    tango_command,
+)
 from .training import TINY_WITH_DROPOUT
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -119,12 +127,7 @@ def model_bytes(workspace: Path, run: str) -> bytes:
 def test_a_killed_dpo_run_rerun_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
     pids = tmp_path / "pids"
     overrides = killed_dpo(pids, kill_step=3)  # rank 1, after checkpoint 2, before 4
-    argv = tango_command(TINY_DPO, tmp_path / "ws", "first", overrides, "-s", "dpo_trained")
-    first = commands.run(argv, timeout=300)
-    assert first.returncode != 0, first.stdout[-3000:]
-    assert "rank 1 died: killed by SIGKILL" in first.stdout + first.stderr
-    output = run_tango(TINY_DPO, tmp_path / "ws", "rerun", overrides, extra=("-s", "dpo_trained"))
-    assert "Resumed from" in output and "at step 2" in output
+    killed_and_rerun(TINY_DPO, tmp_path / "ws", overrides, "dpo_trained", resumed_at=2)
     whole = killed_dpo(tmp_path / "whole_pids")  # no fault: never interrupted
     run_tango(TINY_DPO, tmp_path / "whole", "whole", whole, extra=("-s", "dpo_trained"))
     assert model_bytes(tmp_path / "ws", "rerun") == model_bytes(tmp_path / "whole", "whole")

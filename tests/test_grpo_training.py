@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from . import commands
-from .conftest import REPO, run_tango, step_result, tango_command
+from .conftest import REPO, killed_and_rerun, run_tango, step_result, tango_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -89,12 +89,7 @@ def test_a_killed_grpo_run_rerun_ends_with_the_weights_of_an_uninterrupted_one(g
     workspace, _ = grpo_run
     faults = [{"type": "test::faults", "pid_dir": str(tmp_path / "pids"), "kill_step": 4}]
     overrides = {"steps.resumed.callbacks": faults}
-    argv = tango_command(FIXTURE, tmp_path / "ws", "first", overrides, "-s", "resumed")
-    first = commands.run(argv, timeout=300)
-    assert first.returncode != 0, first.stdout[-3000:]
-    assert "rank 1 died: killed by SIGKILL" in first.stdout + first.stderr
-    output = run_tango(FIXTURE, tmp_path / "ws", "rerun", overrides, extra=("-s", "resumed"))
-    assert "Resumed from" in output and "at step 3" in output
+    killed_and_rerun(FIXTURE, tmp_path / "ws", overrides, "resumed", resumed_at=3)
     ours = step_result(tmp_path / "ws", "rerun", "resumed") / "model.safetensors"
     whole = step_result(workspace, "grpo", "resumed") / "model.safetensors"
     assert ours.read_bytes() == whole.read_bytes()
