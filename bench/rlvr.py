@@ -263,7 +263,21 @@ def markdown(r: dict) -> str:
         ),
         f"| all | {total:.2f} | |",
     ]
-    return head + "\n".join(lines) + ratio + "\n".join(split) + "\n"
+    return head + "\n".join(lines) + ratio + "\n".join(split) + "\n\n" + NOTES + "\n"
+
+
+NOTES = """What limits the ratio. Both sides run one forward of all 64 rows a token until the last
+completion ends (64 steps here: some completions end after a few tokens, most are cut at 64),
+and feed the rows already done: `rollouts` keeps them so that each step's draw is the same
+whichever rows are done, `generate` keeps a static batch. That decoding is the same work on
+both sides and most of the time. What catwalk saves is the prompts' forward: each prompt once
+(8 rows) instead of G times (64 rows, padded to the longest); with prompts of 64-256 tokens and
+completions of up to 64 that is about a quarter of TRL's time (18 of its 70 s), so the goal of
+1.5x is not met here (1.39x). It grows with longer prompts or shorter completions; dropping
+finished rows from the batch (not done: it changes the draws) would cut the decoding itself.
+Draws differ between the sides (each its own generator), so the token counts differ a little;
+tokens/s counts each side's own. The step's split: the rollout is most of a step; the policy's
+forward (with gradients, per-token entropies) costs more than the reference's (no gradients)."""
 
 
 if __name__ == "__main__":
