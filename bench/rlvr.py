@@ -49,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures
 from common import RESULTS, machine, write_results  # noqa: E402
 from generation_model import build  # noqa: E402
 
+G = 8  # completions per prompt (num_generations)
+
 
 def model_directory(work: Path, layers: int, width: int, eos_scale: float) -> Path:
     """The fixture's model, its end-of-text row scaled up, saved for both sides."""
@@ -84,9 +86,6 @@ def settings_of(args, lm, tokenizer) -> RolloutSettings:
     sampling = Sampling(args.temperature, args.top_p, args.top_k)
     pad = tokenizer.pad_token_id
     return RolloutSettings(G, sampling, args.max_completion_length, eos_ids_of(lm, tokenizer), pad)
-
-
-G = 8
 
 
 def catwalk_side(model: RankClassifier, prompts, settings, seed: int, warm_up: bool = True) -> dict:
