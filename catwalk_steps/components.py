@@ -41,6 +41,12 @@ def lazy_params(lazy: Lazy) -> dict[str, Any]:
     return lazy._params.as_dict(quiet=True)
 
 
+def model_params(model: Any) -> dict[str, Any]:
+    """A model block's config as given (:func:`lazy_params` of a `Lazy`); empty for a model
+    built already."""
+    return lazy_params(model) if isinstance(model, Lazy) else {}
+
+
 def lazy_config(lazy: Any, base: type[Registrable], key: str) -> tuple[Any, dict[str, Any]]:
     """:func:`resolve_config` of a `Lazy` component; an object already built is its class."""
     if not isinstance(lazy, Lazy):

@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from tango import Step
-from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 
-from ..components import lazy_params
+from ..components import model_params
 from ..objectives import (
     Examples,
     Objective,
@@ -22,11 +21,6 @@ from ..objectives import (
     with_settings,
 )
 from ..settings import TrainSettings
-
-
-def model_params(model: Any) -> dict[str, Any]:
-    """A lazy model block's keys (none for a model built already)."""
-    return lazy_params(model) if isinstance(model, Lazy) else {}
 
 
 def check_trained_task(model: Any, examples: Examples, task: str) -> None:

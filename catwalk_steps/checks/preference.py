@@ -11,9 +11,9 @@ from typing import Any
 from tango import Step
 from tango.common.exceptions import ConfigurationError
 
+from ..components import model_params
 from ..remote import is_hub_name
 from ..scoring.tokenization import load_tokenizer
-from .objective import model_params
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 

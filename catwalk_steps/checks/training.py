@@ -19,13 +19,14 @@ from typing import Any
 
 from tango.common.exceptions import ConfigurationError
 
+from ..components import model_params
 from ..engines.skeleton import chosen_modules, model_skeleton
 from ..kinds import Collator, default_kind, kind_of_task
 from ..scoring.choices import max_positions
 from ..scoring.tokenization import chat_tokenizer
 from ..settings import EngineSettings, Precision, TrainSettings
 from ..tasks import LOADED_SPLITS
-from .objective import check_objective, check_trained_task, model_params
+from .objective import check_objective, check_trained_task
 from .preference import check_init_from
 from .trackers import check_trackers
 

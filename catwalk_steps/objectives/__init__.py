@@ -10,9 +10,7 @@ Nothing outside this room compares an objective's name.
 
 from typing import Any
 
-from tango.common import Lazy
-
-from ..components import lazy_params
+from ..components import model_params
 from .base import (
     ChoiceScores,
     Examples,
@@ -37,16 +35,14 @@ OBJECTIVE = LM.name  # the model block's `objective` when left out
 def objective_of(model: Any) -> Objective:
     """The objective a model block names (a lazy block; the default when it leaves it out, or
     for a model built already); one line for one not registered."""
-    params = lazy_params(model) if isinstance(model, Lazy) else {}
-    return objective_named(params.get("objective", OBJECTIVE))
+    return objective_named(model_params(model).get("objective", OBJECTIVE))
 
 
 def updates_per_batch(model: Any) -> int:
     """Optimizer steps one batch of the training loader gives under a model block's objective
     (GRPO's `num_iterations`: a generation batch trained on μ times); 1 for the others."""
     objective = objective_of(model)
-    params = lazy_params(model) if isinstance(model, Lazy) else {}
-    return objective.updates_per_batch(params.get(objective.name))
+    return objective.updates_per_batch(model_params(model).get(objective.name))
 
 
 __all__ = [

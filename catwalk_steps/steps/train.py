@@ -24,7 +24,7 @@ from ..checkpoints.weights import checkpoint_history
 from ..checks.streaming import check_streamed_training
 from ..checks.trackers import split_trackers
 from ..checks.training import check_train_step, default_validation, loaded_task
-from ..components import lazy_params
+from ..components import lazy_params, model_params
 from ..distributed.devices import Lease, plan_devices, plan_lease
 from ..evaluation import SavedModel
 from ..evaluation.sources import local_content, template_content
@@ -140,8 +140,7 @@ class TrainRankClassifier(Step[RankClassifier]):
         if settings.processes > 1:
             # Only for a step that trains (not when its result is cached); its imports run
             # while the job is planned (the in-loop tasks read, the data checked).
-            block = lazy_params(settings.model) if isinstance(settings.model, Lazy) else {}
-            family = modeling_module(block)
+            family = modeling_module(model_params(settings.model))
             start_worker_server([*get_extra_imported_modules(), *filter(None, [family])])
         held_by(self.workspace).release()  # a model an evaluation left: memory for training
         job = build_job(
