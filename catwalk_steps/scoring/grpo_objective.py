@@ -65,6 +65,12 @@ def grpo_batch(
     }
 
 
+def per_completion(values: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """[completions, tokens]: a packed forward's values of the completion tokens (in target
+    order) laid out by completion, right-padded with 0 where `tokens` is False."""
+    return values.new_zeros(tokens.shape).masked_scatter(tokens, values)
+
+
 def reference_logps(
     lm: PreTrainedModel,
     packed: Mapping[str, torch.Tensor],
@@ -76,7 +82,7 @@ def reference_logps(
     base with the adapter off (by the one rule, as DPO's), no gradients."""
     with torch.no_grad(), type_of(adapter).switched_off(lm):
         logps = packed_log_probs(lm, packed, temperature).float()
-    return logps.new_zeros(tokens.shape).masked_scatter(tokens, logps)
+    return per_completion(logps, tokens)
 
 
 def grpo_outputs(
@@ -88,8 +94,8 @@ def grpo_outputs(
     packed = {key: value for key, value in batch.items() if key.startswith(PACKED)}
     logps, entropies = packed_log_probs_and_entropies(lm, packed, settings.temperature)
     tokens, mask = batch["token_mask"], batch["completion_mask"]
-    per_token = logps.new_zeros(tokens.shape).masked_scatter(tokens, logps)
-    spread = entropies.detach().new_zeros(tokens.shape).masked_scatter(tokens, entropies.detach())
+    per_token = per_completion(logps, tokens)
+    spread = per_completion(entropies.detach(), tokens)
     ref = None
     if settings.beta != 0:  # after the policy's forward, as DPO's reference
         ref = reference_logps(lm, packed, tokens, adapter, settings.temperature)

@@ -137,8 +137,9 @@ class Trainer:
         # GRPO: completions sampled, rewarded and trained on in each step; None for the others.
         self.sampled = sampled_training(self.engine, self.schedule, job.work_dir)
         self.logged: list[dict[str, float]] = []  # the last step's metrics beside its loss
-        held = (self.engine, self.callbacks, self.sampled)  # what a checkpoint holds the state of
-        self.checkpoints = Checkpointer(job, self.schedule, *held)
+        self.checkpoints = Checkpointer(
+            job, self.schedule, self.engine, self.callbacks, grpo=self.sampled
+        )
 
     def build_loaders(self, job: TrainingJob) -> Schedule:
         """The loaders of the two splits, and the job's schedule with `train_steps` (from the
