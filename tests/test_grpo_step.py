@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from catwalk_steps.adapters.registry import type_of
+from catwalk_steps.distributed.exchange import all_gathered_rows
 from catwalk_steps.objectives.grpo import GrpoSettings
 from catwalk_steps.objectives.grpo_loss import grpo_loss
 from catwalk_steps.scoring.grpo_objective import grpo_batch, grpo_outputs
 from catwalk_steps.scoring.rank_classifier import RankClassifier
-from catwalk_steps.training.sampled import SampledTraining, gathered
+from catwalk_steps.training.sampled import SampledTraining
 
 from .conftest import TINY_MODEL
 
@@ -83,7 +84,7 @@ def test_the_table_gives_each_group_s_advantages_and_trl_s_batch_metrics():
     step = Alone(num_generations=2, mask_truncated_completions=True, max_completion_length=3)
     rewards = torch.tensor([[1.0], [0.0], [1.0], [1.0]])
     table = torch.cat([rewards, torch.tensor([[3.0, 1], [2, 0], [1, 0], [3, 1]])], dim=1)
-    everyone, offset = gathered(table, 1)
+    everyone, offset = all_gathered_rows(table, 1)
     assert offset == 0 and torch.equal(everyone, table)
     advantages = step.advantages(everyone)
     assert advantages[0] > 0 > advantages[1] and advantages[2:].abs().max() == 0

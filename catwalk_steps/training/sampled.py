@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..distributed.exchange import all_gathered_rows
 from ..distributed.groups import distributed_position
 from ..engines.scorer import AllRanks, inner_model
 from ..objectives.grpo import GrpoSettings
@@ -64,24 +65,6 @@ def sampled_training(engine: Any, schedule: Any, work_dir: Path) -> SampledTrain
     if not model.objective.samples:
         return None
     return SampledTraining(engine, model, schedule, work_dir)
-
-
-def gathered(table: torch.Tensor, world_size: int) -> tuple[torch.Tensor, int]:
-    """Every rank's rows of `table` ([rows, columns], rows of any number), rank by rank, and
-    where this rank's begin. Collective."""
-    if world_size == 1:
-        return table, 0
-    counts = [torch.zeros(1, dtype=torch.long, device=table.device) for _ in range(world_size)]
-    dist.all_gather(counts, torch.tensor([table.size(0)], device=table.device))
-    sizes = [int(count.item()) for count in counts]
-    padded = table.new_full((max(sizes), table.size(1)), float("nan"))
-    padded[: table.size(0)] = table
-    parts = [torch.empty_like(padded) for _ in range(world_size)]
-    dist.all_gather(parts, padded)
-    rank = dist.get_rank()
-    return torch.cat([part[:size] for part, size in zip(parts, sizes, strict=True)]), sum(
-        sizes[:rank]
-    )
 
 
 def extreme(values: list[torch.Tensor], op: Any, device: Any, world_size: int) -> float:
@@ -208,7 +191,7 @@ class SampledTraining:
             for (live, done), said in zip(sampled, texts, strict=True)
         ]
         mine = torch.cat(tables)
-        everyone, offset = gathered(mine.to(self.device), self.world_size)
+        everyone, offset = all_gathered_rows(mine.to(self.device), self.world_size)
         everyone = everyone.cpu()
         advantages = self.advantages(everyone)[offset : offset + mine.size(0)]
         if self.logs(step):
