@@ -139,17 +139,25 @@ def greedy_generate(
     rows = Rows([x.until for x in instances], [x.max_gen_toks for x in instances])
     if live is not None:
         rows.done = [done or not alive for done, alive in zip(rows.done, live, strict=True)]
-    shared = shared_prefix(prompts) if share_prefix else 0
-    shared = shared if ranks.all(shared > 0) else 0  # one forward more on every rank, or none
-    decoding = Decoding(step, encoder.pad_id)
-    decoding.share(prompts[0][:shared])
-    logits = decoding.start(prompts)
+    decoding, logits = started(step, prompts, encoder.pad_id, ranks, share_prefix)
     while True:
         next_tokens = chosen_tokens(rows, logits, eos_ids, encoder, choose)
         if not ranks.any(not all(rows.done)):
             return rows.tokens
         # Finished rows keep stepping (their tokens are not kept): one forward for all.
         logits = decoding.advance(next_tokens)
+
+
+def started(
+    step: Step, prompts: Sequence[Sequence[int]], pad_id: int, ranks: Ranks, share_prefix: bool
+) -> tuple[Decoding, torch.Tensor]:
+    """A lockstep decoding of `prompts` begun, and their first logits: the prefix every prompt
+    shares run once first where every rank has one (one forward more on every rank, or none)."""
+    shared = shared_prefix(prompts) if share_prefix else 0
+    shared = shared if ranks.all(shared > 0) else 0
+    decoding = Decoding(step, pad_id)
+    decoding.share(prompts[0][:shared])
+    return decoding, decoding.start(prompts)
 
 
 def chosen_tokens(

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import Decoding, Step, shared_prefix
-from .generation import Ranks
+from .decoding import Decoding, Step
+from .generation import Ranks, started
 from .sampling import Sampler, Sampling
 
 
@@ -67,11 +67,8 @@ def rollouts(
         raise ValueError("rollouts: an empty prompt (no token to sample the first one from)")
     ranks = ranks or Ranks()
     asked = [list(p) for p in prompts] or [[settings.pad_id]]  # a stand-in keeps in step
-    shared = shared_prefix(asked) if share_prefix else 0
-    shared = shared if ranks.all(shared > 0) else 0  # one forward more on every rank, or none
-    decoding = Decoding(step, settings.pad_id)
-    decoding.share(asked[0][:shared])
-    logits = decoding.expand(decoding.start(asked), settings.num_generations)
+    decoding, first = started(step, asked, settings.pad_id, ranks, share_prefix)
+    logits = decoding.expand(first, settings.num_generations)
     choose = Sampler(settings.sampling, generator)
     tokens = sampled(decoding, logits, settings, choose, ranks, done=not prompts)
     if not prompts:
