@@ -249,6 +249,21 @@ def test_completions_keep_their_end_of_text_and_are_truncated_only_when_the_leng
         rollouts(cached(idle), [[a], []], settings, torch.Generator())
 
 
+def test_a_completion_ends_at_its_prompt_s_stop_sequence_and_is_not_truncated():
+    """The task's stop sequences end a completion as end-of-text does (the token completing one
+    kept, as evaluation's generation stops there): prompt 0 stops at the pair (b, a), prompt 1
+    has none; only the completion the length cuts is truncated."""
+    a, b, eos = 1, 2, 7
+    script = [[b, b, b, b], [a, a, a, a], [a, a, a, a], [a, a, a, a]]
+    settings = RolloutSettings(2, Sampling(), 4, {eos}, 0)
+    stop = lambda i, tokens: i == 0 and list(tokens[-2:]) == [b, a]  # noqa: E731
+    step = Scripted(script)
+    made = rollouts(cached(step), [[a], [b]], settings, torch.Generator(), stops=stop)
+    assert [c.tokens for c in made] == [[b, a]] * 2 + [[b, a, a, a]] * 2
+    assert [c.truncated for c in made] == [False, False, True, True]
+    assert [c.prompt for c in made] == [0, 0, 1, 1]
+
+
 def cached(step: Scripted):
     def with_cache(ids, mask, positions, cache):
         logits, _ = step(ids, mask, positions, cache)

@@ -88,6 +88,14 @@ class GenerationEncoder:
                 self.stop_lengths[stop] = len(ids)
         return max((self.stop_lengths[s] for s in until), default=0) + 2
 
+    def stops(self, tokens: Sequence[int], until: Sequence[str]) -> bool:
+        """Whether `tokens` (an answer so far) end in a stop sequence: looked for in the last
+        tokens, decoded (:meth:`stop_window`)."""
+        if not until:
+            return False
+        tail = self.tokenizer.decode(list(tokens[-self.stop_window(until) :]))
+        return any(stop in tail for stop in until)
+
     def text(self, tokens: Sequence[int], until: Sequence[str]) -> str:
         """The answer: decoded without special tokens, cut before the first stop sequence."""
         text = self.tokenizer.decode(list(tokens), skip_special_tokens=True)
@@ -187,11 +195,7 @@ def finish_row(
         return
     tokens = rows.tokens[row]
     tokens.append(token)
-    if len(tokens) >= rows.budgets[row]:
-        rows.done[row] = True
-    elif rows.until[row]:
-        tail = encoder.tokenizer.decode(tokens[-encoder.stop_window(rows.until[row]) :])
-        rows.done[row] = any(stop in tail for stop in rows.until[row])
+    rows.done[row] = len(tokens) >= rows.budgets[row] or encoder.stops(tokens, rows.until[row])
 
 
 def decode_step(

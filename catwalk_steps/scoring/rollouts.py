@@ -7,8 +7,10 @@ keys and values instead of computing them G times as `generate` on G copies does
 step samples one token per row (:class:`~.sampling.Sampler`) and runs one forward for all rows.
 
 A completion ends at an end-of-text token (kept: it is a token the policy chose, and GRPO's loss
-counts it, as TRL's completion mask does) or after `max_completion_length` tokens; it is
-`truncated` when its last token is not end-of-text (TRL's meaning: cut by the length).
+counts it, as TRL's completion mask does), at one of its prompt's stop sequences (`stops`: the
+task's `until`, where evaluation's generation stops too; the token that completes it kept, as
+end-of-text is) or after `max_completion_length` tokens; it is `truncated` when neither
+end-of-text nor a stop sequence ended it (TRL's meaning: cut by the length).
 
 As greedy generation (:func:`~.generation.greedy_generate`), one step is one call of `step`, and
 under a sharded engine :class:`~.generation.Ranks` keeps the ranks in lockstep: they agree on
@@ -18,7 +20,7 @@ a one-token stand-in) keeps stepping until every rank is done.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +38,10 @@ class Completion:
     tokens: list[int]
     truncated: bool
     prompt: int
+
+
+# Whether a completion's tokens so far (of prompt `i`) end in one of its stop sequences.
+Stops = Callable[[int, Sequence[int]], bool]
 
 
 @dataclass(frozen=True)
@@ -57,12 +63,14 @@ def rollouts(
     generator: torch.Generator,
     ranks: Ranks | None = None,
     share_prefix: bool = True,
+    stops: Stops | None = None,
 ) -> list[Completion]:
     """G completions of each prompt (token ids, none empty), prompt by prompt: completions
-    `i * G ... i * G + G - 1` are prompt `i`'s. Draws come from `generator` (on the logits'
-    device; :func:`~.sampling.generator_for`); the same prompts, settings and generator state
-    give the same completions. Collective where `ranks` is: every rank calls it, with its own
-    prompts (any number, none included)."""
+    `i * G ... i * G + G - 1` are prompt `i`'s; `stops`: whether a stop sequence of prompt `i`
+    ends them (None: none does). Draws come from `generator` (on the logits' device;
+    :func:`~.sampling.generator_for`); the same prompts, settings and generator state give the
+    same completions. Collective where `ranks` is: every rank calls it, with its own prompts
+    (any number, none included)."""
     if any(len(prompt) == 0 for prompt in prompts):
         raise ValueError("rollouts: an empty prompt (no token to sample the first one from)")
     ranks = ranks or Ranks()
@@ -70,13 +78,12 @@ def rollouts(
     decoding, first = started(step, asked, settings.pad_id, ranks, share_prefix)
     logits = decoding.expand(first, settings.num_generations)
     choose = Sampler(settings.sampling, generator)
-    tokens = sampled(decoding, logits, settings, choose, ranks, done=not prompts)
+    G = settings.num_generations
+    ended = (lambda row, kept: stops(row // G, kept)) if stops else (lambda row, kept: False)
+    tokens, cut = sampled(decoding, logits, settings, choose, ranks, ended, done=not prompts)
     if not prompts:
         return []
-    return [
-        Completion(row, row[-1] not in settings.eos_ids, index // settings.num_generations)
-        for index, row in enumerate(tokens)
-    ]
+    return [Completion(row, cut[index], index // G) for index, row in enumerate(tokens)]
 
 
 def sampled(
@@ -85,21 +92,25 @@ def sampled(
     settings: RolloutSettings,
     choose: Sampler,
     ranks: Ranks,
+    stopped: Callable[[int, Sequence[int]], bool],
     done: bool = False,
-) -> list[list[int]]:
+) -> tuple[list[list[int]], list[bool]]:
     """Each row's tokens, from the first `logits` on, until every row of every rank is done
-    (`done`: these rows, a stand-in's, from the start). Done rows are still drawn for and fed
-    (their tokens not kept): one forward for all rows, and each step's draw the same whichever
-    rows are done."""
+    (`done`: these rows, a stand-in's, from the start), and whether the length cut each (no
+    end-of-text, no stop sequence: `stopped(row, tokens)`). Done rows are still drawn for and
+    fed (their tokens not kept): one forward for all rows, and each step's draw the same
+    whichever rows are done."""
     tokens: list[list[int]] = [[] for _ in range(logits.size(0))]
     finished = [done] * len(tokens)
+    cut = [False] * len(tokens)
     while True:
         chosen = choose(logits).tolist()
         for row, token in enumerate(chosen):
             if not finished[row]:
                 tokens[row].append(token)
-                ending = token in settings.eos_ids
-                finished[row] = ending or len(tokens[row]) >= settings.max_completion_length
+                ending = token in settings.eos_ids or stopped(row, tokens[row])
+                cut[row] = not ending and len(tokens[row]) >= settings.max_completion_length
+                finished[row] = ending or cut[row]
         if not ranks.any(not all(finished)):
-            return tokens
+            return tokens, cut
         logits = decoding.advance(chosen)

@@ -129,7 +129,9 @@ class SampledTraining:
         ]
         step = forward_step(self.engine.forward_eval)
         settings = self.rollout_settings(batch.encoder)
-        done = rollouts(step, [p for _, p in live], settings, generator, self.ranks)
+        encoder = batch.encoder
+        stops = lambda i, tokens: encoder.stops(tokens, live[i][0].until)  # noqa: E731
+        done = rollouts(step, [p for _, p in live], settings, generator, self.ranks, stops=stops)
         return live, done
 
     def texts(self, batch: Any, live: list, done: list[Completion]) -> list[str]:
