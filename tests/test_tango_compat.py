@@ -502,3 +502,34 @@ def test_the_log_record_patch_refuses_another_tango_instead_of_leaving_pickles(m
         "catwalk_steps: the patch 'log records as JSON' was checked against ai2-tango 1.3.2, but "
         "1.4.0 is installed"
     )
+
+
+def test_a_sub_graph_keeps_one_step_under_two_names():
+    """`tango run -s rlvr_trained`: its data is the SFT stage's data under another name (one
+    step, one unique id); the sub-graph has both names, the step that needs it too (Tango's
+    own gathered the dependencies as a set by unique id and failed to order them)."""
+    from tango.step_graph import StepGraph
+
+    load = {"type": "catwalk::load_task", "task": {"type": "catwalk::synthetic"}}
+    graph = StepGraph.from_params(
+        {
+            "sft_data": dict(load),
+            "rlvr_data": dict(load),
+            "report": {
+                "type": "catwalk::report",
+                "metrics": {"a": {"type": "ref", "ref": "sft_data"}},
+            },
+            "rlvr_report": {
+                "type": "catwalk::report",
+                "metrics": {
+                    "a": {"type": "ref", "ref": "rlvr_data"},
+                    "b": {"type": "ref", "ref": "report"},
+                },
+            },
+        }
+    )
+    assert graph["sft_data"].unique_id == graph["rlvr_data"].unique_id
+    sub = graph.sub_graph("rlvr_report")
+    assert set(sub.parsed_steps) == {"sft_data", "rlvr_data", "report", "rlvr_report"}
+    with pytest.raises(KeyError, match="not a part of this StepGraph"):
+        graph.sub_graph("missing")

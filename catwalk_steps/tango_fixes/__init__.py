@@ -10,13 +10,15 @@ replaces and why, each refusing to apply to a Tango it was not checked against
 - :mod:`.names`: Tango's own names for what catwalk_steps replaces (`local`,
   `fairscale::with_wrapped_modules`), so that `-w DIR` and old configs get ours;
 - :mod:`.path`: `--parallelism` finds `tango` without an activated venv;
-- :mod:`.imports`: each `--include-package` walked once per process, not before every step.
+- :mod:`.imports`: each `--include-package` walked once per process, not before every step;
+- :mod:`.sub_graph`: `tango run -s STEP` finds the steps it needs by name (one step under two
+  names no longer fails).
 
 (What must apply before Tango reads an experiment, its log records and one-line errors, is in
 the top-level :mod:`catwalk_startup`.)
 """
 
-from . import executor, imports, names, path, registry, run_metadata  # noqa: F401  (apply the fixes)
+from . import executor, imports, names, path, registry, run_metadata, sub_graph  # noqa: F401
 from .executor import CatwalkExecutor
 
 __all__ = ["CatwalkExecutor"]
