@@ -313,6 +313,37 @@ local kept_cells(all_cells, only) =
     },
   },
 
+  // RLVR (GRPO) on a generative task's prompts: its data, GRPO training (the model block with
+  // objective 'grpo' and its `grpo` block: G completions sampled per prompt, rewarded by the
+  // task's own metric or `reward_funcs`), and the task's score (exact match) before and after.
+  //   grpo: the model's `grpo` block ({num_generations, max_completion_length, beta, ...}).
+  //   init_from: a step's model the policy starts from (RLVR after SFT or DPO), a model
+  //              directory, or null.
+  //   data: the name of a load_task step of the same task to train on (an SFT stage's), or
+  //         null: its own (prefix + 'data').
+  rlvr(task, model, engine, training={}, grpo={}, init_from=null, data=null, prefix='rlvr_'):: {
+    local t = for_model(grids.training(training_defaults, training), model),
+    local own_data = data == null,
+    local data_step = if own_data then prefix + 'data' else data,
+    local start = starting_model(model, init_from),
+
+    steps+: (if own_data then {
+      [data_step]: { type: 'catwalk::load_task', task: limited_task(task), splits: ['train', 'validation'],
+                     tokenizer: models.tokenizer(model) } + models.chat_template(model),
+    } else {}) + {
+      [prefix + 'trained']: train_step(model { objective: 'grpo', grpo: grpo }, engine, t, data_step)
+                            + (if init_from != null then { init_from: init_from } else {}),
+      [prefix + 'eval_before']: eval_step(start, t, data_step),
+      [prefix + 'eval_after']: eval_step(ref(prefix + 'trained'), t, data_step),
+      [prefix + 'report']: {
+        type: 'catwalk::report',
+        title: 'RLVR (GRPO): the task before and after',
+        metrics: { before: ref(prefix + 'eval_before'), after: ref(prefix + 'eval_after') },
+        runs: ['before', 'after'],
+      },
+    },
+  },
+
   // A grid of preference tunings sharing their data and their reference step: the reference's
   // log-probabilities are computed once for every cell (they depend on the reference and the
   // data only). grid: {beta: [...], lr: [...], seed: [...]} (`beta` goes into the `dpo` block,
