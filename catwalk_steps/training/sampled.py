@@ -27,6 +27,8 @@ the step, the same on every rank, for the history.
   sampling policy's weights are gone once it moved, so nothing can draw or score it again):
   a resumed run trains on it what the uninterrupted run did. μ = 1: the old log-probabilities
   are the current ones (the model's forward detaches them), nothing is held.
+- Reference (beta > 0, a full model): a frozen model's log-probabilities of each generation
+  batch's completions, computed once at its first step and held with it (:mod:`.reference`).
 """
 
 from __future__ import annotations
@@ -51,20 +53,25 @@ from ..scoring.rollouts import Completion, RolloutSettings, rollouts
 from ..scoring.sampling import Sampling, generator_for
 from .callbacks import summed_over_ranks
 from .completion_records import completion_records, written_by_rank_0
+from .reference import FrozenReference
 
 logger = logging.getLogger(__name__)
 
 EXTREMES = {"clip_ratio/low_min": dist.ReduceOp.MIN, "clip_ratio/high_max": dist.ReduceOp.MAX}
 
 
-def sampled_training(engine: Any, schedule: Any, work_dir: Path) -> SampledTraining | None:
+def sampled_training(
+    engine: Any, schedule: Any, work_dir: Path, reference: Any = None
+) -> SampledTraining | None:
     """The loop's GRPO step for a model whose objective samples its completions (its
     `schedule`: the run's seed, and the steps logged, whose completions are recorded in
-    `work_dir`); else None."""
+    `work_dir`; `reference`: the lazy frozen reference, :mod:`.reference`, or None); else
+    None."""
     model = inner_model(engine.model)
     if not model.objective.samples:
         return None
-    return SampledTraining(engine, model, schedule, work_dir)
+    frozen = None if reference is None else FrozenReference(engine, reference)
+    return SampledTraining(engine, model, schedule, work_dir, frozen)
 
 
 def extreme(values: list[torch.Tensor], op: Any, device: Any, world_size: int) -> float:
@@ -82,8 +89,11 @@ def extreme(values: list[torch.Tensor], op: Any, device: Any, world_size: int) -
 class SampledTraining:
     """GRPO's step for one worker (see the module)."""
 
-    def __init__(self, engine: Any, model: Any, schedule: Any, work_dir: Path):
+    def __init__(
+        self, engine: Any, model: Any, schedule: Any, work_dir: Path, reference: Any = None
+    ):
         self.engine, self.seed, self.logs = engine, schedule.seed, schedule.logs
+        self.reference: FrozenReference | None = reference  # beta > 0, a full model
         self.work_dir = work_dir  # its `completions/` records
         self.rank, self.world_size = distributed_position()
         self.settings: GrpoSettings = model.grpo
@@ -153,6 +163,8 @@ class SampledTraining:
         if step % mu:  # a checkpoint of another number of ranks: drawn again, from here
             logger.warning("GRPO: resumed inside a generation batch it does not hold: drawn again")
         out = self.generation_batch(micro_batches, step)
+        if self.reference is not None:  # once per generation batch, as TRL's
+            self.reference.score(out)
         if mu > 1:
             self.with_old_logps(out)
             self.held = out
