@@ -91,7 +91,7 @@ class TrainSettings:
     init_from: Any = None
     # GRPO with beta > 0 and no adapter: the frozen reference (a model block, a step's model or
     # a model directory). None: the policy's starting weights.
-    reference: Any = None
+    reference: str | Lazy[Model] | None = None
     # Set at graph build, never by hand: the content of the model block's local directory and
     # of an `init_from` directory (SHA-256 over their files), so that weights replaced in place
     # make another step, trained again. None: the block and `init_from` say it all.
