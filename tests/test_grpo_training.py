@@ -4,7 +4,8 @@ engine's root, rewards scored in the workers, TRL's metric names in the history,
 numbers under every engine), a second run trains nothing; a run killed after a checkpoint and
 rerun ends with the weights of one never interrupted, byte for byte (inside a generation batch
 trained on twice, num_iterations 2: its ratio moves off 1); with beta and a LoRA adapter, the
-KL to the base logged, and with beta and a full model the KL to its frozen reference; each logged step's completions kept as records; bad rewards are one line
+KL to the base logged, and with beta and a full model the KL to its frozen reference; each
+logged step's completions kept as records; bad rewards and references are one line
 through `tango run`, before any step where they can be known then, from the workers where a
 reward raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from . import commands
-from .conftest import TINY_MODEL, REPO, killed_and_rerun, run_tango, step_result, tango_command
+from .conftest import REPO, TINY_MODEL, killed_and_rerun, run_tango, step_result, tango_command
 from .olmo_eval_reference import OLMO_TOKENIZER
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]

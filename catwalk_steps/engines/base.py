@@ -300,7 +300,7 @@ class CatwalkEngine(TorchTrainingEngine):
 def frozen(model: Model) -> Model:
     """`model` frozen: no parameter requires gradients; eval mode (no dropout)."""
     model.requires_grad_(False)
-    return cast(Model, model.eval())
+    return model.eval()
 
 
 def read_full_state(directory: Path) -> dict[str, Any]:

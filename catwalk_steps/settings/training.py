@@ -93,8 +93,8 @@ class TrainSettings:
     # a model directory). None: the policy's starting weights.
     reference: str | Lazy[Model] | None = None
     # Set at graph build, never by hand: the content of the model block's local directory and
-    # of an `init_from` directory (SHA-256 over their files), so that weights replaced in place
-    # make another step, trained again. None: the block and `init_from` say it all.
+    # of an `init_from` (or `reference`) directory (SHA-256 over their files), so that weights
+    # replaced in place make another step, trained again. None: the block and those say it all.
     model_content: dict[str, str] | None = None
 
     def as_mapping(self) -> dict[str, Any]:
