@@ -196,11 +196,6 @@ class CatwalkEngine(TorchTrainingEngine):
             return list(self.chosen_modules)
         return select_modules(model, self.modules_to_wrap, "training_engine.modules_to_wrap")
 
-    def frozen_units(self, model: Model) -> list[str]:
-        """A frozen model's inner units (sharded engines), deepest first: its own, by
-        `modules_to_wrap` (the job matched the policy's, which it may not share)."""
-        return select_modules(model, self.modules_to_wrap, "training_engine.modules_to_wrap")
-
     def _checkpoint_activations(self, model: Model) -> None:
         """Recompute the selected modules' activations in backward, where asked."""
         if self.activation_checkpointing:
@@ -227,20 +222,12 @@ class CatwalkEngine(TorchTrainingEngine):
             )
 
     def forward_eval(self, batch: dict[str, Any], model: Any = None) -> dict[str, Any]:
-        """A forward without gradients of the model trained (or of `model`: one this engine
-        placed frozen, :meth:`frozen_model`), in its precision."""
+        """A forward without gradients of the model (or of a frozen one: `frozen_model`)."""
         # no_grad, not inference_mode: sharded engines gather parameters into tensors that
         # training uses again, and inference tensors cannot be used in autograd afterwards.
         batch = move_to_device(batch, self.device)
         with torch.no_grad(), self.precision.autocast(self.train_config.device_type):
             return (self.model if model is None else model)(**batch)
-
-    def frozen_model(self, model: Lazy[Model]) -> Model:
-        """A model that never trains (GRPO's reference) placed as this engine runs the one it
-        trains, in eval mode, no parameter requiring gradients, in no optimizer: here (DDP, one
-        process) the module on the worker's device, unwrapped (DDP refuses a module with
-        nothing to train, and a frozen one has no gradients to reduce)."""
-        return frozen(model.construct().to(self.device))
 
     # --- Checkpoint state, the same whatever the number of ranks --------------------------------
     # A checkpoint holds the whole model (or its adapter: .adapter_state) and the whole
@@ -298,9 +285,16 @@ class CatwalkEngine(TorchTrainingEngine):
 
 
 def frozen(model: Model) -> Model:
-    """`model` frozen: no parameter requires gradients; eval mode (no dropout)."""
+    """`model` frozen (an engine's `frozen_model`: GRPO's reference): no parameter requires
+    gradients; eval mode (no dropout)."""
     model.requires_grad_(False)
     return model.eval()
+
+
+def frozen_units(model: Model, modules_to_wrap: list[str] | None) -> list[str]:
+    """A frozen model's inner units under a sharded engine, deepest first: its own, by the
+    engine's `modules_to_wrap` (the job matched the policy's, which it may not share)."""
+    return select_modules(model, modules_to_wrap, "training_engine.modules_to_wrap")
 
 
 def read_full_state(directory: Path) -> dict[str, Any]:

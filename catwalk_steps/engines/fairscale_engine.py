@@ -23,7 +23,7 @@ from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngi
 from ..distributed.groups import distributed_position
 from ..settings import Precision
 from .adapter_state import adapter_units, load_into, saved_part
-from .base import CatwalkEngine, frozen
+from .base import CatwalkEngine, frozen, frozen_units
 from .fairscale_cpu import use_worker_device
 from .fairscale_frozen import patch_frozen_units, release_frozen_units
 from .mixed_precision import fairscale_flags
@@ -151,7 +151,7 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
         module = frozen(model.construct())
         if not self.fsdp_config.move_params_to_cpu:
             module.to(self.train_config.worker_local_default_device)
-        names = self.frozen_units(module)
+        names = frozen_units(module, self.modules_to_wrap)
         wrap_modules(module, names, lambda unit: FSDP(unit, **self.fsdp_kwargs()))
         return frozen(FSDP(module, **self.fsdp_kwargs()))
 

@@ -44,7 +44,7 @@ from ..distributed.groups import distributed_position
 from ..files import torch_save_atomic
 from ..scoring.rank_classifier import RankClassifier
 from .adapter_state import saved_part, trains_adapter
-from .base import CatwalkEngine, frozen
+from .base import CatwalkEngine, frozen, frozen_units
 from .mixed_precision import fsdp2_policy
 from .sharded_weights import read_own_rows
 
@@ -165,7 +165,7 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
 
         skeleton = build_skeleton(model)
         kwargs = self.fully_shard_kwargs()
-        for name in self.frozen_units(skeleton):  # deepest first
+        for name in frozen_units(skeleton, self.modules_to_wrap):  # deepest first
             fully_shard(skeleton.get_submodule(name), **kwargs)
         fully_shard(skeleton, **kwargs)
         skeleton.to_empty(device="cpu" if self.offload else self.device)

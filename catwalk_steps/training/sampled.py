@@ -86,6 +86,18 @@ def extreme(values: list[torch.Tensor], op: Any, device: Any, world_size: int) -
     return float("nan") if value.isinf() else float(value)
 
 
+def rollout_settings(settings: GrpoSettings, lm: Any, encoder: Any) -> RolloutSettings:
+    """How the policy `lm` samples a micro-batch's completions (`encoder`: its tokens)."""
+    s = settings
+    return RolloutSettings(
+        s.num_generations,
+        Sampling(s.temperature, s.top_p, s.top_k),
+        s.max_completion_length,
+        eos_ids_of(lm, encoder.tokenizer),
+        encoder.pad_id,
+    )
+
+
 class SampledTraining:
     """GRPO's step for one worker (see the module)."""
 
@@ -118,16 +130,6 @@ class SampledTraining:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.held, self.logged = state.get("held", []), state.get("logged", {})
 
-    def rollout_settings(self, encoder: Any) -> RolloutSettings:
-        s = self.settings
-        return RolloutSettings(
-            s.num_generations,
-            Sampling(s.temperature, s.top_p, s.top_k),
-            s.max_completion_length,
-            eos_ids_of(self.lm, encoder.tokenizer),
-            encoder.pad_id,
-        )
-
     def sample(self, batch: Any, generator: torch.Generator) -> tuple[list, list[Completion]]:
         """A micro-batch's live prompts (instance, tokens) and their completions. Collective."""
         live = [
@@ -138,7 +140,7 @@ class SampledTraining:
             if alive
         ]
         step = forward_step(self.engine.forward_eval)
-        settings = self.rollout_settings(batch.encoder)
+        settings = rollout_settings(self.settings, self.lm, batch.encoder)
         done = rollouts(step, [p for _, p in live], settings, generator, self.ranks)
         return live, done
 
