@@ -275,3 +275,47 @@ def test_engines_wrap_through_our_hook_and_only_the_base_names_tangos_private_on
     assert "_construct_model" in vars(CatwalkEngine)
     built = CatwalkTorchEngine(train_config(0, 1, 0, Path(".")), lazy_model(), lazy_optimizer())
     assert type(built.model).__name__ == "RankClassifier"  # built by its wrapped_model
+
+
+GRPO_MODEL = {**TINY_MODEL, "objective": "grpo", "grpo": {"beta": 0.04, "temperature": 0.7}}
+
+
+def frozen_references(rank, world_size, port, work_dir):
+    """GRPO's reference placed frozen by each engine (DDP: unwrapped; FairScale, FSDP2:
+    sharded as the policy is): its log-probabilities of a `grpo` batch, in no optimizer, no
+    parameter requiring gradients; and the same model built alone."""
+    from catwalk_steps.scoring.grpo_objective import completion_logps, grpo_batch
+
+    prompts, completions = [[5, 6, 7], [8, 9]], [[1, 2], [4], [2, 2, 3], [7]]
+    grpo = grpo_batch(prompts, completions, [True] * 4, torch.zeros(4), 6.0, 0)
+    reference = lazy_model({**GRPO_MODEL, "init_seed": 7})
+    alone = reference.construct().eval()
+    out = {"alone": completion_logps(alone.lm, grpo, 0.7)["grpo_logps"]}
+    for engine_class in (CatwalkTorchEngine, CatwalkFairScaleEngine, CatwalkTorchFSDPEngine):
+        config = train_config(rank, world_size, port, Path(work_dir))
+        engine = engine_class(config, lazy_model(GRPO_MODEL), lazy_optimizer())
+        frozen = engine.frozen_model(reference)
+        trained = {id(p) for group in engine.optimizer.param_groups for p in group["params"]}
+        assert not any(p.requires_grad or id(p) in trained for p in frozen.parameters())
+        assert not frozen.training
+        local = sum(getattr(p, "_local_tensor", p).numel() for p in frozen.parameters())
+        out[engine_class.__name__] = (
+            engine.forward_eval({"grpo_reference": grpo}, frozen)["grpo_logps"],
+            local,
+        )
+    return out
+
+
+@pytest.mark.distributed
+def test_each_engine_s_frozen_reference_gives_the_log_probs_of_the_model_alone(tmp_path):
+    """DDP, FairScale and FSDP2 each give the reference's log-probabilities of the model
+    built alone; the sharded engines hold a shard of its parameters on each rank (about
+    half), DDP the whole."""
+    results = run_distributed(frozen_references, tmp_path, str(tmp_path), init=True)
+    whole = sum(p.numel() for p in lazy_model(TINY_MODEL).construct().parameters())
+    for result in results:
+        assert result["alone"].abs().sum() > 0
+        for name in ("CatwalkTorchEngine", "CatwalkFairScaleEngine", "CatwalkTorchFSDPEngine"):
+            logps, local = result[name]
+            torch.testing.assert_close(logps, result["alone"], rtol=1e-5, atol=1e-6)
+            assert local == whole if name == "CatwalkTorchEngine" else local < 0.6 * whole

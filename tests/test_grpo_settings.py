@@ -1,7 +1,7 @@
 """The `grpo` block (issue 59 item 1): TRL 1.16's names and defaults (read from the fixture TRL's
 own GRPOConfig wrote: tests/fixtures/make_grpo_fixture.py), each unknown key or impossible value
-one line naming it; the loss's own refusals; and the objective's refusal of what this round does
-not train (beta > 0 without an adapter)."""
+one line naming it; the loss's own refusals; where the objective's reference comes from, and the
+frozen reference's model block (beta > 0 without an adapter)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from tango.common import Lazy, Params
 from tango.common.exceptions import ConfigurationError
+from tango.integrations.torch import Model
 
-from catwalk_steps.objectives import objective_named
+from catwalk_steps.objectives import Reference, objective_named
 from catwalk_steps.objectives.grpo import GrpoSettings
 from catwalk_steps.objectives.grpo_loss import group_advantages, grpo_loss
+from catwalk_steps.settings import TrainSettings
+from catwalk_steps.training.reference import reference_block
+
+from .conftest import TINY_MODEL
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "grpo_parity.json").read_text())
 
@@ -87,18 +93,48 @@ def test_the_rewards_are_read_with_the_block():
         GrpoSettings.of({"reward_func": []})
 
 
-def test_the_objective_refuses_what_is_not_trained_yet_in_one_line():
-    """A valid TRL setting that this round does not train: one line saying it comes later (a
-    model of another objective reads the block's defaults and is not concerned); μ > 1 trains,
-    and counts its optimizer steps as TRL does (μ per generation batch)."""
+def test_the_objective_says_where_its_reference_comes_from_and_counts_mu():
+    """No reference with beta 0; with beta > 0 the base with the adapter off, or (a full
+    model) a frozen model; μ > 1 trains, and counts its optimizer steps as TRL does (μ per
+    generation batch)."""
     grpo = objective_named("grpo")
-    with pytest.raises(ConfigurationError, match=r"^model\.grpo\.beta: .*needs an adapter"):
-        grpo.settings_of(grpo, {"beta": 0.04})
-    assert grpo.settings_of(grpo, {"beta": 0.04}, {"type": "lora"}).beta == 0.04
+    assert grpo.settings_of(grpo, {"beta": 0.04}).beta == 0.04
+    assert grpo.reference(None, None) is None and grpo.reference(None, {"beta": 0}) is None
+    assert grpo.reference({"type": "lora"}, {"beta": 0.04}) is Reference.ADAPTER_OFF
+    assert grpo.reference(None, {"beta": 0.04}) is Reference.MODEL
     assert grpo.settings_of(grpo, {"beta": 0.0, "num_iterations": 1}) == GrpoSettings()
     assert grpo.settings_of(grpo, {"num_iterations": 2}).num_iterations == 2
     assert grpo.updates_per_batch({"num_iterations": 3}) == 3
     assert grpo.updates_per_batch(None) == 1 and objective_named("lm").updates_per_batch(None) == 1
+
+
+def test_the_reference_s_block_is_the_policy_s_start_or_train_reference(tmp_path):
+    """The frozen reference's model block (each worker builds it): the policy's block as it
+    starts (its `init_from` loaded), a `reference` directory loaded into it, or a given block;
+    always with the policy's objective and settings (its sampling temperature); none with beta
+    0 or an adapter."""
+    policy = {**TINY_MODEL, "objective": "grpo", "grpo": {"beta": 0.04, "temperature": 0.7}}
+
+    def block(model: dict, **keys):
+        lazy = Lazy(Model, Params(model))
+        settings = TrainSettings(lazy, None, None, None, **keys)  # type: ignore[arg-type]
+        return reference_block(settings.started())
+
+    assert block(policy) == policy
+    started = block(policy, init_from=str(tmp_path))
+    assert started["pretrained"] == str(tmp_path) and "config" not in started
+    given = block(policy, reference=str(tmp_path))
+    assert given["pretrained"] == str(tmp_path) and given["grpo"] == policy["grpo"]
+    other = {"config": {"model_type": "gpt2", "n_layer": 1}, "objective": "lm", "init_seed": 3}
+    assert block(policy, reference=other) == {
+        "type": "catwalk::rank_classifier",
+        "config": other["config"],
+        "init_seed": 3,
+        "objective": "grpo",
+        "grpo": policy["grpo"],
+    }
+    assert block({**policy, "grpo": {"beta": 0.0}}) is None
+    assert block({**policy, "adapter": {"type": "lora"}}) is None
 
 
 def test_the_loss_refuses_what_it_cannot_compute():

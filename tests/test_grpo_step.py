@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tango.common import Lazy, Params
+from tango.integrations.torch import Model
 
 from catwalk_steps.adapters.registry import type_of
 from catwalk_steps.distributed.exchange import all_gathered_rows
@@ -15,6 +17,7 @@ from catwalk_steps.objectives.grpo import GrpoSettings
 from catwalk_steps.objectives.grpo_loss import grpo_loss
 from catwalk_steps.scoring.grpo_objective import grpo_batch, grpo_outputs
 from catwalk_steps.scoring.rank_classifier import RankClassifier
+from catwalk_steps.training.reference import FrozenReference
 from catwalk_steps.training.sampled import SampledTraining
 
 from .conftest import TINY_MODEL
@@ -171,3 +174,59 @@ def test_beta_with_lora_is_grpo_loss_s_kl_to_the_base_with_the_adapter_off():
     assert metrics["kl"] > 0
     assert outputs["grpo_metrics"]["kl"].item() == pytest.approx(metrics["kl"].item(), rel=1e-4)
     assert outputs["loss"].item() == pytest.approx(want.item(), rel=1e-4, abs=1e-7)
+
+
+class Frozen(OneProcess):
+    """An engine that places a frozen model as it is (DDP's way) and runs its forwards."""
+
+    def frozen_model(self, lazy) -> RankClassifier:
+        return lazy.construct().eval().requires_grad_(False)
+
+    def forward_eval(self, batch: dict, model=None) -> dict:
+        with torch.no_grad():
+            return (model or self.model)(**batch)
+
+
+class Sampled(Held):
+    """The step with its generation batch given (no rollouts) and a frozen reference."""
+
+    def __init__(self, classifier: RankClassifier, reference, batches: list):
+        super().__init__(classifier)
+        self.engine = Frozen(classifier)
+        self.reference = FrozenReference(self.engine, reference)
+        self.given = batches
+
+    def generation_batch(self, micro_batches, step: int) -> list:
+        return [{"grpo": dict(batch["grpo"])} for batch in self.given]
+
+
+def test_a_full_model_s_reference_is_scored_once_per_generation_batch_into_the_kl():
+    """beta > 0 without an adapter, μ = 2: the frozen reference's log-probabilities of each
+    completion scored alone, computed once per generation batch (one forward per micro-batch
+    at its first step, none at its second), carried as `ref_logps`; the loss and TRL's `kl`
+    are `grpo_loss`'s with them."""
+    torch.manual_seed(0)
+    settings = {"beta": 0.04, "temperature": 0.7, "num_iterations": 2, "max_completion_length": 3}
+    classifier = model(**settings)
+    # Its block as the job gives it (training.reference.reference_block): the policy's objective
+    # and settings (its temperature), its own weights.
+    block = {**TINY_MODEL, "init_seed": 9, "objective": "grpo", "grpo": settings}
+    reference = Lazy(Model, Params(block))
+    batch = {"grpo": grpo_batch(PROMPTS, COMPLETIONS, [True] * 8, ADVANTAGES, 7.5, 0)}
+    step = Sampled(classifier, reference, [batch, batch])
+    first = step.batches([], 0)
+    assert step.reference.forwards == 2 and step.batches([], 1) is first
+    assert step.reference.forwards == 2  # its second step: nothing scored again
+    with torch.no_grad():
+        want = alone(step.reference.model.lm, 0.7)
+        assert (want - alone(classifier.lm, 0.7)).abs().max() > 0  # another model
+    ref = torch.tensor(first[0]["grpo"]["ref_logps"])
+    torch.testing.assert_close(ref, want, rtol=1e-5, atol=1e-6)
+    outputs = grpo_outputs(classifier.lm, first[0]["grpo"], classifier.grpo)
+    logps = alone(classifier.lm, 0.7)
+    old = torch.tensor(first[0]["grpo"]["old_logps"])
+    mask = batch["grpo"]["completion_mask"]
+    loss, metrics = grpo_loss(logps, old, want, ADVANTAGES, mask, 0.04, 0.2, 0.2, "dapo", 3, 7.5)
+    assert metrics["kl"] > 0
+    assert outputs["grpo_metrics"]["kl"].item() == pytest.approx(metrics["kl"].item(), rel=1e-4)
+    assert outputs["loss"].item() == pytest.approx(loss.item(), rel=1e-4, abs=1e-7)

@@ -4,7 +4,8 @@ engine's root, rewards scored in the workers, TRL's metric names in the history,
 numbers under every engine), a second run trains nothing; a run killed after a checkpoint and
 rerun ends with the weights of one never interrupted, byte for byte (inside a generation batch
 trained on twice, num_iterations 2: its ratio moves off 1); with beta and a LoRA adapter, the
-KL to the base logged; each logged step's completions kept as records; bad rewards are one line
+KL to the base logged, and with beta and a full model the KL to its frozen reference; each
+logged step's completions kept as records; bad rewards and references are one line
 through `tango run`, before any step where they can be known then, from the workers where a
 reward raises. (The step's pieces in-process: tests/test_grpo_step.py.)"""
 
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from . import commands
-from .conftest import REPO, killed_and_rerun, run_tango, step_result, tango_command
+from .conftest import REPO, TINY_MODEL, killed_and_rerun, run_tango, step_result, tango_command
+from .olmo_eval_reference import OLMO_TOKENIZER
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -128,6 +130,19 @@ def test_with_beta_and_lora_the_kl_to_the_base_is_logged(grpo_run):
         assert math.isfinite(entry["kl"]) and entry["kl"] > 0, entry
 
 
+def test_with_beta_and_a_full_model_the_kl_to_its_frozen_reference_is_logged(grpo_run):
+    """`full_ref` (beta 0.04, no adapter, FSDP2): it starts from `fsdp2`'s model and names
+    that step's model as its `reference` (loaded by each worker, frozen beside the policy):
+    TRL's `kl` 0 at the first step (the policy is its reference), above 0 once the policy
+    trained and the reference stayed where it started."""
+    workspace, _ = grpo_run
+    train = history(workspace, "full_ref")
+    assert [entry["step"] for entry in train] == [1, 2, 3]
+    assert train[0]["kl"] == pytest.approx(0.0, abs=1e-7)
+    for entry in train[1:]:
+        assert math.isfinite(entry["kl"]) and entry["kl"] > 0, entry
+
+
 def test_each_logged_step_keeps_its_completions_as_records(grpo_run):
     """`fsdp2`: `completions/step_<n>.jsonl` in the work directory for each logged step, 16
     records (2 ranks x 2 prompts x G = 4), each its prompt, text, each reward (the vowel
@@ -165,9 +180,24 @@ BAD = {
         {"steps.fsdp2.model.grpo.reward_weights": [1.0, 2.0, 3.0]},
         "model.grpo.reward_weights: 3 weights for 2 rewards",
     ),
-    "beta_without_adapter": (
-        {"steps.fsdp2.model.grpo.beta": 0.04},
-        "model.grpo.beta: 0.04; beta > 0 needs an adapter for now",
+    "reference_of_no_use": (
+        {"steps.fsdp2.reference": str(REPO)},
+        "train.reference: nothing would use it: only objective 'grpo' with beta > 0 compares "
+        "the model with a reference model, and the model's objective is 'grpo' with beta 0",
+    ),
+    "reference_with_adapter": (
+        {"steps.lora.reference": str(REPO)},
+        "train.reference: the model trains an adapter, and its reference is its base with the "
+        "adapter off",
+    ),
+    "reference_of_another_tokenizer": (
+        {"steps.full_ref.reference": {**TINY_MODEL, "tokenizer": OLMO_TOKENIZER}},
+        f"train.reference: the reference's model block has tokenizer '{OLMO_TOKENIZER}', and "
+        "the policy's is 'catwalk::byte_level'",
+    ),
+    "reference_block_with_adapter": (
+        {"steps.full_ref.reference": {**TINY_MODEL, "adapter": {"type": "lora"}}},
+        "train.reference.adapter: a reference is a whole frozen model",
     ),
 }
 

@@ -33,7 +33,7 @@ def check_objective(settings: TrainSettings) -> None:
     params = model_params(settings.model)
     objective = objective_of(settings.model)
     for each in with_settings():
-        each.settings_of(objective, params.get(each.name), params.get("adapter"))
+        each.settings_of(objective, params.get(each.name))
     if objective.reference(params.get("adapter")) is Reference.STEP:
         check_reference_step(settings, objective)
 

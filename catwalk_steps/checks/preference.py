@@ -85,7 +85,9 @@ def step_tokenizer(step: Step) -> str | None:
     return params.get("pretrained")
 
 
-def directory_tokenizer(directory: Path, tokenizer: str | None) -> str | None:
+def directory_tokenizer(
+    directory: Path, tokenizer: str | None, field: str = "train.init_from"
+) -> str | None:
     """A model directory's own tokenizer (None when it holds none); with none, its config's
     vocabulary must be one the block's `tokenizer` can index: not smaller, nor more than twice
     its size (a vocabulary padded for speed adds a few hundred rows, not another tokenizer's)."""
@@ -97,7 +99,7 @@ def directory_tokenizer(directory: Path, tokenizer: str | None) -> str | None:
         ours = len(load_tokenizer(tokenizer, "model.tokenizer"))
         if not ours <= size <= 2 * ours:
             raise ConfigurationError(
-                f"train.init_from: the model in {directory} has a vocabulary of {size:,} "
+                f"{field}: the model in {directory} has a vocabulary of {size:,} "
                 f"tokens, and the model block's tokenizer '{tokenizer}' has {ours:,}: it is a "
                 "model of another tokenizer; give the block that tokenizer (or the directory "
                 "its tokenizer files)"

@@ -28,6 +28,7 @@ from ..settings import EngineSettings, Precision, TrainSettings
 from ..tasks import LOADED_SPLITS
 from .objective import check_objective, check_trained_task
 from .preference import check_init_from
+from .reference import check_reference
 from .trackers import check_trackers
 
 logger = logging.getLogger(__name__)
@@ -151,6 +152,7 @@ def check_train_step(settings: TrainSettings) -> None:
     check_training_task(settings)
     check_init_from(settings.init_from, model_params(settings.model).get("tokenizer"))
     check_objective(settings)
+    check_reference(settings)
     blocks = settings.blocks  # each lazy block read once
     engine = blocks.engine.check()
     check_devices_and_precision(settings, engine.precision)

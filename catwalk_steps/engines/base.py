@@ -221,12 +221,13 @@ class CatwalkEngine(TorchTrainingEngine):
                 non_finite_loss_message(step, loss.item(), self.precision, clipping)
             )
 
-    def forward_eval(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def forward_eval(self, batch: dict[str, Any], model: Any = None) -> dict[str, Any]:
+        """A forward without gradients of the model (or of a frozen one: `frozen_model`)."""
         # no_grad, not inference_mode: sharded engines gather parameters into tensors that
         # training uses again, and inference tensors cannot be used in autograd afterwards.
         batch = move_to_device(batch, self.device)
         with torch.no_grad(), self.precision.autocast(self.train_config.device_type):
-            return self.model(**batch)
+            return (self.model if model is None else model)(**batch)
 
     # --- Checkpoint state, the same whatever the number of ranks --------------------------------
     # A checkpoint holds the whole model (or its adapter: .adapter_state) and the whole
@@ -281,6 +282,19 @@ class CatwalkEngine(TorchTrainingEngine):
 
     def load_state(self, directory: Path) -> None:
         self.apply_state(self.read_state(directory))
+
+
+def frozen(model: Model) -> Model:
+    """`model` frozen (an engine's `frozen_model`: GRPO's reference): no parameter requires
+    gradients; eval mode (no dropout)."""
+    model.requires_grad_(False)
+    return model.eval()
+
+
+def frozen_units(model: Model, modules_to_wrap: list[str] | None) -> list[str]:
+    """A frozen model's inner units under a sharded engine, deepest first: its own, by the
+    engine's `modules_to_wrap` (the job matched the policy's, which it may not share)."""
+    return select_modules(model, modules_to_wrap, "training_engine.modules_to_wrap")
 
 
 def read_full_state(directory: Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from tango.integrations.torch import Model, Optimizer, TrainConfig, TrainingEngi
 from ..distributed.groups import distributed_position
 from ..settings import Precision
 from .adapter_state import adapter_units, load_into, saved_part
-from .base import CatwalkEngine
+from .base import CatwalkEngine, frozen, frozen_units
 from .fairscale_cpu import use_worker_device
 from .fairscale_frozen import patch_frozen_units, release_frozen_units
 from .mixed_precision import fairscale_flags
@@ -143,6 +143,17 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
         names = arranged_units(model, names, self.activation_checkpointing, "training_engine")
         wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
         return FSDP(model, **self.fsdp_kwargs())
+
+    def frozen_model(self, model: Lazy[Model]) -> Model:
+        """A model that never trains, wrapped as the policy is (its blocks, or the modules
+        `modules_to_wrap` matches, as units, then the root), frozen before FairScale flattens
+        its units' parameters: every flat parameter frozen too."""
+        module = frozen(model.construct())
+        if not self.fsdp_config.move_params_to_cpu:
+            module.to(self.train_config.worker_local_default_device)
+        names = frozen_units(module, self.modules_to_wrap)
+        wrap_modules(module, names, lambda unit: FSDP(unit, **self.fsdp_kwargs()))
+        return frozen(FSDP(module, **self.fsdp_kwargs()))
 
     # Checkpoints hold the consolidated model and optimizer state (FairScale gathers them on
     # every rank, rank 0 keeps them), so a run resumes on any device_count.

@@ -10,7 +10,7 @@ from tango.common import Lazy
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import Model, TrainingEngine
 
-from .base import CatwalkEngine
+from .base import CatwalkEngine, frozen
 
 
 @TrainingEngine.register("catwalk::torch")
@@ -45,3 +45,10 @@ class CatwalkTorchEngine(CatwalkEngine):
             ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
             model = cast(Model, ddp)
         return model
+
+    def frozen_model(self, model: Lazy[Model]) -> Model:
+        """A model that never trains (GRPO's reference), frozen (:func:`.base.frozen`: in no
+        optimizer), on the worker's device, unwrapped: DDP refuses a module with nothing to
+        train, and a frozen one has no gradients to reduce. (The sharded engines shard it as
+        they shard the policy.)"""
+        return frozen(model.construct().to(self.device))

@@ -44,7 +44,7 @@ from ..distributed.groups import distributed_position
 from ..files import torch_save_atomic
 from ..scoring.rank_classifier import RankClassifier
 from .adapter_state import saved_part, trains_adapter
-from .base import CatwalkEngine
+from .base import CatwalkEngine, frozen, frozen_units
 from .mixed_precision import fsdp2_policy
 from .sharded_weights import read_own_rows
 
@@ -157,14 +157,29 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         materialise(skeleton, model, self.device)
         return skeleton
 
-    def forward_eval(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def frozen_model(self, model: Lazy[Model]) -> Model:
+        """A model that never trains, sharded as the policy is (its skeleton, `fully_shard` of
+        its own blocks or the modules `modules_to_wrap` matches, then the root; filled as
+        :func:`materialise` fills the policy), frozen: no recomputation (it has no backward)."""
+        from torch.distributed.fsdp import fully_shard
+
+        skeleton = build_skeleton(model)
+        kwargs = self.fully_shard_kwargs()
+        for name in frozen_units(skeleton, self.modules_to_wrap):  # deepest first
+            fully_shard(skeleton.get_submodule(name), **kwargs)
+        fully_shard(skeleton, **kwargs)
+        skeleton.to_empty(device="cpu" if self.offload else self.device)
+        materialise(skeleton, model, self.device)
+        return frozen(skeleton)
+
+    def forward_eval(self, batch: dict[str, Any], model: Any = None) -> dict[str, Any]:
         """An evaluation forward has no backward to reshard the root (see `wrapped_model`):
         it is resharded here, so the model holds its sharded parameters again (what the
         optimizer and the checkpoints refer to)."""
         try:
-            return super().forward_eval(batch)
+            return super().forward_eval(batch, model)
         finally:
-            cast("FSDPModule", self.model).reshard()  # fully_shard made it one
+            cast("FSDPModule", self.model if model is None else model).reshard()
 
     # --- Checkpoints: sharded DCP directories -----------------------------------------------
 

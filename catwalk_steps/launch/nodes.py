@@ -174,18 +174,19 @@ def shared_dataset(step: Step[Any], workspace: Any, message: dict) -> Any:
     return dataset
 
 
-def shared_model_directory(init_from: Any, workspace: Any) -> Any:
-    """`init_from` as node 0 reads it: a step's model from the shared workspace."""
+def shared_model_directory(model: Any, workspace: Any, key: str = "init_from") -> Any:
+    """`init_from` (or `reference`: `key`) as node 0 reads it: a step's model from the shared
+    workspace."""
     from tango import Step
 
-    if not isinstance(init_from, Step):
-        return init_from  # a directory already
-    if init_from not in workspace.step_cache:
+    if not isinstance(model, Step):
+        return model  # a directory (or a model block) already
+    if model not in workspace.step_cache:
         raise ConfigurationError(
-            f"{workspace.step_dir(init_from)}: train.init_from's model is not in the workspace; "
+            f"{workspace.step_dir(model)}: train.{key}'s model is not in the workspace; "
             "catwalk-worker reads it from the workspace node 0 uses (-w)"
         )
-    return workspace.step_cache.step_dir(init_from)
+    return str(workspace.step_cache.step_dir(model))
 
 
 def local_job(args: argparse.Namespace) -> tuple[Any, Work]:
@@ -205,8 +206,9 @@ def local_job(args: argparse.Namespace) -> tuple[Any, Work]:
         job, work = node_job(workspace, work_dir, message, logger)
     else:
         kwargs = {**step.kwargs, "dataset_dict": shared_dataset(step, workspace, message)}
-        if step.kwargs.get("init_from") is not None:  # a step's model: its shared directory
-            kwargs["init_from"] = str(shared_model_directory(step.kwargs["init_from"], workspace))
+        for key in ("init_from", "reference"):  # a step's model: its shared directory
+            if step.kwargs.get(key) is not None:
+                kwargs[key] = shared_model_directory(step.kwargs[key], workspace, key)
         settings = TrainSettings(**kwargs).started()
         job = build_job(settings, step.unique_id, step.name, work_dir, None, logger)
     rendezvous = replace(job.rendezvous, host=args.master_addr, port=args.master_port)

@@ -32,6 +32,7 @@ from ..settings import TrainSettings
 from ..tokenized import StoredTokens, tokens_root, training_tokens
 from ..training.callbacks import RunMetrics
 from ..training.job import Schedule, TrainingJob, task_name, training_split
+from ..training.reference import reference_model
 
 
 def build_job(
@@ -78,6 +79,7 @@ def build_job(
         identity=run_identity(settings, schedule),
         tokens=tokens[0],
         validation_tokens=tokens[1],
+        reference=reference_model(settings),
     )
     check_resumable(
         job.work_dir, job.resume_from, engine.engine_class.__name__, job.world_size, job.identity

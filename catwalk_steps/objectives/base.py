@@ -45,6 +45,7 @@ class Reference(enum.Enum):
 
     STEP = "a catwalk::reference_logprobs step's log-probabilities, carried by the batches"
     ADAPTER_OFF = "the model's own base, its adapter switched off"
+    MODEL = "a frozen model beside the policy (its starting weights, or train.reference)"
 
 
 def reference_from(adapter: Any) -> Reference:
@@ -124,10 +125,10 @@ class Objective:
             f"and task '{task}' holds {examples.value}; {use}"
         )
 
-    def settings_of(self, objective: Objective, block: Any, adapter: Any = None) -> Any:
-        """Its settings block as a model of `objective` (and `adapter`: its block or spec, None
-        without) gives it, read (its defaults when left out: a model of another objective
-        scores with them); given to a model of another objective, one line."""
+    def settings_of(self, objective: Objective, block: Any) -> Any:
+        """Its settings block as a model of `objective` gives it, read (its defaults when left
+        out: a model of another objective scores with them); given to a model of another
+        objective, one line."""
         if block is not None and objective is not self:
             raise ConfigurationError(
                 f"model.{self.name}: settings of objective {self.name!r}, and the model's "
@@ -140,8 +141,9 @@ class Objective:
         `num_iterations`); 1 for the others."""
         return 1
 
-    def reference(self, adapter: Any) -> Reference | None:
-        """Where its reference comes from for a model with `adapter` (None: it has none)."""
+    def reference(self, adapter: Any, block: Any = None) -> Reference | None:
+        """Where its reference comes from for a model with `adapter` (None: it has none) and
+        its settings `block` (GRPO: none with beta 0)."""
         return reference_from(adapter) if self.compares_with_reference else None
 
     def choice_loss(self, choices: ChoiceScores) -> torch.Tensor:

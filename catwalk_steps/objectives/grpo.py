@@ -9,8 +9,9 @@ loop samples G completions of each (`catwalk_steps.training.sampled`), the rewar
 the model's forward takes the completions with their advantages
 (:mod:`catwalk_steps.scoring.grpo_objective`). With `num_iterations` (μ) > 1 each generation
 batch is trained on μ times, its old log-probabilities the sampling policy's. `beta` > 0 adds
-TRL's k3 KL term to the reference, the base with the model's adapter off; without an adapter it
-is refused at graph build, one line (a full model's reference comes later).
+TRL's k3 KL term to the reference (:meth:`Grpo.reference`): the base with the model's adapter
+off, else a frozen model beside the policy (its starting weights, or `catwalk::train`'s
+`reference`), whose log-probabilities the loop computes once per generation batch.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..errors import is_number
 from ..rewards import RewardSettings
-from .base import ChoiceScores, Examples, Objective, block_keys
+from .base import ChoiceScores, Examples, Objective, Reference, block_keys
 from .grpo_loss import LOSS_TYPES, SCALE_REWARDS
 from .lm import right_answer_loss
 
@@ -161,19 +162,13 @@ class Grpo(Objective):
     settings = GrpoSettings
     samples = True
 
-    def settings_of(self, objective: Objective, block: Any, adapter: Any = None) -> GrpoSettings:
-        """Its block, read; what this round does not train yet refused in one line: beta > 0
-        without an adapter (the reference is the base with the adapter off, by the one rule
-        :func:`~.base.reference_from`; a full model's, a reference step's, comes later)."""
-        settings: GrpoSettings = super().settings_of(objective, block)
-        field = f"model.{self.name}"
-        if objective is self and settings.beta != 0 and adapter is None:
-            raise ConfigurationError(
-                f"{field}.beta: {settings.beta!r}; beta > 0 needs an adapter for now (its "
-                "reference is the base with the adapter off); a full model's reference comes "
-                "later"
-            )
-        return settings
+    def reference(self, adapter: Any, block: Any = None) -> Reference | None:
+        """None with beta 0 (no KL term); with an adapter its base with the adapter off (the
+        one rule, :func:`~.base.reference_from`, as DPO's); else a frozen model, as TRL's
+        GRPOTrainer keeps one for a full model."""
+        if GrpoSettings.of(block).beta == 0:
+            return None
+        return Reference.ADAPTER_OFF if adapter is not None else Reference.MODEL
 
     def updates_per_batch(self, block: Any) -> int:
         """μ: each generation batch (one step's prompts) gives `num_iterations` optimizer

@@ -8,7 +8,8 @@ sampling temperature, as TRL scores them; the per-token log-probabilities are la
 [completions, tokens] (right-padded) for :func:`~catwalk_steps.objectives.grpo_loss.grpo_loss`.
 With μ = 1 the old log-probabilities are the current ones detached (the ratio is 1, only its
 gradient counts); with μ > 1 the batch holds the sampling policy's (`old_logps`, computed by
-this same forward before the first update: its `grpo_logps`).
+this same forward before the first update: its `grpo_logps`). With beta > 0 the reference's
+are a frozen model's, carried by the batch (`ref_logps`), else the base's with the adapter off.
 """
 
 from __future__ import annotations
@@ -71,15 +72,35 @@ def per_completion(values: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return values.new_zeros(tokens.shape).masked_scatter(tokens, values)
 
 
+def completion_logps(
+    lm: PreTrainedModel, batch: Mapping[str, Any], temperature: float
+) -> dict[str, torch.Tensor]:
+    """A frozen reference's forward of a `grpo` batch (no gradients, no loss): its
+    log-probabilities of the completion tokens, [completions, tokens], as `grpo_logps`."""
+    packed = {key: value for key, value in batch.items() if key.startswith(PACKED)}
+    logps = packed_log_probs(lm, packed, temperature).float()
+    return {"grpo_logps": per_completion(logps, batch["token_mask"])}
+
+
 def reference_logps(
     lm: PreTrainedModel,
+    batch: Mapping[str, Any],
     packed: Mapping[str, torch.Tensor],
-    tokens: torch.Tensor,
     adapter: Any,
     temperature: float,
 ) -> torch.Tensor:
-    """[completions, tokens]: the reference's log-probabilities of the completion tokens: the
-    base with the adapter off (by the one rule, as DPO's), no gradients."""
+    """[completions, tokens]: the reference's log-probabilities of the completion tokens: a
+    frozen model's, carried by the batch (`ref_logps`, rows: computed once per generation batch
+    by :mod:`catwalk_steps.training.reference`), else the base with the adapter off (by the one
+    rule, as DPO's), no gradients."""
+    tokens = batch["token_mask"]
+    given = batch.get("ref_logps")
+    if given is not None:
+        return torch.tensor(given, dtype=torch.float32, device=tokens.device)
+    if adapter is None:
+        raise ValueError(
+            "grpo: beta is not 0, and the batch has no ref_logps nor the model an adapter"
+        )
     with torch.no_grad(), type_of(adapter).switched_off(lm):
         logps = packed_log_probs(lm, packed, temperature).float()
     return per_completion(logps, tokens)
@@ -90,7 +111,8 @@ def grpo_outputs(
 ) -> dict[str, Any]:
     """The loss of a `grpo` batch (:func:`grpo_batch`) and TRL's metrics of it (`grpo_metrics`:
     means over its completion tokens in the loss, of which there are `grpo_tokens`); with
-    beta > 0, the KL term to the base with `adapter` (the model's spec) off."""
+    beta > 0, the KL term to the reference (:func:`reference_logps`: the batch's `ref_logps`,
+    else the base with `adapter`, the model's spec, off)."""
     packed = {key: value for key, value in batch.items() if key.startswith(PACKED)}
     logps, entropies = packed_log_probs_and_entropies(lm, packed, settings.temperature)
     tokens, mask = batch["token_mask"], batch["completion_mask"]
@@ -98,7 +120,7 @@ def grpo_outputs(
     spread = per_completion(entropies.detach(), tokens)
     ref = None
     if settings.beta != 0:  # after the policy's forward, as DPO's reference
-        ref = reference_logps(lm, packed, tokens, adapter, settings.temperature)
+        ref = reference_logps(lm, batch, packed, adapter, settings.temperature)
     old = batch.get("old_logps")  # μ > 1 (rows of numbers); μ = 1: this policy sampled them
     loss, metrics = grpo_loss(
         per_token,

@@ -29,7 +29,7 @@ from ..tasks.chat_templates import ChatTemplate
 from .causal_lm import build_causal_lm, checked_source
 from .choice_scoring import ChoiceScoring
 from .generation import decode_step
-from .grpo_objective import grpo_outputs
+from .grpo_objective import completion_logps, grpo_outputs
 from .model_saving import save_model_directory
 from .packed_documents import document_loss
 from .preference_objective import PreferenceScoring
@@ -141,7 +141,7 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         check_model_arguments(pretrained, config, tokenizer, objective, skeleton)
         self.objective = objective_named(objective)
         self.dpo = DPO.settings_of(self.objective, dpo)
-        self.grpo = GRPO.settings_of(self.objective, grpo, self.adapter)
+        self.grpo = GRPO.settings_of(self.objective, grpo)
         field = "model.tokenizer" if tokenizer else "model.pretrained"
         template = ChatTemplate.of(chat_template, "model.chat_template")
         # One of the two is given.
@@ -236,6 +236,7 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         subtasks: Sequence[str | None] | None = None,
         windows: Mapping[str, Any] | None = None,
         grpo: Mapping[str, Any] | None = None,
+        grpo_reference: Mapping[str, Any] | None = None,
         **batch: Any,
     ) -> dict[str, Any]:
         """A batch of multiple-choice instances (:meth:`choice_outputs`), a batch of
@@ -245,8 +246,9 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
         (:func:`~catwalk_steps.scoring.generation.decode_step`), or a corpus's rolling
         `windows` (perplexity): each window's summed log-probability of its predicted tokens
         (`scores`), or GRPO's sampled completions (`grpo`: its loss and metrics,
-        :func:`~.grpo_objective.grpo_outputs`). One forward, through the engine's root
-        wrapper, for all six. (`subtasks`,
+        :func:`~.grpo_objective.grpo_outputs`; as GRPO's frozen reference, `grpo_reference`:
+        their log-probabilities alone). One forward, through the engine's root wrapper, for
+        all seven. (`subtasks`,
         a grouped task's instances' parts, is for the kind's sums after the forward: the model
         reads nothing of it.)"""
         if windows is not None:
@@ -255,6 +257,8 @@ class RankClassifier(Model, ModuleNaming, ChoiceScoring, PreferenceScoring):
             return self.preference_outputs(preference, **batch)
         if grpo is not None:
             return grpo_outputs(self.lm, grpo, self.grpo, self.adapter)
+        if grpo_reference is not None:
+            return completion_logps(self.lm, grpo_reference, self.grpo.temperature)
         if documents is not None:
             return {"loss": document_loss(self.lm, documents, batch["weights"])}
         assert input_ids is not None and attention_mask is not None, "a batch of tokens"

@@ -40,6 +40,17 @@ WHOLE_KEYS = (
 )
 
 
+def loading(block: dict[str, Any], directory: Any, field: str) -> dict[str, Any]:
+    """A model block loading the weights of a model `directory` (given by `field`): its
+    `config` and `pretrained` give way; its tokenizer, left out, the directory's."""
+    directory = str(directory)
+    if not Path(directory).is_dir():
+        raise ConfigurationError(f"{field}: {directory}: no such model directory")
+    params = {k: v for k, v in block.items() if k != "config"}
+    params.update(pretrained=directory, tokenizer=params.get("tokenizer") or directory)
+    return params
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """The keys of `catwalk::train` (its docstring says what each means)."""
@@ -78,9 +89,12 @@ class TrainSettings:
     # A step's model (or a model directory) whose weights the model block starts from: DPO
     # after SFT. None: the block's own weights.
     init_from: Any = None
+    # GRPO with beta > 0 and no adapter: the frozen reference (a model block, a step's model or
+    # a model directory). None: the policy's starting weights.
+    reference: str | Lazy[Model] | None = None
     # Set at graph build, never by hand: the content of the model block's local directory and
-    # of an `init_from` directory (SHA-256 over their files), so that weights replaced in place
-    # make another step, trained again. None: the block and `init_from` say it all.
+    # of an `init_from` (or `reference`) directory (SHA-256 over their files), so that weights
+    # replaced in place make another step, trained again. None: the block and those say it all.
     model_content: dict[str, str] | None = None
 
     def as_mapping(self) -> dict[str, Any]:
@@ -98,12 +112,8 @@ class TrainSettings:
         and `pretrained` give way, its `objective`, `dpo` and `adapter` stay."""
         if self.init_from is None:
             return self
-        directory = str(self.init_from)
-        if not Path(directory).is_dir():
-            raise ConfigurationError(f"train.init_from: {directory}: no such model directory")
-        params = {k: v for k, v in lazy_params(self.model).items() if k != "config"}
-        params.update(pretrained=directory, tokenizer=params.get("tokenizer") or directory)
-        return replace(self, model=Lazy(Model, Params(params)), init_from=None)
+        block = loading(lazy_params(self.model), self.init_from, "train.init_from")
+        return replace(self, model=Lazy(Model, Params(block)), init_from=None)
 
     @property
     def port(self) -> int | None:

@@ -74,6 +74,11 @@ class TrainRankClassifier(Step[RankClassifier]):
     :param init_from: a step's model (`lib.ref('sft')`) or a model directory whose weights the
         model block starts from (the block's `config` and `pretrained` give way to it; its
         `objective`, `dpo`, `adapter` stay): DPO from an SFT model in one experiment.
+    :param reference: GRPO with `beta` > 0 and no adapter: the frozen model whose
+        log-probabilities the KL term compares the policy with, a model block, a step's model
+        (`lib.ref('sft')`) or a model directory (of the policy's tokenizer). Left out: the
+        policy's starting weights (`init_from`'s model, else the model block's own). Built in
+        each worker beside the policy, sharded as it is, never trained nor checkpointed.
     :param callbacks: Tango train callbacks; the trackers among them (`wandb::log`,
         `catwalk::tensorboard`) watch without being part of the step's identity
         (:mod:`.trackers`).
@@ -98,7 +103,7 @@ class TrainRankClassifier(Step[RankClassifier]):
     }
     METADATA = {"artifact_kind": "model"}
     # Keys added later leave the unique ids of steps that do not set them as they were.
-    SKIP_DEFAULT_ARGUMENTS = {"init_from": None, "model_content": None}
+    SKIP_DEFAULT_ARGUMENTS = {"init_from": None, "model_content": None, "reference": None}
 
     @property
     def resources(self) -> StepResources:
@@ -128,11 +133,12 @@ class TrainRankClassifier(Step[RankClassifier]):
         return split_trackers({**kwargs, "model_content": model_content(kwargs)})
 
     def _replace_steps_with_results(self, o: Any, workspace: Any) -> Any:
-        # `init_from`: a model step stays a handle (its directory), as evaluate keeps one
-        # (:meth:`Evaluate._replace_steps_with_results`): workers load the weights.
-        init_from = self.kwargs.get("init_from")
-        if isinstance(init_from, Step) and o is init_from:
-            return saved_model_directory(init_from, workspace, self)
+        # `init_from`, `reference`: a model step stays a handle (its directory), as evaluate
+        # keeps one (:meth:`Evaluate._replace_steps_with_results`): workers load the weights.
+        for key in ("init_from", "reference"):
+            model = self.kwargs.get(key)
+            if isinstance(model, Step) and o is model:
+                return saved_model_directory(model, workspace, self, f"train.{key}")
         return super()._replace_steps_with_results(o, workspace)
 
     def run(self, **keys: Any) -> RankClassifier:
@@ -169,23 +175,27 @@ class TrainRankClassifier(Step[RankClassifier]):
 
 def model_content(kwargs: dict[str, Any]) -> dict[str, str] | None:
     """The content of the local directories the model's weights come from (its block's
-    `pretrained` and `tokenizer`, an `init_from` directory) and of its `chat_template` file,
-    for the step's identity; a step's model (`init_from`) is identified by that step."""
+    `pretrained` and `tokenizer`, an `init_from` or `reference` directory) and of its
+    `chat_template` file, for the step's identity; a step's model (`init_from`) is identified
+    by that step."""
     model = kwargs.get("model")
     block = lazy_params(model) if isinstance(model, Lazy) else dict(model or {})
     directories = {f"model.{key}": block.get(key) for key in ("pretrained", "tokenizer")}
-    init_from = kwargs.get("init_from")
-    if isinstance(init_from, (str, Path)):
-        directories["init_from"] = str(init_from)
+    for key in ("init_from", "reference"):
+        if isinstance(kwargs.get(key), (str, Path)):
+            directories[key] = str(kwargs[key])
     template = template_content(block, "model.chat_template")
     return {**(local_content(directories) or {}), **template} or None
 
 
-def saved_model_directory(step: Step, workspace: Any, needed_by: Step) -> str:
-    """A model step's result directory, computed first if it is not cached."""
+def saved_model_directory(
+    step: Step, workspace: Any, needed_by: Step, field: str = "train.init_from"
+) -> str:
+    """A model step's result directory (given by `field`), computed first if it is not
+    cached."""
     if not isinstance(step.format, HFModelFormat):
         raise ConfigurationError(
-            f"train.init_from: step '{step.name}' gives no model (a catwalk::train step's does)"
+            f"{field}: step '{step.name}' gives no model (a catwalk::train step's does)"
         )
     if step in workspace.step_cache:
         step.log_cache_hit(needed_by=needed_by)

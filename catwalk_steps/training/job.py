@@ -97,6 +97,8 @@ class TrainingJob(PlacedJob):
     # as they are made).
     tokens: StoredTokens | None = None
     validation_tokens: StoredTokens | None = None
+    # GRPO's frozen reference (beta > 0, a full model: :mod:`.reference`); None: none.
+    reference: Lazy[Model] | None = None
 
     def node_message(self) -> dict[str, Any]:
         """What node 0 tells the other nodes beside the step (data): its data's checksum (they

@@ -135,7 +135,7 @@ class Trainer:
         connect_trackers(self.callbacks)  # W&B, TensorBoard: fed by the metric history
         self.state = TrainerState()
         # GRPO: completions sampled, rewarded and trained on in each step; None for the others.
-        self.sampled = sampled_training(self.engine, self.schedule, job.work_dir)
+        self.sampled = sampled_training(self.engine, self.schedule, job.work_dir, job.reference)
         self.logged: list[dict[str, float]] = []  # the last step's metrics beside its loss
         self.checkpoints = Checkpointer(
             job, self.schedule, self.engine, self.callbacks, grpo=self.sampled

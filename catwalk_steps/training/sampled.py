@@ -27,6 +27,8 @@ the step, the same on every rank, for the history.
   sampling policy's weights are gone once it moved, so nothing can draw or score it again):
   a resumed run trains on it what the uninterrupted run did. μ = 1: the old log-probabilities
   are the current ones (the model's forward detaches them), nothing is held.
+- Reference (beta > 0, a full model): a frozen model's log-probabilities of each generation
+  batch's completions, computed once at its first step and held with it (:mod:`.reference`).
 """
 
 from __future__ import annotations
@@ -51,20 +53,25 @@ from ..scoring.rollouts import Completion, RolloutSettings, rollouts
 from ..scoring.sampling import Sampling, generator_for
 from .callbacks import summed_over_ranks
 from .completion_records import completion_records, written_by_rank_0
+from .reference import FrozenReference
 
 logger = logging.getLogger(__name__)
 
 EXTREMES = {"clip_ratio/low_min": dist.ReduceOp.MIN, "clip_ratio/high_max": dist.ReduceOp.MAX}
 
 
-def sampled_training(engine: Any, schedule: Any, work_dir: Path) -> SampledTraining | None:
+def sampled_training(
+    engine: Any, schedule: Any, work_dir: Path, reference: Any = None
+) -> SampledTraining | None:
     """The loop's GRPO step for a model whose objective samples its completions (its
     `schedule`: the run's seed, and the steps logged, whose completions are recorded in
-    `work_dir`); else None."""
+    `work_dir`; `reference`: the lazy frozen reference, :mod:`.reference`, or None); else
+    None."""
     model = inner_model(engine.model)
     if not model.objective.samples:
         return None
-    return SampledTraining(engine, model, schedule, work_dir)
+    frozen = None if reference is None else FrozenReference(engine, reference)
+    return SampledTraining(engine, model, schedule, work_dir, frozen)
 
 
 def extreme(values: list[torch.Tensor], op: Any, device: Any, world_size: int) -> float:
@@ -79,11 +86,26 @@ def extreme(values: list[torch.Tensor], op: Any, device: Any, world_size: int) -
     return float("nan") if value.isinf() else float(value)
 
 
+def rollout_settings(settings: GrpoSettings, lm: Any, encoder: Any) -> RolloutSettings:
+    """How the policy `lm` samples a micro-batch's completions (`encoder`: its tokens)."""
+    s = settings
+    return RolloutSettings(
+        s.num_generations,
+        Sampling(s.temperature, s.top_p, s.top_k),
+        s.max_completion_length,
+        eos_ids_of(lm, encoder.tokenizer),
+        encoder.pad_id,
+    )
+
+
 class SampledTraining:
     """GRPO's step for one worker (see the module)."""
 
-    def __init__(self, engine: Any, model: Any, schedule: Any, work_dir: Path):
+    def __init__(
+        self, engine: Any, model: Any, schedule: Any, work_dir: Path, reference: Any = None
+    ):
         self.engine, self.seed, self.logs = engine, schedule.seed, schedule.logs
+        self.reference: FrozenReference | None = reference  # beta > 0, a full model
         self.work_dir = work_dir  # its `completions/` records
         self.rank, self.world_size = distributed_position()
         self.settings: GrpoSettings = model.grpo
@@ -108,16 +130,6 @@ class SampledTraining:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.held, self.logged = state.get("held", []), state.get("logged", {})
 
-    def rollout_settings(self, encoder: Any) -> RolloutSettings:
-        s = self.settings
-        return RolloutSettings(
-            s.num_generations,
-            Sampling(s.temperature, s.top_p, s.top_k),
-            s.max_completion_length,
-            eos_ids_of(self.lm, encoder.tokenizer),
-            encoder.pad_id,
-        )
-
     def sample(self, batch: Any, generator: torch.Generator) -> tuple[list, list[Completion]]:
         """A micro-batch's live prompts (instance, tokens) and their completions. Collective."""
         live = [
@@ -128,8 +140,8 @@ class SampledTraining:
             if alive
         ]
         step = forward_step(self.engine.forward_eval)
-        settings = self.rollout_settings(batch.encoder)
         encoder = batch.encoder
+        settings = rollout_settings(self.settings, self.lm, encoder)
         stops = lambda i, tokens: encoder.stops(tokens, live[i][0].until)  # noqa: E731
         done = rollouts(step, [p for _, p in live], settings, generator, self.ranks, stops=stops)
         return live, done
@@ -155,6 +167,8 @@ class SampledTraining:
         if step % mu:  # a checkpoint of another number of ranks: drawn again, from here
             logger.warning("GRPO: resumed inside a generation batch it does not hold: drawn again")
         out = self.generation_batch(micro_batches, step)
+        if self.reference is not None:  # once per generation batch, as TRL's
+            self.reference.score(out)
         if mu > 1:
             self.with_old_logps(out)
             self.held = out
