@@ -321,7 +321,10 @@ local kept_cells(all_cells, only) =
   //              directory, or null.
   //   data: the name of a load_task step of the same task to train on (an SFT stage's), or
   //         null: its own (prefix + 'data').
-  rlvr(task, model, engine, training={}, grpo={}, init_from=null, data=null, prefix='rlvr_'):: {
+  //   reference: with grpo.beta > 0, the KL term's reference (a model block or a step's
+  //              model); null: the policy's starting weights (`init_from`'s, else the block's;
+  //              with an adapter, its base with the adapter off).
+  rlvr(task, model, engine, training={}, grpo={}, init_from=null, data=null, reference=null, prefix='rlvr_'):: {
     local t = for_model(grids.training(training_defaults, training), model),
     local own_data = data == null,
     local data_step = if own_data then prefix + 'data' else data,
@@ -332,7 +335,8 @@ local kept_cells(all_cells, only) =
                      tokenizer: models.tokenizer(model) } + models.chat_template(model),
     } else {}) + {
       [prefix + 'trained']: train_step(model { objective: 'grpo', grpo: grpo }, engine, t, data_step)
-                            + (if init_from != null then { init_from: init_from } else {}),
+                            + (if init_from != null then { init_from: init_from } else {})
+                            + (if reference != null then { reference: reference } else {}),
       [prefix + 'eval_before']: eval_step(start, t, data_step),
       [prefix + 'eval_after']: eval_step(ref(prefix + 'trained'), t, data_step),
       [prefix + 'report']: {
