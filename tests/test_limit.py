@@ -17,13 +17,15 @@ from . import commands
 from .conftest import EXPERIMENTS, QA_TASK, TANGO_ENV, experiment_params, tango_command
 
 EXPERIMENT_FILES = sorted(EXPERIMENTS.glob("*.jsonnet"))
-# The shipped experiments that need the Hugging Face hub (GPT-2's weights, PIQA): offline here,
+# The shipped experiments that need the Hugging Face hub (GPT-2's weights, PIQA, GSM8K's train
+# split and Qwen2.5-0.5B-Instruct): offline here,
 # their limited graphs are checked, not run.
 NEED_THE_HUB = {
     "piqa_torch.jsonnet",
     "piqa_fsdp.jsonnet",
     "piqa_fsdp_suite.jsonnet",
     "sweep_piqa.jsonnet",
+    "rlvr_gsm8k.jsonnet",
 }
 # Run limited elsewhere, twice (its stages cached): tests/test_tulu_recipe.py.
 RUN_ELSEWHERE = {"tulu_recipe.jsonnet"}

@@ -188,6 +188,16 @@ CASES: dict[str, tuple[Path | dict, dict | list, str, bool]] = {
         "apply_chat_template: true (examples become turns of a chat only in a chat template)",
         False,
     ),
+    "held_out_leaves_nothing_to_train_on": (
+        evaluate(task={
+            "type": "catwalk::held_out",
+            "task": {**PAIRS, "data_files": {"test": NO_TARGET}, "test_split": "test"},
+            "size": 3,
+        }),
+        {},
+        "pairs_without_target.jsonl): holds 3 instances; holding out 3 leaves none to train on",
+        True,
+    ),
     "suite_run_named_ref": (
         Path("suite_ref.jsonnet"),
         {},

@@ -299,3 +299,25 @@ def test_the_bound_needs_the_main_thread_and_leaves_a_quick_call_alone():
 def test_no_completions_is_an_empty_table(synthetic):
     table = score_completions(rewards("catwalk::task_metric"), synthetic[:1], [[]])
     assert table.shape == (0, 1) and not math.isnan(table.sum().item())
+
+
+def test_the_gsm8k_experiments_rewards_score_answers_as_lm_eval_s_exact_match(gsm8k):
+    """rlvr_gsm8k.jsonnet's rewards (the offline file takes them whole) on completions of
+    GSM8K's first test question (18): lm-eval's strict-match exact match reads the '#### '
+    line alone, and the format reward asks for that line at the end."""
+    from .conftest import EXPERIMENTS, experiment_params
+
+    grpo = experiment_params(EXPERIMENTS / "rlvr_gsm8k.jsonnet")["steps"]["rlvr_trained"]
+    settings = RewardSettings.of(grpo["model"]["grpo"], FIELD)
+    texts = [
+        " She sells 16 - 3 - 4 = 9 eggs.\nShe makes 9 * 2 = $18.\n#### 18\n\n",  # right
+        " She sells 16 - 3 = 13 eggs.\nShe makes 13 * 2 = $26.\n#### 26\n\n",  # wrong
+        " She makes 9 * 2 = $18 every day.",  # right, without the line: flexible-extract's 1
+    ]
+    table = score_completions(settings, gsm8k[:1], [texts])
+    assert settings.names == ("task_metric", "regex_format")
+    assert table.tolist() == [[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]]
+    assert weighted_rewards(table, settings.weights).tolist() == pytest.approx([1.1, 0.1, 0.0])
+    scores = [o["scores"] for o in generation_outputs(gsm8k[:1] * 3, texts)]
+    assert [s["exact_match,strict-match"] for s in scores] == [1.0, 0.0, 0.0]
+    assert [s["exact_match,flexible-extract"] for s in scores] == [1.0, 0.0, 1.0]

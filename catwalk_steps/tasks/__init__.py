@@ -23,6 +23,7 @@ from .base import (
 from .catalog import BUILTIN_TASKS
 from .generation import GenerationInstance
 from .generative import GenerativeTask
+from .held_out import HeldOutTask
 from .limited import LimitedTask
 from .olmo_eval_labels import OlmoEvalInstance, OlmoEvalTask
 from .perplexity import PerplexityInstance, PerplexityTask
@@ -37,6 +38,7 @@ __all__ = [
     "LOADED_SPLITS",
     "ModelTokenizer",
     "GenerativeTask",
+    "HeldOutTask",
     "LimitedTask",
     "MultipleChoiceInstance",
     "OlmoEvalInstance",

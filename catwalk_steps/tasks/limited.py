@@ -21,12 +21,13 @@ from typing import Any
 from tango.common.exceptions import ConfigurationError
 
 from .base import ModelTokenizer, Task, TaskInstance
+from .wrapped import WrappedTask
 
 LIMITED_TYPE = "catwalk::limited"
 
 
 @Task.register(LIMITED_TYPE)
-class LimitedTask(Task):
+class LimitedTask(WrappedTask):
     """`task`, each split cut to its first `limit` instances.
 
     :param task: the task (a name or a block, as anywhere a task is given).
@@ -36,17 +37,8 @@ class LimitedTask(Task):
     def __init__(self, task: Task, limit: int):
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ConfigurationError(f"task.limit: a number of instances > 0, got {limit!r}")
-        self.task = Task.built(task)
+        super().__init__(task)
         self.limit = limit
-        self.num_fewshot = self.task.num_fewshot
-
-    @property  # the task's kind (the other types': their class's)
-    def kind(self) -> str:  # type: ignore[override]
-        return self.task.kind
-
-    @property
-    def name(self) -> str:
-        return self.task.name
 
     def load_split(self, split: str, tokenizer: ModelTokenizer | None = None) -> list[TaskInstance]:
         return list(self.iter_split(split, tokenizer))
@@ -90,19 +82,6 @@ class LimitedTask(Task):
 
     def describe(self, split: str) -> str:
         return f"{self.task.describe(split)}, its first {self.limit}"
-
-    @property
-    def renders_chat(self) -> bool:
-        return self.task.renders_chat
-
-    def check_tokenizer(self, tokenizer: ModelTokenizer) -> None:
-        self.task.check_tokenizer(tokenizer)
-
-    def __getattr__(self, name: str) -> Any:
-        """What a stage asks of the task's own type (a preference task's `max_length`, ...)."""
-        if name.startswith("__") or name in ("task", "limit"):
-            raise AttributeError(name)
-        return getattr(self.task, name)
 
     def det_hash_object(self) -> Any:
         return (LIMITED_TYPE, self.task, self.limit)

@@ -53,6 +53,7 @@
   pythia_1b: self.hub('EleutherAI/pythia-1b', 2048),
   olmo2_1b: self.hub('allenai/OLMo-2-0425-1B', 4096),
   qwen2_5_0_5b: self.hub('Qwen/Qwen2.5-0.5B', 32768),
+  qwen2_5_0_5b_instruct: self.hub('Qwen/Qwen2.5-0.5B-Instruct', 32768),  // GRPO's GSM8K recipes'
   llama3_2_1b: self.hub('meta-llama/Llama-3.2-1B', 131072),  // gated: accept its license on the hub
 
   // A LoRA adapter for a model block's `adapter` key (`lib.models.gpt2 { adapter:

@@ -4,6 +4,7 @@
 local engines = import 'engines.libsonnet';
 local grids = import 'grid.libsonnet';
 local models = import 'models.libsonnet';
+local rewards = import 'rewards.libsonnet';
 local tasks = import 'tasks.libsonnet';
 
 local training_defaults = {
@@ -210,6 +211,7 @@ local kept_cells(all_cells, only) =
   models: models,
   tasks: tasks,
   engines: engines,
+  rewards: rewards,
   ref(name):: ref(name),
   // `--ext-var limit=N`, or null: for a file's own steps (`lib.limited_task(task)`).
   limit:: limit,
@@ -324,21 +326,27 @@ local kept_cells(all_cells, only) =
   //   reference: with grpo.beta > 0, the KL term's reference (a model block or a step's
   //              model); null: the policy's starting weights (`init_from`'s, else the block's;
   //              with an adapter, its base with the adapter off).
-  rlvr(task, model, engine, training={}, grpo={}, init_from=null, data=null, reference=null, prefix='rlvr_'):: {
+  //   held_out: the split validated on and scored before and after (GSM8K's 'test': it has no
+  //             validation split); training reads 'train'.
+  rlvr(task, model, engine, training={}, grpo={}, init_from=null, data=null, reference=null, prefix='rlvr_', held_out='validation'):: {
     local t = for_model(grids.training(training_defaults, training), model),
     local own_data = data == null,
     local data_step = if own_data then prefix + 'data' else data,
     local start = starting_model(model, init_from),
+    // Written only when it is not the steps' default, so that the demos' steps keep their ids.
+    local validated = if held_out == 'validation' then {} else { validation_split: held_out },
+    local scored = if held_out == 'validation' then {} else { split: held_out },
 
     steps+: (if own_data then {
-      [data_step]: { type: 'catwalk::load_task', task: limited_task(task), splits: ['train', 'validation'],
+      [data_step]: { type: 'catwalk::load_task', task: limited_task(task), splits: ['train', held_out],
                      tokenizer: models.tokenizer(model) } + models.chat_template(model),
     } else {}) + {
       [prefix + 'trained']: train_step(model { objective: 'grpo', grpo: grpo }, engine, t, data_step)
+                            + validated
                             + (if init_from != null then { init_from: init_from } else {})
                             + (if reference != null then { reference: reference } else {}),
-      [prefix + 'eval_before']: eval_step(start, t, data_step),
-      [prefix + 'eval_after']: eval_step(ref(prefix + 'trained'), t, data_step),
+      [prefix + 'eval_before']: eval_step(start, t, data_step) + scored,
+      [prefix + 'eval_after']: eval_step(ref(prefix + 'trained'), t, data_step) + scored,
       [prefix + 'report']: {
         type: 'catwalk::report',
         title: 'RLVR (GRPO): the task before and after',
