@@ -319,3 +319,48 @@ def test_each_engine_s_frozen_reference_gives_the_log_probs_of_the_model_alone(t
             logps, local = result[name]
             torch.testing.assert_close(logps, result["alone"], rtol=1e-5, atol=1e-6)
             assert local == whole if name == "CatwalkTorchEngine" else local < 0.6 * whole
+
+
+def decoding_all_gathers(rank, world_size, port, work_dir):
+    """Three evaluation forwards under FSDP2 one by one, then inside `generating()`: the
+    all-gathers each way, the logits (equal), and whether every unit is sharded again after."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as groups
+
+    config = train_config(rank, world_size, port, Path(work_dir))
+    engine = CatwalkTorchFSDPEngine(config, lazy_model(), lazy_optimizer())
+    batch = {"input_ids": torch.tensor([[5, 6, 7, 8]]), "attention_mask": torch.ones(1, 4)}
+    batch["decoding"] = {"position_ids": torch.arange(4)[None], "past_key_values": None}
+    calls = []
+    gather = groups.foreach_all_gather  # a unit's all-gather of its parameters
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return gather(*args, **kwargs)
+
+    groups.foreach_all_gather = counted
+    try:
+        alone = [engine.forward_eval(batch)["logits"] for _ in range(3)]
+        each = len(calls)
+        with engine.generating() as forward:
+            held = [forward(batch)["logits"] for _ in range(3)]
+        once = len(calls) - each
+    finally:
+        groups.foreach_all_gather = gather
+    units = [m for m in engine.model.modules() if isinstance(m, FSDPModule)]
+    sharded = all(
+        type(p).__name__ == "DTensor" for unit in units for p in unit.parameters(recurse=False)
+    )
+    return {"each": each, "once": once, "same": all(map(torch.equal, alone, held))} | {
+        "units": len(units),
+        "sharded": sharded,
+    }
+
+
+@pytest.mark.distributed
+def test_fsdp2_gathers_once_for_a_rollout_s_forwards_and_reshards_after(tmp_path):
+    """A rollout's decoding steps (`generating`): each unit all-gathers at the first forward
+    only, the logits as one by one, and every parameter is a shard again after."""
+    for result in run_distributed(decoding_all_gathers, tmp_path, str(tmp_path), init=True):
+        assert result["units"] > 1 and result["sharded"] and result["same"]
+        assert result["each"] == 3 * result["once"] > 0, result

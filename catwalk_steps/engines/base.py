@@ -6,11 +6,11 @@ between ranks.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, cast
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 from tango.common import Lazy
@@ -25,27 +25,16 @@ from tango.integrations.torch import (
 )
 from tango.integrations.torch.util import move_to_device
 
-from ..checkpoints.layout import (
-    GRAD_SCALER_FILE,
-    LR_SCHEDULER_FILE,
-    MODEL_FILE,
-    OPTIMIZER_FILE,
-)
-from ..checkpoints.state import load_file
 from ..distributed.devices import usable_cores
-from ..distributed.groups import cuda_device_for, distributed_position, init_process_group
+from ..distributed.groups import cuda_device_for, init_process_group
 from ..errors import one_line_error
-from ..files import torch_save_atomic
 from ..module_names import compile_patterns
 from ..settings import DEFAULT_PRECISION, Precision
-from .adapter_state import load_into, saved_part
-from .optim import full_optimizer_state
+from .full_state import FullCheckpointState
 from .train_config import local_world_size
 from .wrapping import NOTHING_TO_RECOMPUTE, checkpoint_activations, select_modules
 
 KEY = "training_engine"  # the config key engines are given under
-# The state a checkpoint holds when the engine has it: (the engine's attribute, its file).
-OPTIONAL_STATE = (("lr_scheduler", LR_SCHEDULER_FILE), ("grad_scaler", GRAD_SCALER_FILE))
 
 
 @one_line_error
@@ -83,7 +72,7 @@ def ensure_process_group(train_config: TrainConfig, always: bool) -> None:
         init_process_group(train_config.device_type, rank=0, world_size=1)
 
 
-class CatwalkEngine(TorchTrainingEngine):
+class CatwalkEngine(FullCheckpointState, TorchTrainingEngine):
     """What every catwalk engine shares: its constructor, its checks, one precision setting,
     activation checkpointing, a clear stop on a non-finite loss, CPU threads shared between
     ranks, and checkpoint state the same whatever the number of ranks.
@@ -221,6 +210,13 @@ class CatwalkEngine(TorchTrainingEngine):
                 non_finite_loss_message(step, loss.item(), self.precision, clipping)
             )
 
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[Callable[[dict[str, Any]], dict[str, Any]]]:
+        """The forward of many evaluation forwards in a row, with no backward between them (a
+        rollout's decoding steps): :meth:`forward_eval`, here; a sharded engine may keep what
+        it gathers from one to the next (FSDP2)."""
+        yield self.forward_eval
+
     def forward_eval(self, batch: dict[str, Any], model: Any = None) -> dict[str, Any]:
         """A forward without gradients of the model (or of a frozen one: `frozen_model`)."""
         # no_grad, not inference_mode: sharded engines gather parameters into tensors that
@@ -228,60 +224,6 @@ class CatwalkEngine(TorchTrainingEngine):
         batch = move_to_device(batch, self.device)
         with torch.no_grad(), self.precision.autocast(self.train_config.device_type):
             return (self.model if model is None else model)(**batch)
-
-    # --- Checkpoint state, the same whatever the number of ranks --------------------------------
-    # A checkpoint holds the whole model (or its adapter: .adapter_state) and the whole
-    # optimizer state (consolidated where they are sharded), so a run can resume on another
-    # device_count. Every rank calls save_state and load_state; only rank 0 writes. FSDP2
-    # overrides both with sharded DCP checkpoints.
-
-    checkpoint_format = "full"
-
-    def full_model_state(self) -> dict[str, torch.Tensor] | None:
-        """The whole model's state dict on rank 0 (None elsewhere); of a model that trains an
-        adapter, the adapter's weights. Collective."""
-        if distributed_position()[0] != 0:
-            return None
-        return saved_part(self.get_model_state())
-
-    def full_optimizer_state(self) -> dict | None:
-        """The whole optimizer state on rank 0 (None elsewhere). Collective."""
-        return full_optimizer_state(self.optimizer)
-
-    def load_full_model_state(self, state: dict[str, torch.Tensor]) -> None:
-        wrapped = self.model.module if self.train_config.is_distributed else self.model
-        load_into(cast(torch.nn.Module, wrapped), state)  # DDP's module, or the model itself
-
-    def load_full_optimizer_state(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state)
-
-    def save_state(self, directory: Path) -> None:
-        """Model, optimizer, LR scheduler and grad scaler into `directory`. Collective."""
-        model_state = self.full_model_state()
-        optimizer_state = self.full_optimizer_state()
-        if distributed_position()[0] != 0:
-            return
-        torch_save_atomic(model_state, directory / MODEL_FILE)
-        torch_save_atomic(optimizer_state, directory / OPTIMIZER_FILE)
-        for key, name in OPTIONAL_STATE:
-            if getattr(self, key) is not None:
-                torch_save_atomic(getattr(self, key).state_dict(), directory / name)
-
-    def read_state(self, directory: Path) -> dict[str, Any]:
-        """Reads what :meth:`save_state` wrote, without applying it (no collectives), so that a
-        damaged file fails on its own rank before any rank starts loading."""
-        return read_full_state(directory)
-
-    def apply_state(self, payload: dict[str, Any]) -> None:
-        """Loads what :meth:`read_state` read onto this rank (its shard, where it is sharded)."""
-        self.load_full_model_state(payload["model"])
-        self.load_full_optimizer_state(payload["optimizer"])
-        for key, _ in OPTIONAL_STATE:
-            if getattr(self, key) is not None and key in payload:
-                getattr(self, key).load_state_dict(payload[key])
-
-    def load_state(self, directory: Path) -> None:
-        self.apply_state(self.read_state(directory))
 
 
 def frozen(model: Model) -> Model:
@@ -295,18 +237,6 @@ def frozen_units(model: Model, modules_to_wrap: list[str] | None) -> list[str]:
     """A frozen model's inner units under a sharded engine, deepest first: its own, by the
     engine's `modules_to_wrap` (the job matched the policy's, which it may not share)."""
     return select_modules(model, modules_to_wrap, "training_engine.modules_to_wrap")
-
-
-def read_full_state(directory: Path) -> dict[str, Any]:
-    """The files :meth:`CatwalkEngine.save_state` wrote, read as data."""
-    payload = {
-        "model": load_file(directory / MODEL_FILE),
-        "optimizer": load_file(directory / OPTIMIZER_FILE),
-    }
-    for key, name in OPTIONAL_STATE:
-        if (directory / name).is_file():
-            payload[key] = load_file(directory / name)
-    return payload
 
 
 def default_cpu_threads(local_ranks: int) -> int:

@@ -20,7 +20,9 @@ shard, nothing is gathered at save time, and DCP reshards when resuming on anoth
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -180,6 +182,26 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
             return super().forward_eval(batch, model)
         finally:
             cast("FSDPModule", self.model if model is None else model).reshard()
+
+    @contextlib.contextmanager
+    def generating(self) -> Iterator[Callable[[dict[str, Any]], dict[str, Any]]]:
+        """Many evaluation forwards in a row (a rollout's decoding steps): each unit keeps the
+        parameters it gathers at its first forward until the last, instead of all-gathering
+        them again for every token (TRL and veRL gather a sharded policy to generate too): the
+        whole model's memory for that time, on each rank. Resharded after, each unit's
+        `reshard_after_forward` as it was."""
+        from torch.distributed.fsdp import FSDPModule
+
+        units = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
+        for unit in units:
+            unit.set_reshard_after_forward(False, recurse=False)
+        try:
+            yield functools.partial(CatwalkEngine.forward_eval, self)
+        finally:
+            for unit in units:
+                unit.reshard()
+                inner = unit is not self.model  # the root is never resharded after its forward
+                unit.set_reshard_after_forward(inner and self.reshard_after_forward, recurse=False)
 
     # --- Checkpoints: sharded DCP directories -----------------------------------------------
 

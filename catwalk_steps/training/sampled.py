@@ -130,8 +130,12 @@ class SampledTraining:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.held, self.logged = state.get("held", []), state.get("logged", {})
 
-    def sample(self, batch: Any, generator: torch.Generator) -> tuple[list, list[Completion]]:
-        """A micro-batch's live prompts (instance, tokens) and their completions. Collective."""
+    def sample(
+        self, batch: Any, generator: torch.Generator, forward: Any
+    ) -> tuple[list, list[Completion]]:
+        """A micro-batch's live prompts (instance, tokens) and their completions, each decoding
+        step one `forward` (the engine's, :meth:`~catwalk_steps.engines.base.CatwalkEngine.
+        generating`). Collective."""
         live = [
             (instance, prompt)
             for instance, prompt, alive in zip(
@@ -139,7 +143,7 @@ class SampledTraining:
             )
             if alive
         ]
-        step = forward_step(self.engine.forward_eval)
+        step = forward_step(forward)
         encoder = batch.encoder
         settings = rollout_settings(self.settings, self.lm, encoder)
         stops = lambda i, tokens: encoder.stops(tokens, live[i][0].until)  # noqa: E731
@@ -195,7 +199,8 @@ class SampledTraining:
         generator = generator_for(self.seed, self.rank, index, self.device)
         self.engine.model.eval()
         try:
-            sampled = [self.sample(batch, generator) for batch in micro_batches]
+            with self.engine.generating() as forward:
+                sampled = [self.sample(batch, generator, forward) for batch in micro_batches]
         finally:
             self.engine.model.train()
         texts = [
