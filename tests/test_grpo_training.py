@@ -119,24 +119,15 @@ def test_with_mu_2_a_generation_batch_is_trained_on_twice_its_ratio_moving_off_1
     assert regions[0] == regions[2] == 0 and regions[1] > 0 and regions[3] > 0, regions
 
 
-def test_with_beta_and_lora_the_kl_to_the_base_is_logged(grpo_run):
-    """`lora` (beta 0.04): TRL's `kl` in each step's entry; 0 at the first step (a LoRA adapter
-    starts as nothing: the policy is its base, the reference), above 0 once it trained."""
+@pytest.mark.parametrize("run", ["lora", "full_ref"])
+def test_with_beta_the_kl_to_the_reference_is_0_at_the_start_and_above_0_after(grpo_run, run):
+    """beta 0.04: TRL's `kl` in each step's entry; 0 at the first step, where the policy is
+    its reference, above 0 once it trained. `lora`: the reference is its base with the adapter
+    off (a LoRA adapter starts as nothing). `full_ref` (no adapter, FSDP2): it starts from
+    `fsdp2`'s model and names that step's model as its `reference` (loaded by each worker,
+    frozen beside the policy, where it stays)."""
     workspace, _ = grpo_run
-    train = history(workspace, "lora")
-    assert [entry["step"] for entry in train] == [1, 2, 3]
-    assert train[0]["kl"] == pytest.approx(0.0, abs=1e-7)
-    for entry in train[1:]:
-        assert math.isfinite(entry["kl"]) and entry["kl"] > 0, entry
-
-
-def test_with_beta_and_a_full_model_the_kl_to_its_frozen_reference_is_logged(grpo_run):
-    """`full_ref` (beta 0.04, no adapter, FSDP2): it starts from `fsdp2`'s model and names
-    that step's model as its `reference` (loaded by each worker, frozen beside the policy):
-    TRL's `kl` 0 at the first step (the policy is its reference), above 0 once the policy
-    trained and the reference stayed where it started."""
-    workspace, _ = grpo_run
-    train = history(workspace, "full_ref")
+    train = history(workspace, run)
     assert [entry["step"] for entry in train] == [1, 2, 3]
     assert train[0]["kl"] == pytest.approx(0.0, abs=1e-7)
     for entry in train[1:]:
