@@ -327,6 +327,8 @@ def decoding_all_gathers(rank, world_size, port, work_dir):
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group as groups
 
+    from catwalk_steps.engines.scorer import engine_scorer
+
     config = train_config(rank, world_size, port, Path(work_dir))
     engine = CatwalkTorchFSDPEngine(config, lazy_model(), lazy_optimizer())
     batch = {"input_ids": torch.tensor([[5, 6, 7, 8]]), "attention_mask": torch.ones(1, 4)}
@@ -342,7 +344,8 @@ def decoding_all_gathers(rank, world_size, port, work_dir):
     try:
         alone = [engine.forward_eval(batch)["logits"] for _ in range(3)]
         each = len(calls)
-        with engine.generating() as forward:
+        # as in-loop generation decodes (the kinds' scorer), through the engine's `generating`
+        with engine_scorer(engine, distributed=True).decoding_forward() as forward:
             held = [forward(batch)["logits"] for _ in range(3)]
         once = len(calls) - each
     finally:
@@ -359,8 +362,9 @@ def decoding_all_gathers(rank, world_size, port, work_dir):
 
 @pytest.mark.distributed
 def test_fsdp2_gathers_once_for_a_rollout_s_forwards_and_reshards_after(tmp_path):
-    """A rollout's decoding steps (`generating`): each unit all-gathers at the first forward
-    only, the logits as one by one, and every parameter is a shard again after."""
+    """A decoding loop's steps (`generating`: GRPO's rollouts, in-loop generation through the
+    kinds' scorer): each unit all-gathers at the first forward only, the logits as one by one,
+    and every parameter is a shard again after."""
     for result in run_distributed(decoding_all_gathers, tmp_path, str(tmp_path), init=True):
         assert result["units"] > 1 and result["sharded"] and result["same"]
         assert result["each"] == 3 * result["once"] > 0, result

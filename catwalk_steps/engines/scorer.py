@@ -46,4 +46,5 @@ def engine_scorer(engine: TrainingEngine, distributed: bool) -> Scorer:
     # The device the engine set itself (`engine.device`, which Tango's TrainingEngine lacks).
     device = engine.train_config.worker_local_default_device
     ranks = AllRanks(device) if distributed else Ranks()
-    return Scorer(engine.forward_eval, inner_model(engine.model), ranks)
+    decoding = getattr(engine, "generating", None)  # a catwalk engine's (Tango's have none)
+    return Scorer(engine.forward_eval, inner_model(engine.model), ranks, decoding)

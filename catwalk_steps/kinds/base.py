@@ -33,7 +33,8 @@ A kind is registered once (:func:`register`), under the name its instances and t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -53,11 +54,27 @@ class Scorer:
     """How a kind reaches the model in the loop and under an engine: `forward` runs a batch
     (through the engine's root wrapper, which moves it to the device), `model` is the rank
     classifier inside (its tokenizer, its generation config), `ranks` the decisions every rank
-    takes together (alone: a rank decides for itself)."""
+    takes together (alone: a rank decides for itself); `decoding`, where an engine gives one,
+    the forward of many in a row with no backward between them (a decoding loop: what FSDP2
+    gathers is kept from one step to the next, :meth:`~catwalk_steps.engines.base.
+    CatwalkEngine.generating`)."""
 
     forward: Callable[[dict[str, Any]], dict[str, Any]]
     model: Any
     ranks: Ranks = Ranks()
+    decoding: (
+        Callable[[], contextlib.AbstractContextManager[Callable[[dict[str, Any]], dict[str, Any]]]]
+        | None
+    ) = None
+
+    @contextlib.contextmanager
+    def decoding_forward(self) -> Iterator[Callable[[dict[str, Any]], dict[str, Any]]]:
+        """The forward to decode with: the engine's `decoding`, else `forward`."""
+        if self.decoding is None:
+            yield self.forward
+        else:
+            with self.decoding() as forward:
+                yield forward
 
 
 @dataclass(frozen=True)

@@ -49,15 +49,16 @@ class GenerationBatch:
 def lockstep_texts(scorer: Scorer, batch: GenerationBatch) -> list[str]:
     """Each row's answer, each decoding step one `scorer.forward`. Collective where the scorer's
     ranks are: every rank calls it for a batch of the same size."""
-    tokens = greedy_generate(
-        forward_step(scorer.forward),
-        batch.encoder,
-        batch.prompts,
-        batch.instances,
-        eos_ids_of(scorer.model.lm, batch.encoder.tokenizer),
-        live=batch.live,
-        ranks=scorer.ranks,
-    )
+    with scorer.decoding_forward() as forward:
+        tokens = greedy_generate(
+            forward_step(forward),
+            batch.encoder,
+            batch.prompts,
+            batch.instances,
+            eos_ids_of(scorer.model.lm, batch.encoder.tokenizer),
+            live=batch.live,
+            ranks=scorer.ranks,
+        )
     return [batch.encoder.text(t, x.until) for t, x in zip(tokens, batch.instances, strict=True)]
 
 
