@@ -157,13 +157,19 @@ def greedy_generate(
 
 
 def started(
-    step: Step, prompts: Sequence[Sequence[int]], pad_id: int, ranks: Ranks, share_prefix: bool
+    step: Step,
+    prompts: Sequence[Sequence[int]],
+    pad_id: int,
+    ranks: Ranks,
+    share_prefix: bool,
+    room: int = 0,
 ) -> tuple[Decoding, torch.Tensor]:
     """A lockstep decoding of `prompts` begun, and their first logits: the prefix every prompt
-    shares run once first where every rank has one (one forward more on every rank, or none)."""
+    shares run once first where every rank has one (one forward more on every rank, or none);
+    `room`: the tokens to come that the cache is given room for (:class:`.decoding.Decoding`)."""
     shared = shared_prefix(prompts) if share_prefix else 0
     shared = shared if ranks.all(shared > 0) else 0
-    decoding = Decoding(step, pad_id)
+    decoding = Decoding(step, pad_id, room)
     decoding.share(prompts[0][:shared])
     return decoding, decoding.start(prompts)
 
