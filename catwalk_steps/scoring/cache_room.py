@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-GROWTH = 64  # positions added when a buffer is full (a step past the room asked for)
+from .decoding import GROWTH
 
 
 def with_room(cache: Any, room: int) -> None:
