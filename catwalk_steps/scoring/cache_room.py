@@ -18,17 +18,19 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from .decoding import GROWTH
+FIRST_ROOM = 256  # the most positions given at first (greedy budgets can be long, rows stop)
+GROWTH = 64  # positions added when a buffer is full
 
 
-def with_room(cache: Any, room: int) -> None:
-    """Gives each plain layer of `cache` (a transformers `DynamicCache`) room for `room` more
-    positions; does nothing for another kind of cache."""
+def with_room(cache: Any, tokens: int) -> None:
+    """Gives each plain layer of `cache` (a transformers `DynamicCache`) room for `tokens` more
+    positions (at most FIRST_ROOM at first: more as they come); does nothing for another kind
+    of cache."""
     if not isinstance(cache, DynamicCache):
         return
     for index, layer in enumerate(cache.layers):
         if type(layer) is DynamicLayer and layer.is_initialized:
-            cache.layers[index] = RoomyLayer(layer.keys, layer.values, room)
+            cache.layers[index] = RoomyLayer(layer.keys, layer.values, min(tokens, FIRST_ROOM))
 
 
 def roomy(states: torch.Tensor, room: int) -> torch.Tensor:

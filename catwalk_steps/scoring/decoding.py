@@ -18,7 +18,6 @@ import torch
 
 Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any], tuple[torch.Tensor, Any]]
 MIN_SHARED_TOKENS = 8  # a shorter shared prefix is not worth a forward of its own
-GROWTH = 64  # positions a cache with room (.cache_room) grows by when full
 
 
 def left_padded(

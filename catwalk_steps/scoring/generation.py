@@ -28,7 +28,7 @@ import torch
 
 from ..tasks import GenerationInstance
 from ..tasks.generation import prompt_room
-from .decoding import GROWTH, Decoding, Step, shared_prefix
+from .decoding import Decoding, Step, shared_prefix
 from .sampling import Choice, greedy
 from .sequences import CHARS_PER_TOKEN
 from .tokenization import Known, TextKey, tokenize_keys
@@ -147,7 +147,7 @@ def greedy_generate(
     rows = Rows([x.until for x in instances], [x.max_gen_toks for x in instances])
     if live is not None:
         rows.done = [done or not alive for done, alive in zip(rows.done, live, strict=True)]
-    room = min(max(rows.budgets, default=0), GROWTH)  # more when needed, GROWTH at a time
+    room = max(rows.budgets, default=0)
     decoding, logits = started(step, prompts, encoder.pad_id, ranks, share_prefix, room)
     while True:
         next_tokens = chosen_tokens(rows, logits, eos_ids, encoder, choose)

@@ -101,7 +101,8 @@ def sampled(
     (`done`: these rows, a stand-in's, from the start), and whether the length cut each (no
     end-of-text, no stop sequence: `stopped(row, tokens)`). Only the rows not done are fed
     (:func:`narrowed`), but each step draws for every row, in one call, the done rows from
-    their last logits: what a row draws does not depend on which rows are done, the same
+    their last logits: torch's one-sample multinomial draws a number per row and token
+    whatever the values, so a row's draw does not depend on which rows are done, the same
     draws as feeding every row (as `generate`'s static batch does) gives."""
     tokens: list[list[int]] = [[] for _ in range(logits.size(0))]
     finished = [done] * len(tokens)
