@@ -58,7 +58,7 @@ class RoomyLayer(DynamicLayer):
         self.values = values[: self.rows, :, : self.length]
 
     def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's positions written after the filled ones (the buffers grown when full)."""
         end = self.length + key_states.size(-2)
