@@ -13,9 +13,11 @@ across prompts), G = 8 completions each of at most 64 tokens, TRL's default samp
 (temperature 1, top_p 1, top_k 0: off on both sides). TRL's side is a real `GRPOTrainer` in
 its own venv (bench/trl_rollouts.py): its `_generate_single_turn` on the batch its sampler
 makes (each prompt G times), timed around the call. Here: `rollouts` (each prompt run once,
-its cache copied G times, one forward of all rows a token). Each side in its own process in
-turn, 2 threads, after a warm-up rollout of one prompt; completion tokens are counted up to
-and with the end-of-text token (TRL's completion mask), on each side its own draws.
+its cache copied G times and given room for the completions, then one forward a token of the
+rows not done yet). Each side in its own process in turn, 2 threads, after a warm-up rollout
+of one prompt, timed in wall seconds (the ratio) and in its process's CPU seconds (a second
+view where other work shares the cores); completion tokens are counted up to and with the
+end-of-text token (TRL's completion mask), on each side its own draws.
 The step: the same model with a LoRA adapter (r 8) and beta 0.04, the first 2 prompts (16
 completions, one micro-batch: each prompt once, its completions packed after it), AdamW on the
 adapter; its rollout is not warmed up again (the process is).
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import random
 import subprocess
@@ -94,10 +97,13 @@ def catwalk_side(model: RankClassifier, prompts, settings, seed: int, warm_up: b
     with torch.no_grad():
         if warm_up:
             rollouts(step, prompts[:1], settings, generator_for(seed, 0, 1, "cpu"))
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         done = rollouts(step, prompts, settings, generator_for(seed, 0, 0, "cpu"))
-        seconds = time.perf_counter() - started
-    return {"seconds": seconds, "lengths": [len(c.tokens) for c in done], "done": done}
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    lengths = [len(c.tokens) for c in done]
+    digest = hashlib.sha1(json.dumps([c.tokens for c in done]).encode()).hexdigest()
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "lengths": lengths,
+            "completions": digest, "done": done}  # fmt: skip
 
 
 def trl_side(python: str, directory: Path, prompts, args, work: Path) -> dict:
@@ -153,8 +159,8 @@ def step_split(directory: Path, prompts, args) -> dict:
                        settings.pad_id)  # fmt: skip
     model.train()
     packed = {key: value for key, value in batch.items() if key.startswith(PACKED)}
-    timed(times, "reference", lambda: reference_logps(model.lm, packed, batch["token_mask"],
-                                                      model.adapter, args.temperature))  # fmt: skip
+    timed(times, "reference", lambda: reference_logps(model.lm, batch, packed, model.adapter,
+                                                      args.temperature))  # fmt: skip
     policy = dataclasses.replace(model.grpo, beta=0.0)
     outputs = timed(times, "policy forward", lambda: grpo_outputs(model.lm, batch, policy))
     timed(times, "policy backward", lambda: outputs["loss"].backward())
@@ -240,16 +246,26 @@ def markdown(r: dict) -> str:
         f"{r['machine']['cpu_threads']} threads a side, torch {r['machine']['torch']}.\n\n"
     )
     lines = [
-        "| side | completions | tokens | mean length | seconds | tokens/s |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| side | completions | tokens | mean length | seconds | tokens/s | CPU seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, side in (("catwalk `rollouts`", ours), ("TRL `GRPOTrainer` (generate)", theirs)):
         tokens = sum(side["lengths"])
         lines.append(
             f"| {name} | {len(side['lengths'])} | {tokens} | {tokens / len(side['lengths']):.1f} "
-            f"| {side['seconds']:.1f} | {tokens / side['seconds']:.1f} |"
+            f"| {side['seconds']:.1f} | {tokens / side['seconds']:.1f} "
+            f"| {side.get('cpu_seconds', float('nan')):.1f} |"
         )
-    ratio = f"\n\nRatio: **{rate['catwalk'] / rate['trl']:.2f}x** (tokens/s, catwalk over TRL).\n\n"
+    ratio = f"\n\nRatio: **{rate['catwalk'] / rate['trl']:.2f}x** (tokens/s, catwalk over TRL"
+    if "cpu_seconds" in ours and "cpu_seconds" in theirs:
+        by_cpu = (sum(ours["lengths"]) / ours["cpu_seconds"]) / (
+            sum(theirs["lengths"]) / theirs["cpu_seconds"]
+        )
+        ratio += f"; per CPU second: {by_cpu:.2f}x"
+    ratio += ")"
+    if "completions" in ours:
+        ratio += f"; catwalk's completions: digest {ours['completions'][:12]}"
+    ratio += ".\n\n"
     step = r["step"]
     total = sum(step["seconds"].values())
     split = [
@@ -265,19 +281,19 @@ def markdown(r: dict) -> str:
     return head + "\n".join(lines) + ratio + "\n".join(split) + "\n\n" + NOTES + "\n"
 
 
-NOTES = """What limits the ratio. Both sides run one forward of all 64 rows a token until the last
-completion ends (64 steps here: some completions end after a few tokens, most are cut at 64),
-and feed the rows already done: `rollouts` keeps them so that each step's draw is the same
-whichever rows are done, `generate` keeps a static batch. That decoding is the same work on
-both sides and most of the time. What catwalk saves is the prompts' forward: each prompt once
-(8 rows) instead of G times (64 rows, padded to the longest); with prompts of 64-256 tokens and
-completions of up to 64 that is about a quarter of TRL's time (18 of its 70 s), so the goal of
-1.5x is at the edge here (a second run, the same draws: 1.51x, catwalk's side 47.7 s). It
-grows with longer prompts or shorter completions; dropping finished rows from the batch (not
-done: it changes the draws) would cut the decoding itself. Draws differ between the sides
-(each its own generator), so the token counts differ a little; tokens/s counts each side's
-own. The step's split: the rollout is most of a step; the policy's forward (with gradients,
-per-token entropies) costs more than the reference's (no gradients)."""
+NOTES = """Where the ratio comes from. catwalk's side: the prompts' forward, each prompt once (8
+rows) and its cache copied G times, instead of G padded copies (64 rows); a cache with room for
+the completions (`scoring/cache_room.py`), each step writing its keys and values in place,
+where `generate`'s `DynamicCache` concatenates every layer's whole cache with the step's (a copy
+of the cache per token into new memory: on this CPU it cost more than the attention); and a
+forward of the rows not done only, where `generate` keeps a static batch (each step still draws
+for every row in one call, done rows from their last logits, so the draws are those of feeding
+every row). `completions` is a digest of catwalk's completion tokens: the same seed gives the
+same completions as before these speed-ups. Draws differ between the sides (each its own
+generator), so the token counts differ a little; tokens/s counts each side's own. CPU seconds
+are each process's (threads waiting for work count too): other work on the 2 shared cores moves
+the wall seconds of one side more than them. The step's split: the rollout is most of a step;
+the policy's forward (with gradients, per-token entropies) costs more than the reference's."""
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 `GRPOTrainer` (no vLLM, on the CPU) built on the model directory, and its own generation of a
 batch (`_generate_single_turn`: each prompt repeated G times, left-padded, one `generate` call
 with the trainer's `GenerationConfig`, each completion cut after its first end-of-text token),
-timed around that call, after one untimed warm-up call on the first prompt.
+timed around that call (wall and this process's CPU seconds), after one untimed warm-up call
+on the first prompt.
 
     python bench/trl_rollouts.py --model DIR --prompts prompts.json --out out.json
 
@@ -70,12 +71,13 @@ def main() -> None:
         grpo.model.eval()
         repeated = [list(p) for p in asked["prompts"] for _ in range(G)]  # RepeatSampler's batch
         grpo._generate_single_turn(repeated[:G], None, {}, G)  # warm-up
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         completions, _ = grpo._generate_single_turn(repeated, None, {}, G)
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
     config = grpo.generation_config
     out = {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "lengths": [len(c) for c in completions],
         "eos_token_ids": list(grpo.eos_token_ids),
         "generation_config": {

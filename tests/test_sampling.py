@@ -205,32 +205,43 @@ def test_a_seed_rank_and_step_draw_the_same_completions_again_and_others_draw_ot
 
 class Scripted:
     """A stand-in model: at step `s`, row r's next token is `script[s][r]` (every other token
-    100 nats less likely: sampling picks it); it counts its forwards."""
+    100 nats less likely: sampling picks it), r the row of the first batch (its cache says
+    which rows are still fed); it counts its forwards and records the rows each feeds."""
 
     def __init__(self, script: list[list[int]], vocab: int = 8):
-        self.script, self.vocab, self.calls = script, vocab, 0
+        self.script, self.vocab, self.calls, self.fed = script, vocab, 0, []
 
     def __call__(self, ids, mask, positions, cache):
         logits = torch.zeros((ids.shape[0], self.vocab))
         tokens = self.script[min(self.calls, len(self.script) - 1)]
-        for row, token in enumerate(tokens[: ids.shape[0]]):  # a stand-in's batch: fewer rows
-            logits[row, token] = 100.0
+        rows = range(ids.shape[0]) if cache is None or cache.rows is None else cache.rows
+        for place, row in enumerate(rows):
+            logits[place, tokens[row]] = 100.0
         self.calls += 1
+        self.fed.append(list(rows))
         return logits, cache
 
 
 class Cache:
-    """What a stand-in model's cache must do for the prompt's copies."""
+    """What a stand-in model's cache must do: the prompt's copies, rows leaving (`rows`: the
+    rows of the first batch still fed; None: all)."""
+
+    rows: list[int] | None = None
 
     def batch_repeat_interleave(self, times: int) -> None:
         pass
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        kept = indices.tolist()
+        self.rows = kept if self.rows is None else [self.rows[i] for i in kept]
+
 
 def test_completions_keep_their_end_of_text_and_are_truncated_only_when_the_length_cuts_them():
     """3 prompts, G = 2, at most 3 tokens, EOS = 7: a completion that ends at EOS keeps it and
-    is not truncated (even at exactly 3 tokens); one cut at 3 tokens is. Ranks in lockstep:
-    alone 3 forwards; while another rank needs 2 more steps, 5, with the same completions; a
-    rank with no prompt steps a stand-in as many times and returns none."""
+    is not truncated (even at exactly 3 tokens); one cut at 3 tokens is. Only the rows not done
+    are fed. Ranks in lockstep: alone 3 forwards; while another rank needs 2 more steps, 5
+    (the last two of one row), with the same completions; a rank with no prompt steps a
+    stand-in as many times (one row) and returns none."""
     a, b, eos = 1, 2, 7
     script = [[a, eos, b], [eos, b, a, a, a, b], [a, eos, a, a, a, b], [b] * 6]
     settings = RolloutSettings(2, Sampling(temperature=0.8), 3, {eos}, 0)
@@ -242,9 +253,11 @@ def test_completions_keep_their_end_of_text_and_are_truncated_only_when_the_leng
         assert [c.truncated for c in made] == [False, False, False, False, True, True]
         assert [c.prompt for c in made] == [0, 0, 1, 1, 2, 2]
         assert step.calls == forwards
+        assert step.fed == [[0, 1, 2], [0, 1, 4, 5], [1, 4, 5], [1], [1]][:forwards]
     idle = Scripted(script)
     assert rollouts(cached(idle), [], settings, torch.Generator(), OthersStillGoing(4)) == []
     assert idle.calls == 1 + 4  # the stand-in's prompt, then a step per step of the other rank
+    assert idle.fed == [[0]] * 5
     with pytest.raises(ValueError, match="empty prompt"):
         rollouts(cached(idle), [[a], []], settings, torch.Generator())
 

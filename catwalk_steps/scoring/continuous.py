@@ -190,9 +190,8 @@ def join(decoding: Decoding, fresh: Decoding, slots: list[int]) -> None:
 def leave(batch: Slots, keep: list[int]) -> None:
     """Only the rows `keep` stay in the batch."""
     decoding, rows = batch.decoding, batch.rows
-    decoding.cache.batch_select_indices(torch.tensor(keep))
-    decoding.cache, decoding.mask = trimmed(decoding.cache, decoding.mask[keep])
-    decoding.positions = decoding.positions[keep]
+    decoding.keep(keep)
+    decoding.cache, decoding.mask = trimmed(decoding.cache, decoding.mask)
     kept = Rows([rows.until[s] for s in keep], [rows.budgets[s] for s in keep])
     kept.tokens, kept.done = [rows.tokens[s] for s in keep], [False] * len(keep)
     batch.rows, batch.requests = kept, [batch.requests[s] for s in keep]

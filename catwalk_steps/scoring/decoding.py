@@ -50,10 +50,12 @@ def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
 
 class Decoding:
     """A batch's decoding state (see the module): `cache`, `mask` and `positions` (the last
-    position of each row) after :meth:`start` and each :meth:`advance`."""
+    position of each row) after :meth:`start` and each :meth:`advance`. `room`: how many tokens
+    the rows' cache gets room for after the prompts (:mod:`.cache_room`; 0: the model's own
+    cache, concatenated at each step)."""
 
-    def __init__(self, step: Step, pad_id: int):
-        self.step, self.pad_id = step, pad_id
+    def __init__(self, step: Step, pad_id: int, room: int = 0):
+        self.step, self.pad_id, self.room = step, pad_id, room
         self.shared, self.prefix = 0, None
         self.cache: Any = None
         self.mask = self.positions = torch.empty(0)
@@ -78,6 +80,10 @@ class Decoding:
             cache.batch_repeat_interleave(count)
             mask = torch.cat([torch.ones((count, shared), dtype=torch.long), mask], dim=1)
         logits, self.cache = self.step(ids, mask, positions, cache)
+        if self.room:
+            from .cache_room import with_room  # transformers, imported when decoding
+
+            with_room(self.cache, self.room)
         self.mask, self.positions = mask, positions[:, -1:]
         return logits
 
@@ -100,8 +106,14 @@ class Decoding:
         logits, self.cache = self.step(ids, self.mask, self.positions, self.cache)
         return logits
 
+    def keep(self, rows: Sequence[int]) -> None:
+        """Only `rows` (ascending indices of the current rows) go on: their cache, mask and
+        positions."""
+        self.cache.batch_select_indices(torch.tensor(rows, dtype=torch.long))
+        self.mask, self.positions = self.mask[rows], self.positions[rows]
+
     def fork(self) -> Decoding:
         """A new batch with the same shared prefix (prompts about to join this one)."""
-        other = Decoding(self.step, self.pad_id)
+        other = Decoding(self.step, self.pad_id, self.room)
         other.shared, other.prefix = self.shared, self.prefix
         return other

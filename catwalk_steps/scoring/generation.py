@@ -147,7 +147,8 @@ def greedy_generate(
     rows = Rows([x.until for x in instances], [x.max_gen_toks for x in instances])
     if live is not None:
         rows.done = [done or not alive for done, alive in zip(rows.done, live, strict=True)]
-    decoding, logits = started(step, prompts, encoder.pad_id, ranks, share_prefix)
+    room = max(rows.budgets, default=0)
+    decoding, logits = started(step, prompts, encoder.pad_id, ranks, share_prefix, room)
     while True:
         next_tokens = chosen_tokens(rows, logits, eos_ids, encoder, choose)
         if not ranks.any(not all(rows.done)):
@@ -157,13 +158,19 @@ def greedy_generate(
 
 
 def started(
-    step: Step, prompts: Sequence[Sequence[int]], pad_id: int, ranks: Ranks, share_prefix: bool
+    step: Step,
+    prompts: Sequence[Sequence[int]],
+    pad_id: int,
+    ranks: Ranks,
+    share_prefix: bool,
+    room: int = 0,
 ) -> tuple[Decoding, torch.Tensor]:
     """A lockstep decoding of `prompts` begun, and their first logits: the prefix every prompt
-    shares run once first where every rank has one (one forward more on every rank, or none)."""
+    shares run once first where every rank has one (one forward more on every rank, or none);
+    `room`: the tokens to come that the cache is given room for (:class:`.decoding.Decoding`)."""
     shared = shared_prefix(prompts) if share_prefix else 0
     shared = shared if ranks.all(shared > 0) else 0
-    decoding = Decoding(step, pad_id)
+    decoding = Decoding(step, pad_id, room)
     decoding.share(prompts[0][:shared])
     return decoding, decoding.start(prompts)
 

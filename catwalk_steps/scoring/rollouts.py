@@ -3,8 +3,9 @@
 The prompts' common first tokens run once for the batch (:meth:`~.decoding.Decoding.share`),
 then each prompt's own tokens once (:meth:`~.decoding.Decoding.start`, one row per prompt), and
 its cache is copied G times (:meth:`~.decoding.Decoding.expand`): a group shares its prompt's
-keys and values instead of computing them G times as `generate` on G copies does. Then every
-step samples one token per row (:class:`~.sampling.Sampler`) and runs one forward for all rows.
+keys and values instead of computing them G times as `generate` on G copies does; the cache has
+room for the completions (:mod:`.cache_room`: no copy of it per token). Then every step samples
+one token per row (:class:`~.sampling.Sampler`) and runs one forward of the rows not done yet.
 
 A completion ends at an end-of-text token (kept: it is a token the policy chose, and GRPO's loss
 counts it, as TRL's completion mask does), at one of its prompt's stop sequences (`stops`: the
@@ -15,7 +16,7 @@ end-of-text nor a stop sequence ended it (TRL's meaning: cut by the length).
 As greedy generation (:func:`~.generation.greedy_generate`), one step is one call of `step`, and
 under a sharded engine :class:`~.generation.Ranks` keeps the ranks in lockstep: they agree on
 running a shared prefix, and a rank whose completions are done (or that has no prompt: it steps
-a one-token stand-in) keeps stepping until every rank is done.
+a one-token stand-in) keeps stepping, one row, until every rank is done.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def rollouts(
         raise ValueError("rollouts: an empty prompt (no token to sample the first one from)")
     ranks = ranks or Ranks()
     asked = [list(p) for p in prompts] or [[settings.pad_id]]  # a stand-in keeps in step
-    decoding, first = started(step, asked, settings.pad_id, ranks, share_prefix)
+    room = settings.max_completion_length
+    decoding, first = started(step, asked, settings.pad_id, ranks, share_prefix, room)
     logits = decoding.expand(first, settings.num_generations)
     choose = Sampler(settings.sampling, generator)
     G = settings.num_generations
@@ -97,20 +99,35 @@ def sampled(
 ) -> tuple[list[list[int]], list[bool]]:
     """Each row's tokens, from the first `logits` on, until every row of every rank is done
     (`done`: these rows, a stand-in's, from the start), and whether the length cut each (no
-    end-of-text, no stop sequence: `stopped(row, tokens)`). Done rows are still drawn for and
-    fed (their tokens not kept): one forward for all rows, and each step's draw the same
-    whichever rows are done."""
+    end-of-text, no stop sequence: `stopped(row, tokens)`). Only the rows not done are fed
+    (:func:`narrowed`), but each step draws for every row, in one call, the done rows from
+    their last logits: torch's one-sample multinomial draws a number per row and token
+    whatever the values, so a row's draw does not depend on which rows are done, the same
+    draws as feeding every row (as `generate`'s static batch does) gives."""
     tokens: list[list[int]] = [[] for _ in range(logits.size(0))]
     finished = [done] * len(tokens)
     cut = [False] * len(tokens)
+    fed = list(range(len(tokens)))  # the rows the forward runs, in order
+    every = logits  # each row's last logits
     while True:
-        chosen = choose(logits).tolist()
-        for row, token in enumerate(chosen):
+        chosen = choose(every).tolist()
+        for row in fed:
             if not finished[row]:
+                token = chosen[row]
                 tokens[row].append(token)
                 ending = token in settings.eos_ids or stopped(row, tokens[row])
                 cut[row] = not ending and len(tokens[row]) >= settings.max_completion_length
                 finished[row] = ending or cut[row]
         if not ranks.any(not all(finished)):
             return tokens, cut
-        logits = decoding.advance(chosen)
+        fed = narrowed(decoding, fed, finished)
+        every[fed] = decoding.advance([chosen[row] for row in fed])
+
+
+def narrowed(decoding: Decoding, fed: list[int], finished: list[bool]) -> list[int]:
+    """The rows still to feed: those of `fed` not done, `decoding` narrowed to them; where all
+    are done (other ranks are not), the first one, stepping in lockstep at a row's cost."""
+    places = [place for place, row in enumerate(fed) if not finished[row]] or [0]
+    if len(places) < len(fed):
+        decoding.keep(places)
+    return [fed[place] for place in places]
