@@ -246,6 +246,7 @@ def evaluate_library(tmp_path: Path, jsonnet: str):
 LONGEST_FIRST = (
     "test_limit.py",
     "test_lora.py",
+    "test_rlvr_demo.py",
     "test_hosts.py",
     "test_dpo_training.py",
     "test_bad_inputs.py",
@@ -253,12 +254,14 @@ LONGEST_FIRST = (
     "test_sharded_training.py",
     "test_suite_pipeline.py",
     "test_pipeline.py",
+    "test_grpo_training.py",
     "test_resume.py",
     "test_parallel_interrupt.py",
     "test_sweeps.py",
     "test_killed_run_leftovers.py",
     "test_generative_training.py",
     "test_checkpoints_demo.py",
+    "test_tulu_recipe.py",
 )
 
 
