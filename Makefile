@@ -72,9 +72,14 @@ cli: setup
 # two cuts of the commands' CPU: 6:00 and 6:03 with 3 after them); at 1119 tests 10:19-10:27
 # with 3 and 10:57 with 4; at 1286 tests 10:59 with 3; at 1365 tests 11:22 with 3 and 11:27 with 4,
 # then 9:10 with 3 once each tango run's per-step look-ups were made once (docs/reference/tests.md).
+# The type check runs beside the suite (its ~25 s of CPU in the suite's waits, not before it);
+# its output is printed after the suite's, and either failing fails `make test`.
 TEST_WORKERS ?= 3
-test: lint typecheck docs-build
-	$(BIN)/pytest -ra -n $(TEST_WORKERS) --dist loadfile
+test: lint docs-build
+	@typed=$$(mktemp); ($(BIN)/mypy > $$typed 2>&1; echo $$? >> $$typed) & checker=$$!; \
+	$(BIN)/pytest -ra -n $(TEST_WORKERS) --dist loadfile; suite=$$?; \
+	wait $$checker; echo "mypy:"; head -n -1 $$typed; status=$$(tail -n 1 $$typed); \
+	rm -f $$typed; test $$suite -eq 0 && test $$status -eq 0
 
 # Unit tests only: no multi-process or training runs.
 test-fast: lint typecheck

@@ -27,8 +27,9 @@ NEED_THE_HUB = {
     "sweep_piqa.jsonnet",
     "rlvr_gsm8k.jsonnet",
 }
-# Run limited elsewhere, twice (its stages cached): tests/test_tulu_recipe.py.
-RUN_ELSEWHERE = {"tulu_recipe.jsonnet"}
+# Run by their own tests: the recipe limited, twice (its stages cached: tests/test_tulu_recipe.py,
+# lib.rlvr under the limit); the RLVR demo as shipped (tests/test_rlvr_demo.py).
+RUN_ELSEWHERE = {"tulu_recipe.jsonnet", "rlvr_demo.jsonnet"}
 OFFLINE = [path for path in EXPERIMENT_FILES if path.name not in NEED_THE_HUB | RUN_ELSEWHERE]
 # Run at 2 (2 training steps, 2 instances per task: the smallest every shipped file's steps
 # take); the graphs above are checked at 8.

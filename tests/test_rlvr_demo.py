@@ -30,7 +30,12 @@ def demo_workspace(tmp_path_factory) -> Path:
     data are cached: reused)."""
     workspace = tmp_path_factory.mktemp("rlvr_demo") / "ws"
     run_tango(DEMO, workspace, "fsdp2", SMALL_DEMO)
-    fairscale = {**SMALL_DEMO, "steps.rlvr_trained.training_engine.type": "catwalk::fairscale"}
+    fairscale = {  # validated (and checkpointed) at the end only
+        **SMALL_DEMO,
+        "steps.rlvr_trained.training_engine.type": "catwalk::fairscale",
+        "steps.rlvr_trained.validate_every": 80,
+        "steps.rlvr_trained.checkpoint_every": 80,
+    }
     output = run_tango(DEMO, workspace, "fairscale", fairscale, extra=("-s", "rlvr_eval_after"))
     assert 'Starting step "sft_trained"' not in output  # cached: the same SFT model
     return workspace

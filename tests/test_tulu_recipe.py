@@ -1,6 +1,6 @@
 """The SFT -> DPO -> RLVR recipe in one file, through `tango run` (shrunk by `--ext-var limit=2`,
 as tests/test_limit.py runs every other offline experiment): every stage runs once and is cached,
-so a second run trains nothing; a change to the last stage retrains it alone."""
+so a second run trains nothing."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def started(output: str) -> set[str]:
     return set(re.findall(r'Starting step "([^"]+)"', output))
 
 
-def test_each_stage_trains_once_and_a_change_to_the_last_retrains_it_alone(tmp_path):
+def test_each_stage_trains_once_and_a_second_run_trains_nothing(tmp_path):
     workspace, limit = tmp_path / "ws", ("--ext-var", f"limit={RUN_LIMIT}")
     first = run_tango(RECIPE, workspace, "first", extra=limit)
     assert started(first) >= TRAININGS
@@ -30,6 +30,3 @@ def test_each_stage_trains_once_and_a_change_to_the_last_retrains_it_alone(tmp_p
     again = run_tango(RECIPE, workspace, "again", extra=limit)
     assert started(again) == set(), started(again)  # every stage cached
     assert all(f'Found output for step "{name}" in cache' in again for name in TRAININGS)
-    changed = {"steps.rlvr_trained.model.grpo.beta": 0.0}
-    rerun = run_tango(RECIPE, workspace, "changed", changed, extra=limit)
-    assert started(rerun) & TRAININGS == {"rlvr_trained"}
