@@ -71,7 +71,8 @@ cli: setup
 # meanwhile; fresh clones' pytest took 8:24 and 8:41 with 3, 8:37 and 8:53 with 2 (before
 # two cuts of the commands' CPU: 6:00 and 6:03 with 3 after them); at 1119 tests 10:19-10:27
 # with 3 and 10:57 with 4; at 1286 tests 10:59 with 3; at 1365 tests 11:22 with 3 and 11:27 with 4,
-# then 9:10 with 3 once each tango run's per-step look-ups were made once (docs/reference/tests.md).
+# then 9:10 with 3 once each tango run's per-step look-ups were made once; at 1404 tests, mypy
+# beside the suite, 9:59 with the venv set up (docs/reference/tests.md).
 # The type check runs beside the suite (its ~25 s of CPU in the suite's waits, not before it);
 # its output is printed after the suite's, and either failing fails `make test`.
 TEST_WORKERS ?= 3
