@@ -42,9 +42,11 @@ def lazy_params(lazy: Lazy) -> dict[str, Any]:
 
 
 def model_params(model: Any) -> dict[str, Any]:
-    """A model block's config as given (:func:`lazy_params` of a `Lazy`); empty for a model
-    built already."""
-    return lazy_params(model) if isinstance(model, Lazy) else {}
+    """A model block's config as given (:func:`lazy_params` of a `Lazy`, a mapping's copy: a
+    block built in Python); empty for a model built already, or none."""
+    if isinstance(model, Lazy):
+        return lazy_params(model)
+    return dict(model) if isinstance(model, Mapping) else {}
 
 
 def lazy_config(lazy: Any, base: type[Registrable], key: str) -> tuple[Any, dict[str, Any]]:

@@ -188,6 +188,8 @@ DEPENDENT = {
     "dpo_eval_before",
     "dpo_eval_after",
     "dpo_report",
+    "grpo_reference_directory",
+    "grpo_reference_block",
 }
 
 
@@ -206,7 +208,20 @@ def graph_ids(directory: Path) -> dict[str, str]:
     dpo = experiment_params(REPO / "tests" / "fixtures" / "dpo_tiny.jsonnet")["steps"]
     for name in ("dpo_reference", "dpo_trained", "dpo_eval_before"):
         dpo[name]["model"] = reading(dpo[name]["model"])
-    graph = StepGraph.from_params({**demo, **dpo})
+    # GRPO's frozen reference (beta > 0, the policy from its config): a directory, or a block
+    grpo = experiment_params(REPO / "tests" / "fixtures" / "grpo_tiny.jsonnet")["steps"]
+    policy = {**grpo["fsdp2"]["model"], "grpo": {**grpo["fsdp2"]["model"]["grpo"], "beta": 0.04}}
+    trained = {
+        **grpo["fsdp2"],
+        "model": policy,
+        "dataset_dict": {"type": "ref", "ref": "grpo_data"},
+    }
+    grpo = {
+        "grpo_data": grpo["data"],
+        "grpo_reference_directory": {**trained, "reference": str(directory)},
+        "grpo_reference_block": {**trained, "reference": reading(grpo["fsdp2"]["model"])},
+    }
+    graph = StepGraph.from_params({**demo, **dpo, **grpo})
     return {name: step.unique_id for name, step in graph.items()}
 
 

@@ -4,6 +4,7 @@ checkpoint's model as a Hugging Face directory."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from ..checkpoints.weights import checkpoint_history
 from ..checks.streaming import check_streamed_training
 from ..checks.trackers import split_trackers
 from ..checks.training import check_train_step, default_validation, loaded_task
-from ..components import lazy_params, model_params
+from ..components import model_params
 from ..distributed.devices import Lease, plan_devices, plan_lease
 from ..evaluation import SavedModel
 from ..evaluation.sources import local_content, template_content
@@ -174,16 +175,21 @@ class TrainRankClassifier(Step[RankClassifier]):
 
 
 def model_content(kwargs: dict[str, Any]) -> dict[str, str] | None:
-    """The content of the local directories the model's weights come from (its block's
-    `pretrained` and `tokenizer`, an `init_from` or `reference` directory) and of its
-    `chat_template` file, for the step's identity; a step's model (`init_from`) is identified
-    by that step."""
-    model = kwargs.get("model")
-    block = lazy_params(model) if isinstance(model, Lazy) else dict(model or {})
+    """The content of the local directories the models' weights come from (the block's
+    `pretrained` and `tokenizer`, an `init_from` or `reference` directory, a `reference`
+    block's) and of its `chat_template` file, for the step's identity; a step's model
+    (`init_from`, `reference`) is identified by that step."""
+    block = model_params(kwargs.get("model"))
     directories = {f"model.{key}": block.get(key) for key in ("pretrained", "tokenizer")}
     for key in ("init_from", "reference"):
         if isinstance(kwargs.get(key), (str, Path)):
             directories[key] = str(kwargs[key])
+    reference = kwargs.get("reference")
+    if isinstance(reference, (Lazy, Mapping)):  # a model block of its own
+        given = model_params(reference)
+        directories.update(
+            {f"reference.{key}": given.get(key) for key in ("pretrained", "tokenizer")}
+        )
     template = template_content(block, "model.chat_template")
     return {**(local_content(directories) or {}), **template} or None
 

@@ -16,7 +16,7 @@ from typing import Any
 from tango.common import Lazy, Params
 from tango.integrations.torch import Model
 
-from ..components import lazy_params, model_params
+from ..components import model_params
 from ..objectives import Reference, objective_of
 from ..settings import TrainSettings
 from ..settings.training import loading
@@ -29,8 +29,7 @@ POLICY_KEYS = ("objective", "dpo", "grpo")
 
 def given_block(given: Any) -> dict[str, Any]:
     """A model block as the config gives it (lazy, or a mapping built in Python)."""
-    block = lazy_params(given) if isinstance(given, Lazy) else dict(given)
-    return {"type": MODEL_TYPE, **block}
+    return {"type": MODEL_TYPE, **model_params(given)}
 
 
 def reference_block(settings: TrainSettings) -> dict[str, Any] | None:
