@@ -47,6 +47,7 @@ from ..engines.scorer import AllRanks, inner_model
 from ..objectives.grpo import GrpoSettings
 from ..objectives.grpo_loss import group_advantages, reward_metrics, weighted_rewards
 from ..rewards import score_completions
+from ..scoring.choices import evaluating
 from ..scoring.generation import Ranks, eos_ids_of, forward_step
 from ..scoring.grpo_objective import grpo_batch
 from ..scoring.rollouts import Completion, RolloutSettings, rollouts
@@ -183,13 +184,10 @@ class SampledTraining:
         that sampled them (the model now: before the first update; eval mode, no gradients, as
         it sampled), as a list of rows: engines cast no list to their compute dtype.
         Collective."""
-        self.engine.model.eval()
-        try:
+        with evaluating(self.engine.model):
             for batch in batches:
                 logps = self.engine.forward_eval(batch)["grpo_logps"]
                 batch["grpo"]["old_logps"] = logps.float().cpu().tolist()
-        finally:
-            self.engine.model.train()
 
     def generation_batch(self, micro_batches: Sequence[Any], step: int) -> list[dict[str, Any]]:
         """The model's `grpo` batches of micro-batches of prompts at step `step`: their
@@ -197,12 +195,8 @@ class SampledTraining:
         step, recorded. Collective."""
         index = step // self.settings.num_iterations
         generator = generator_for(self.seed, self.rank, index, self.device)
-        self.engine.model.eval()
-        try:
-            with self.engine.generating() as forward:
-                sampled = [self.sample(batch, generator, forward) for batch in micro_batches]
-        finally:
-            self.engine.model.train()
+        with evaluating(self.engine.model), self.engine.generating() as forward:
+            sampled = [self.sample(batch, generator, forward) for batch in micro_batches]
         texts = [
             self.texts(batch, live, done)
             for batch, (live, done) in zip(micro_batches, sampled, strict=True)
