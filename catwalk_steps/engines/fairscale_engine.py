@@ -134,26 +134,27 @@ class CatwalkFairScaleEngine(CatwalkEngine, FairScaleTrainingEngine):
         # (embeddings, final norm): that is what lets sharding lower peak memory.
         model = self.built_model(model)
         check_inner_units_precision(model, self.precision)
-        if not self.fsdp_config.move_params_to_cpu:
-            model.to(self.train_config.worker_local_default_device)
         # A model block that wrapped units itself (catwalk::with_wrapped_modules) has chosen
         # them: the model's blocks are then not wrapped a second time.
         wrapped_by_model_block = self.modules_to_wrap is None and has_fsdp_units(model)
         names = [] if wrapped_by_model_block else self.inner_modules(model)
         names = arranged_units(model, names, self.activation_checkpointing, "training_engine")
-        wrap_modules(model, names, lambda module: FSDP(module, **self.fsdp_kwargs()))
-        return FSDP(model, **self.fsdp_kwargs())
+        return self.sharded(model, names)
 
     def frozen_model(self, model: Lazy[Model]) -> Model:
         """A model that never trains, wrapped as the policy is (its blocks, or the modules
         `modules_to_wrap` matches, as units, then the root), frozen before FairScale flattens
         its units' parameters: every flat parameter frozen too."""
         module = frozen(model.construct())
+        return frozen(self.sharded(module, frozen_units(module, self.modules_to_wrap)))
+
+    def sharded(self, model: Model, units: list[str]) -> Model:
+        """`model` on the worker's device (unless its parameters live on CPU), each of `units`
+        an FSDP unit (children first), then the root, which keeps what no unit claimed."""
         if not self.fsdp_config.move_params_to_cpu:
-            module.to(self.train_config.worker_local_default_device)
-        names = frozen_units(module, self.modules_to_wrap)
-        wrap_modules(module, names, lambda unit: FSDP(unit, **self.fsdp_kwargs()))
-        return frozen(FSDP(module, **self.fsdp_kwargs()))
+            model.to(self.train_config.worker_local_default_device)
+        wrap_modules(model, units, lambda module: FSDP(module, **self.fsdp_kwargs()))
+        return FSDP(model, **self.fsdp_kwargs())
 
     # Checkpoints hold the consolidated model and optimizer state (FairScale gathers them on
     # every rank, rank 0 keeps them), so a run resumes on any device_count.

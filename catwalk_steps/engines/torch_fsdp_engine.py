@@ -143,36 +143,37 @@ class CatwalkTorchFSDPEngine(CatwalkEngine):
         return kwargs
 
     def wrapped_model(self, model: Model | Lazy[Model]) -> Model:
-        from torch.distributed.fsdp import fully_shard
-
         skeleton = build_skeleton(model)
         self._checkpoint_activations(skeleton)
-        kwargs = self.fully_shard_kwargs()
-        for name in self.inner_modules(skeleton):  # deepest first
-            fully_shard(skeleton.get_submodule(name), **kwargs)
         # The root is never resharded after its forward: the backward starts by gathering it
         # again, a second all-gather of the largest unit (embeddings, a tied LM head) whose
         # buffers were the training peak (FSDP2's own default for a root left unset).
-        fully_shard(skeleton, **{**kwargs, "reshard_after_forward": False})
-        # Offloaded shards live in CPU memory; FSDP2 moves them to the device for compute.
-        skeleton.to_empty(device="cpu" if self.offload else self.device)
-        materialise(skeleton, model, self.device)
-        return skeleton
+        return self.sharded(skeleton, model, self.inner_modules(skeleton), reshard_root=False)
 
     def frozen_model(self, model: Lazy[Model]) -> Model:
         """A model that never trains, sharded as the policy is (its skeleton, `fully_shard` of
         its own blocks or the modules `modules_to_wrap` matches, then the root; filled as
         :func:`materialise` fills the policy), frozen: no recomputation (it has no backward)."""
+        skeleton = build_skeleton(model)
+        units = frozen_units(skeleton, self.modules_to_wrap)
+        return frozen(self.sharded(skeleton, model, units, self.reshard_after_forward))
+
+    def sharded(
+        self, skeleton: Model, model: Model | Lazy[Model], units: list[str], reshard_root: bool
+    ) -> Model:
+        """`skeleton` (`model`'s structure on the meta device) sharded: `fully_shard` of each of
+        `units` (deepest first), then of the root; each rank's shard allocated and filled with
+        `model`'s weights (:func:`materialise`)."""
         from torch.distributed.fsdp import fully_shard
 
-        skeleton = build_skeleton(model)
         kwargs = self.fully_shard_kwargs()
-        for name in frozen_units(skeleton, self.modules_to_wrap):  # deepest first
+        for name in units:
             fully_shard(skeleton.get_submodule(name), **kwargs)
-        fully_shard(skeleton, **kwargs)
+        fully_shard(skeleton, **{**kwargs, "reshard_after_forward": reshard_root})
+        # Offloaded shards live in CPU memory; FSDP2 moves them to the device for compute.
         skeleton.to_empty(device="cpu" if self.offload else self.device)
         materialise(skeleton, model, self.device)
-        return frozen(skeleton)
+        return skeleton
 
     def forward_eval(self, batch: dict[str, Any], model: Any = None) -> dict[str, Any]:
         """An evaluation forward has no backward to reshard the root (see `wrapped_model`):
